@@ -1,0 +1,82 @@
+#include "layout.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+namespace infini {
+
+size_t dtypeSize(infiniDtype_t dtype) {
+    switch (dtype) {
+    case INFINI_DTYPE_BYTE:
+    case INFINI_DTYPE_BOOL:
+    case INFINI_DTYPE_I8:
+    case INFINI_DTYPE_U8:
+    case INFINI_DTYPE_F8: return 1;
+    case INFINI_DTYPE_I16:
+    case INFINI_DTYPE_U16:
+    case INFINI_DTYPE_F16:
+    case INFINI_DTYPE_BF16:
+    case INFINI_DTYPE_C16: return 2;
+    case INFINI_DTYPE_I32:
+    case INFINI_DTYPE_U32:
+    case INFINI_DTYPE_F32:
+    case INFINI_DTYPE_C32: return 4;
+    case INFINI_DTYPE_I64:
+    case INFINI_DTYPE_U64:
+    case INFINI_DTYPE_F64:
+    case INFINI_DTYPE_C64: return 8;
+    case INFINI_DTYPE_C128: return 16;
+    default: return 0;
+    }
+}
+
+infiniStatus_t checkSameNormFloat(std::initializer_list<Tensor> tensors) {
+    infiniDtype_t dtype = (*tensors.begin())->dtype;
+    for (Tensor t : tensors) {
+        if (t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    }
+    return isNormFloat(dtype) ? INFINI_STATUS_SUCCESS : INFINI_STATUS_BAD_TENSOR_DTYPE;
+}
+
+bool sameShape(Tensor a, Tensor b) { return a->shape == b->shape; }
+
+bool isVector(Tensor t, size_t length) { return t->ndim() == 1 && t->shape[0] == length; }
+
+size_t leadingCount(Tensor t) {
+    size_t count = 1;
+    for (size_t i = 0; i + 1 < t->ndim(); ++i) count *= t->shape[i];
+    return count;
+}
+
+bool lastDimContiguous(Tensor t) {
+    if (t->ndim() == 0) return true;
+    return t->shape.back() <= 1 || t->strides.back() == 1;
+}
+
+bool fullyContiguous(Tensor t) {
+    if (t->numel() == 0) return true;
+    ptrdiff_t expected = 1;
+    for (size_t i = t->ndim(); i-- > 0;) {
+        if (t->shape[i] > 1 && t->strides[i] != expected) return false;
+        expected *= static_cast<ptrdiff_t>(t->shape[i]);
+    }
+    return true;
+}
+
+bool nonOverlapping(Tensor t) {
+    if (t->numel() == 0) return true;
+    std::vector<std::pair<size_t, size_t>> dims; // (|stride|, extent) of the dims that are stepped
+    for (size_t i = 0; i < t->ndim(); ++i) {
+        if (t->shape[i] > 1) dims.emplace_back(static_cast<size_t>(std::llabs(t->strides[i])), t->shape[i]);
+    }
+    std::sort(dims.begin(), dims.end());
+    size_t reach = 0; // largest offset the smaller dims can produce
+    for (auto [stride, extent] : dims) {
+        if (stride < reach + 1) return false;
+        reach += stride * (extent - 1);
+    }
+    return true;
+}
+
+} // namespace infini

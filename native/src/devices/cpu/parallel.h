@@ -1,0 +1,41 @@
+// Static work sharing over [0, count): the same task always covers the same indices, so results that are
+// combined per task in a fixed order do not depend on the number of threads.
+#ifndef INFINI_DEVICES_CPU_PARALLEL_H
+#define INFINI_DEVICES_CPU_PARALLEL_H
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cpu {
+
+template <typename Body>
+void parallelFor(size_t count, Body &&body) {
+    const int64_t n = static_cast<int64_t>(count);
+#ifdef ENABLE_OMP
+#pragma omp parallel for schedule(static) if (n > 1)
+#endif
+    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i));
+}
+
+// Fixed-size groups of consecutive items: the unit whose partial sums are kept, independent of threads.
+struct Blocks {
+    size_t per_block;
+    size_t count;
+
+    // At most max_blocks groups of at least one item each.
+    static Blocks split(size_t items, size_t max_blocks) {
+        if (items == 0) return Blocks{1, 0};
+        size_t per_block = (items + max_blocks - 1) / max_blocks;
+        return Blocks{per_block, (items + per_block - 1) / per_block};
+    }
+
+    size_t begin(size_t block) const { return block * per_block; }
+    size_t end(size_t block, size_t items) const {
+        size_t stop = begin(block) + per_block;
+        return stop < items ? stop : items;
+    }
+};
+
+} // namespace cpu
+
+#endif

@@ -1,0 +1,56 @@
+// Reductions shared by the CPU kernels. Orders are fixed by the code, never by the thread count.
+#ifndef INFINI_DEVICES_CPU_REDUCE_H
+#define INFINI_DEVICES_CPU_REDUCE_H
+
+#include "half.h"
+#include "parallel.h"
+
+#include <cstddef>
+
+namespace cpu {
+
+// Sums of the two terms terms(j) -> {a, b} over j in [0, n), in double, over 8 interleaved lanes.
+template <typename Terms>
+inline void sumPairs(size_t n, Terms &&terms, double &sum_a, double &sum_b) {
+    constexpr size_t lanes = 8;
+    double acc_a[lanes] = {}, acc_b[lanes] = {};
+    size_t j = 0;
+    for (; j + lanes <= n; j += lanes) {
+        for (size_t lane = 0; lane < lanes; ++lane) {
+            auto [a, b] = terms(j + lane);
+            acc_a[lane] += a;
+            acc_b[lane] += b;
+        }
+    }
+    for (size_t lane = 0; j < n; ++j, ++lane) {
+        auto [a, b] = terms(j);
+        acc_a[lane] += a;
+        acc_b[lane] += b;
+    }
+    sum_a = sum_b = 0.0;
+    for (size_t lane = 0; lane < lanes; ++lane) {
+        sum_a += acc_a[lane];
+        sum_b += acc_b[lane];
+    }
+}
+
+// out[j * out_stride] = sum over blocks b (in order) of partials[b * dim + j], for j in [0, dim).
+template <typename T>
+void sumBlockPartials(const float *partials, size_t blocks, size_t dim, T *out, ptrdiff_t out_stride) {
+    constexpr size_t chunk = 512;
+    parallelFor((dim + chunk - 1) / chunk, [&](size_t c) {
+        size_t begin = c * chunk, width = dim - begin < chunk ? dim - begin : chunk;
+        double acc[chunk] = {};
+        for (size_t b = 0; b < blocks; ++b) {
+            const float *row = partials + b * dim + begin;
+            for (size_t j = 0; j < width; ++j) acc[j] += row[j];
+        }
+        for (size_t j = 0; j < width; ++j) {
+            out[static_cast<ptrdiff_t>(begin + j) * out_stride] = fromFloat<T>(static_cast<float>(acc[j]));
+        }
+    });
+}
+
+} // namespace cpu
+
+#endif

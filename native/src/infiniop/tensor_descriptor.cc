@@ -1,0 +1,60 @@
+#include "infiniop/tensor_descriptor.h"
+
+#include "common/status.h"
+#include "common/tensor.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+
+namespace {
+
+// Element count and the span of every dim must fit in int64, so kernels can index with ptrdiff_t.
+bool fitsInt64(size_t ndim, const size_t *shape, const ptrdiff_t *strides) {
+    constexpr uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    uint64_t count = 1;
+    uint64_t span = 0;
+    for (size_t i = 0; i < ndim; ++i) {
+        if (shape[i] > limit) return false;
+        if (shape[i] != 0 && count > limit / shape[i]) return false;
+        count *= shape[i];
+        if (strides != nullptr && shape[i] > 0) {
+            uint64_t stride = static_cast<uint64_t>(strides[i]);
+            if (strides[i] < 0) stride = 0 - stride; // |stride|, well defined even for the most negative value
+            uint64_t steps = shape[i] - 1;
+            if (steps != 0 && stride > (limit - span) / steps) return false;
+            span += stride * steps;
+        }
+    }
+    return true;
+}
+
+bool isDtypeCode(infiniDtype_t dtype) { return dtype >= INFINI_DTYPE_BYTE && dtype <= INFINI_DTYPE_BF16; }
+
+} // namespace
+
+__C infiniStatus_t infiniopCreateTensorDescriptor(infiniopTensorDescriptor_t *desc_ptr, size_t ndim,
+                                                  const size_t *shape, const ptrdiff_t *strides,
+                                                  infiniDtype_t dtype) {
+    return infini::guarded([&] {
+        if (desc_ptr == nullptr || (ndim > 0 && shape == nullptr)) return INFINI_STATUS_NULL_POINTER;
+        if (!isDtypeCode(dtype)) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+        if (!fitsInt64(ndim, shape, strides)) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+
+        auto *desc = new InfiniopTensorDescriptor{dtype, std::vector<size_t>(shape, shape + ndim), {}};
+        desc->strides.resize(ndim);
+        ptrdiff_t contiguous = 1;
+        for (size_t i = ndim; i-- > 0;) {
+            desc->strides[i] = strides != nullptr ? strides[i] : contiguous;
+            contiguous *= static_cast<ptrdiff_t>(shape[i]);
+        }
+        *desc_ptr = desc;
+        return INFINI_STATUS_SUCCESS;
+    });
+}
+
+__C infiniStatus_t infiniopDestroyTensorDescriptor(infiniopTensorDescriptor_t desc) {
+    if (desc == nullptr) return INFINI_STATUS_NULL_POINTER;
+    delete desc;
+    return INFINI_STATUS_SUCCESS;
+}

@@ -1,0 +1,80 @@
+// The C entry points every operator shares, written once: argument checks, the device switch, lifetimes.
+// An op provides `Op::Info` (with a static create), `Op::Descriptor` (abstract: workspaceSize, calculate)
+// and `Op::Backends` (one static factory per device, defined only by backends that are built).
+#ifndef INFINIOP_OPS_DISPATCH_H
+#define INFINIOP_OPS_DISPATCH_H
+
+#include "common/status.h"
+#include "infiniop/handle_impl.h"
+#include "infiniop/descriptor_impl.h"
+
+namespace op {
+
+template <typename Op>
+using Factory = infiniStatus_t (*)(const typename Op::Info &, int device_id, typename Op::Descriptor **);
+
+template <typename Op>
+Factory<Op> factoryOf(infiniDevice_t device) {
+    switch (device) {
+#ifdef ENABLE_CPU_API
+    case INFINI_DEVICE_CPU: return &Op::Backends::cpu;
+#endif
+#ifdef ENABLE_NVIDIA_API
+    case INFINI_DEVICE_NVIDIA: return &Op::Backends::nvidia;
+#endif
+#ifdef ENABLE_ASCEND_API
+    case INFINI_DEVICE_ASCEND: return &Op::Backends::ascend;
+#endif
+    default: return nullptr;
+    }
+}
+
+template <typename Op, typename... Tensors>
+infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, Tensors... tensors) {
+    return infini::guarded([&] {
+        if (handle == nullptr || desc_ptr == nullptr || ((tensors == nullptr) || ...)) {
+            return INFINI_STATUS_NULL_POINTER;
+        }
+        typename Op::Info info;
+        INFINI_CHECK(Op::Info::create(&info, tensors...));
+        Factory<Op> factory = factoryOf<Op>(handle->device);
+        if (factory == nullptr) return INFINI_STATUS_DEVICE_TYPE_NOT_SUPPORTED;
+        typename Op::Descriptor *desc = nullptr;
+        INFINI_CHECK(factory(info, handle->device_id, &desc));
+        *desc_ptr = desc;
+        return INFINI_STATUS_SUCCESS;
+    });
+}
+
+// The op descriptor behind a C handle; BAD_PARAM when it belongs to another operator.
+template <typename Op>
+infiniStatus_t descriptorOf(InfiniopDescriptor *desc, const typename Op::Descriptor **out) {
+    if (desc == nullptr) return INFINI_STATUS_NULL_POINTER;
+    *out = dynamic_cast<const typename Op::Descriptor *>(desc);
+    return *out == nullptr ? INFINI_STATUS_BAD_PARAM : INFINI_STATUS_SUCCESS;
+}
+
+template <typename Op>
+infiniStatus_t getWorkspaceSize(InfiniopDescriptor *desc, size_t *size) {
+    return infini::guarded([&] {
+        if (size == nullptr) return INFINI_STATUS_NULL_POINTER;
+        const typename Op::Descriptor *op_desc;
+        INFINI_CHECK(descriptorOf<Op>(desc, &op_desc));
+        *size = op_desc->workspaceSize();
+        return INFINI_STATUS_SUCCESS;
+    });
+}
+
+template <typename Op>
+infiniStatus_t destroyDescriptor(InfiniopDescriptor *desc) {
+    return infini::guarded([&] {
+        const typename Op::Descriptor *op_desc;
+        INFINI_CHECK(descriptorOf<Op>(desc, &op_desc));
+        delete op_desc;
+        return INFINI_STATUS_SUCCESS;
+    });
+}
+
+} // namespace op
+
+#endif

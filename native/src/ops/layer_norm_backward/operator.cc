@@ -1,0 +1,49 @@
+#include "layer_norm_backward.h"
+
+#include "infiniop/ops/layer_norm_backward.h"
+#include "ops/dispatch.h"
+
+using op::layer_norm_backward::Op;
+
+__C infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(
+    infiniopHandle_t handle, infiniopLayerNormBackwardDescriptor_t *desc_ptr,
+    infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,
+    infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
+    infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
+    infiniopTensorDescriptor_t input_std_deviation_desc) {
+    return op::createDescriptor<Op>(handle, desc_ptr, grad_input_desc, grad_weight_desc, grad_bias_desc,
+                                    grad_output_desc, weight_desc, input_standardization_desc,
+                                    input_std_deviation_desc);
+}
+
+__C infiniStatus_t infiniopGetLayerNormBackwardWorkspaceSize(infiniopLayerNormBackwardDescriptor_t desc,
+                                                             size_t *size) {
+    return op::getWorkspaceSize<Op>(desc, size);
+}
+
+__C infiniStatus_t infiniopLayerNormBackward(infiniopLayerNormBackwardDescriptor_t desc, void *workspace,
+                                             size_t workspace_size, void *grad_input, void *grad_weight,
+                                             void *grad_bias, const void *grad_output, const void *weight,
+                                             const void *input_standardization, const void *input_std_deviation,
+                                             void *stream) {
+    return infini::guarded([&] {
+        const Op::Descriptor *op_desc;
+        INFINI_CHECK(op::descriptorOf<Op>(desc, &op_desc));
+        const auto &info = op_desc->info;
+        size_t elements = info.rows * info.dim;
+        INFINI_CHECK(infini::checkRunArgs(workspace, workspace_size, op_desc->workspaceSize(),
+                                          {{grad_input, elements},
+                                           {grad_weight, info.dim},
+                                           {grad_bias, info.dim},
+                                           {grad_output, elements},
+                                           {weight, info.dim},
+                                           {input_standardization, elements},
+                                           {input_std_deviation, info.rows}}));
+        return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, grad_output, weight,
+                                  input_standardization, input_std_deviation, stream);
+    });
+}
+
+__C infiniStatus_t infiniopDestroyLayerNormBackwardDescriptor(infiniopLayerNormBackwardDescriptor_t desc) {
+    return op::destroyDescriptor<Op>(desc);
+}
