@@ -1,16 +1,35 @@
 -- CPU backend: runtime and operator kernels, each a static library linked into the shared ones.
 if has_config("cpu") then
+    -- The leaf kernels (*_simd.cc) are compiled once per ISA and picked at run time (devices/cpu/isa.h),
+    -- so one build runs on any x86-64 and uses AVX-512 or AVX2 where the CPU has them.
+    local multi_isa = is_arch("x86_64", "x64")
+    local isa_flags = multi_isa and {avx512 = "-march=x86-64-v4", avx2 = "-march=x86-64-v3", generic = ""}
+                                 or {generic = ""}
+
+    for isa, flags in pairs(isa_flags) do
+        target("infiniop-cpu-" .. isa)
+            set_kind("static")
+            set_default(false) -- linked into the shared libraries, never installed alone
+            add_files("../src/ops/*/cpu/*_simd.cc")
+            add_defines("CPU_ISA=" .. isa)
+            if flags ~= "" then add_cxflags(flags, {force = true}) end
+            add_cxflags("-Wno-psabi") -- vector arguments only cross internal, inlined helpers
+        target_end()
+    end
+
     target("infinirt-cpu")
         set_kind("static")
-        set_default(false) -- linked into the shared libraries, never installed alone
+        set_default(false)
         add_files("../src/runtime/cpu/*.cc")
     target_end()
 
     target("infiniop-cpu")
         set_kind("static")
-        set_default(false) -- linked into the shared libraries, never installed alone
-        add_files("../src/ops/*/cpu/*.cc")
+        set_default(false)
+        add_files("../src/ops/*/cpu/*.cc|*/cpu/*_simd.cc", "../src/devices/cpu/*.cc")
+        for isa, _ in pairs(isa_flags) do add_deps("infiniop-cpu-" .. isa) end
         add_defines("ENABLE_CPU_API")
+        if multi_isa then add_defines("INFINI_CPU_MULTI_ISA") end
         if has_config("omp") then
             add_cxflags("-fopenmp")
             add_defines("ENABLE_OMP")

@@ -16,6 +16,9 @@ struct bf16_t {
     uint16_t bits;
 };
 
+// Internal linkage: the per-ISA kernel files include this too, and must not share out-of-line copies.
+namespace {
+
 inline float toFloat(float value) { return value; }
 
 inline float toFloat(f16_t value) {
@@ -68,6 +71,7 @@ auto withNormFloat(infiniDtype_t dtype, Body &&body) {
     }
 }
 
+} // namespace
 } // namespace cpu
 
 #endif

@@ -6,6 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#ifdef ENABLE_OMP
+#include <omp.h>
+#endif
+
 namespace cpu {
 
 template <typename Body>
@@ -15,6 +19,14 @@ void parallelFor(size_t count, Body &&body) {
 #pragma omp parallel for schedule(static) if (n > 1)
 #endif
     for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i));
+}
+
+inline size_t maxThreads() {
+#ifdef ENABLE_OMP
+    return static_cast<size_t>(omp_get_max_threads());
+#else
+    return 1;
+#endif
 }
 
 // Fixed-size groups of consecutive items: the unit whose partial sums are kept, independent of threads.
@@ -28,6 +40,9 @@ struct Blocks {
         size_t per_block = (items + max_blocks - 1) / max_blocks;
         return Blocks{per_block, (items + per_block - 1) / per_block};
     }
+
+    // Groups of exactly per_block items (the last may be shorter).
+    static Blocks ofSize(size_t items, size_t per_block) { return Blocks{per_block, (items + per_block - 1) / per_block}; }
 
     size_t begin(size_t block) const { return block * per_block; }
     size_t end(size_t block, size_t items) const {

@@ -9,30 +9,10 @@
 
 namespace cpu {
 
-// Sums of the two terms terms(j) -> {a, b} over j in [0, n), in double, over 8 interleaved lanes.
-template <typename Terms>
-inline void sumPairs(size_t n, Terms &&terms, double &sum_a, double &sum_b) {
-    constexpr size_t lanes = 8;
-    double acc_a[lanes] = {}, acc_b[lanes] = {};
-    size_t j = 0;
-    for (; j + lanes <= n; j += lanes) {
-        for (size_t lane = 0; lane < lanes; ++lane) {
-            auto [a, b] = terms(j + lane);
-            acc_a[lane] += a;
-            acc_b[lane] += b;
-        }
-    }
-    for (size_t lane = 0; j < n; ++j, ++lane) {
-        auto [a, b] = terms(j);
-        acc_a[lane] += a;
-        acc_b[lane] += b;
-    }
-    sum_a = sum_b = 0.0;
-    for (size_t lane = 0; lane < lanes; ++lane) {
-        sum_a += acc_a[lane];
-        sum_b += acc_b[lane];
-    }
-}
+// A pair of sums over a row segment (which two depends on the op).
+struct PairSums {
+    double first = 0.0, second = 0.0;
+};
 
 // out[j * out_stride] = sum over blocks b (in order) of partials[b * dim + j], for j in [0, dim).
 template <typename T>

@@ -3,9 +3,9 @@
 // then added in tile order; pass 2 writes grad_input = a*grad_output + b*(x - mean) + c per channel.
 #include "../batch_norm_backward.h"
 
+#include "batch_norm_backward_simd.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
-#include "devices/cpu/reduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,12 +14,7 @@ namespace op::batch_norm_backward {
 namespace {
 
 constexpr size_t kMaxTiles = 64;
-constexpr size_t kMinChunk = 1024; // elements of a row per tile, so tiles stay worth a task
-
-// grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift, per channel.
-struct ChannelCoefficients {
-    float mean, scale_grad, scale_centered, shift;
-};
+constexpr size_t kMinChunk = 4096; // elements of a row per tile, so tiles stay worth a task
 
 class CpuDescriptor final : public Descriptor {
   public:
@@ -30,8 +25,10 @@ class CpuDescriptor final : public Descriptor {
               info.length, std::max<size_t>(1, std::min(kMaxTiles / std::max<size_t>(1, batch_blocks_.count),
                                                         (info.length + kMinChunk - 1) / kMinChunk)))) {}
 
+    // Per tile: F64 sums and F32 lane scratch for every channel; then the per-channel coefficients.
     size_t workspaceSize() const override {
-        return tiles() * info.channels * 2 * sizeof(double) + info.channels * sizeof(ChannelCoefficients);
+        return tiles() * info.channels * (2 * sizeof(double) + kChannelScratchFloats * sizeof(float)) +
+               info.channels * sizeof(ChannelCoefficients);
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
@@ -50,53 +47,41 @@ class CpuDescriptor final : public Descriptor {
   private:
     size_t tiles() const { return batch_blocks_.count * length_chunks_.count; }
 
-    // Calls body(row, begin, end) for the (n, c) rows and [begin, end) span of tile `tile`, channel by channel.
-    template <typename Body>
-    void forEachRowOfTile(size_t tile, Body &&body) const {
-        size_t batch_block = tile / length_chunks_.count, chunk = tile % length_chunks_.count;
-        size_t begin = length_chunks_.begin(chunk), end = length_chunks_.end(chunk, info.length);
-        for (size_t n = batch_blocks_.begin(batch_block); n < batch_blocks_.end(batch_block, info.batch); ++n) {
-            for (size_t c = 0; c < info.channels; ++c) body(c, (n * info.channels + c) * info.length, begin, end);
-        }
+    Tile tile(size_t index) const {
+        size_t batch_block = index / length_chunks_.count, chunk = index % length_chunks_.count;
+        return Tile{batch_blocks_.begin(batch_block), batch_blocks_.end(batch_block, info.batch),
+                    info.channels,                    info.length,
+                    length_chunks_.begin(chunk),      length_chunks_.end(chunk, info.length)};
     }
 
     template <typename T>
     void run(void *workspace, T *grad_input, T *grad_weight, T *grad_bias, const T *input, const T *grad_output,
              const T *weight, const T *running_mean, const T *running_var) const {
         const size_t channels = info.channels;
-        double *partials = static_cast<double *>(workspace); // [tile][channel][2]
-        auto *coefficients = reinterpret_cast<ChannelCoefficients *>(partials + tiles() * channels * 2);
+        double *sums = static_cast<double *>(workspace); // [tile][channel][2]
+        float *scratch = reinterpret_cast<float *>(sums + tiles() * channels * 2);
+        auto *coefficients = reinterpret_cast<ChannelCoefficients *>(scratch + tiles() * channels * kChannelScratchFloats);
         auto channelValue = [](const T *vector, ptrdiff_t stride, size_t c) {
             return cpu::toFloat(vector[static_cast<ptrdiff_t>(c) * stride]);
         };
         for (size_t c = 0; c < channels; ++c) {
             coefficients[c].mean = channelValue(running_mean, info.running_mean_stride, c);
         }
+        const Kernels<T> &kernels = selectedKernels<T>();
 
-        cpu::parallelFor(tiles(), [&](size_t tile) {
-            double *tile_partials = partials + tile * channels * 2;
-            std::fill(tile_partials, tile_partials + channels * 2, 0.0);
-            forEachRowOfTile(tile, [&](size_t c, size_t row, size_t begin, size_t end) {
-                const float mean = coefficients[c].mean;
-                double sum_grad, sum_grad_centered;
-                cpu::sumPairs(
-                    end - begin,
-                    [&](size_t j) {
-                        double go = cpu::toFloat(grad_output[row + begin + j]);
-                        return std::pair<double, double>{go, go * (cpu::toFloat(input[row + begin + j]) - mean)};
-                    },
-                    sum_grad, sum_grad_centered);
-                tile_partials[2 * c] += sum_grad;
-                tile_partials[2 * c + 1] += sum_grad_centered;
-            });
+        cpu::parallelFor(tiles(), [&](size_t t) {
+            double *tile_sums = sums + t * channels * 2;
+            std::fill(tile_sums, tile_sums + channels * 2, 0.0);
+            kernels.sums(tile(t), grad_output, input, coefficients, scratch + t * channels * kChannelScratchFloats,
+                         tile_sums);
         });
 
         const double count = static_cast<double>(info.batch * info.length);
         for (size_t c = 0; c < channels; ++c) {
             double sum_grad = 0.0, sum_grad_centered = 0.0;
-            for (size_t tile = 0; tile < tiles(); ++tile) {
-                sum_grad += partials[(tile * channels + c) * 2];
-                sum_grad_centered += partials[(tile * channels + c) * 2 + 1];
+            for (size_t t = 0; t < tiles(); ++t) {
+                sum_grad += sums[(t * channels + c) * 2];
+                sum_grad_centered += sums[(t * channels + c) * 2 + 1];
             }
             const double inv_std = 1.0 / std::sqrt(static_cast<double>(channelValue(running_var, info.running_var_stride, c)));
             const double scale = channelValue(weight, info.weight_stride, c) * inv_std;
@@ -110,16 +95,7 @@ class CpuDescriptor final : public Descriptor {
             }
         }
 
-        // grad_input may be grad_output itself: each element is read before it is written.
-        cpu::parallelFor(tiles(), [&](size_t tile) {
-            forEachRowOfTile(tile, [&](size_t c, size_t row, size_t begin, size_t end) {
-                const ChannelCoefficients k = coefficients[c];
-                for (size_t l = row + begin; l < row + end; ++l) {
-                    float go = cpu::toFloat(grad_output[l]), centered = cpu::toFloat(input[l]) - k.mean;
-                    grad_input[l] = cpu::fromFloat<T>(k.scale_grad * go + k.scale_centered * centered + k.shift);
-                }
-            });
-        });
+        cpu::parallelFor(tiles(), [&](size_t t) { kernels.apply(tile(t), grad_output, input, coefficients, grad_input); });
     }
 
     cpu::Blocks batch_blocks_;

@@ -1,0 +1,40 @@
+#include "isa.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace cpu {
+namespace {
+
+Isa supportedIsa() {
+#if defined(__x86_64__) && defined(INFINI_CPU_MULTI_ISA)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+        return Isa::avx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        return Isa::avx2;
+    }
+#endif
+    return Isa::generic;
+}
+
+Isa requestedIsa() {
+    const char *name = std::getenv("INFINIOP_CPU_ISA");
+    if (name == nullptr || std::strcmp(name, "avx512") == 0) return Isa::avx512;
+    if (std::strcmp(name, "avx2") == 0) return Isa::avx2;
+    return Isa::generic;
+}
+
+} // namespace
+
+Isa selectedIsa() {
+    static const Isa isa = [] {
+        Isa supported = supportedIsa(), requested = requestedIsa();
+        return requested < supported ? requested : supported;
+    }();
+    return isa;
+}
+
+} // namespace cpu

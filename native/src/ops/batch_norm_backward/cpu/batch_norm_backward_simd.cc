@@ -1,0 +1,102 @@
+// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+// Both passes walk a tile in memory order (batch, channel, length) so small-L shapes stream too.
+#include "batch_norm_backward_simd.h"
+
+#include "devices/cpu/simd.h"
+
+namespace op::batch_norm_backward::CPU_ISA {
+namespace {
+
+using simd::f32v;
+
+// Scratch layout per channel: grad lanes, grad*centered lanes, two scalar tails.
+constexpr size_t kGradLanes = 0, kCenteredLanes = simd::kWidth, kTails = 2 * simd::kWidth;
+static_assert(kTails + 2 <= kChannelScratchFloats, "scratch too small");
+
+template <typename T>
+void accumulate(const T *grad_output, const T *input, float mean, size_t n, float *scratch) {
+    f32v grad = simd::load(scratch + kGradLanes), centered = simd::load(scratch + kCenteredLanes);
+    const f32v mean_v = simd::splat(mean);
+    size_t j = 0;
+    for (; j + simd::kWidth <= n; j += simd::kWidth) {
+        f32v go = simd::load(grad_output + j);
+        grad += go;
+        centered += go * (simd::load(input + j) - mean_v);
+    }
+    for (; j < n; ++j) {
+        float go = cpu::toFloat(grad_output[j]);
+        scratch[kTails] += go;
+        scratch[kTails + 1] += go * (cpu::toFloat(input[j]) - mean);
+    }
+    simd::store(scratch + kGradLanes, grad);
+    simd::store(scratch + kCenteredLanes, centered);
+}
+
+void flush(size_t channels, float *scratch, double *sums) {
+    for (size_t c = 0; c < channels; ++c) {
+        float *s = scratch + c * kChannelScratchFloats;
+        sums[2 * c] += simd::sum(simd::load(s + kGradLanes)) + s[kTails];
+        sums[2 * c + 1] += simd::sum(simd::load(s + kCenteredLanes)) + s[kTails + 1];
+        for (size_t k = 0; k < kChannelScratchFloats; ++k) s[k] = 0.0f;
+    }
+}
+
+template <typename T>
+void sums(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
+          float *scratch, double *sums) {
+    for (size_t k = 0; k < tile.channels * kChannelScratchFloats; ++k) scratch[k] = 0.0f;
+    size_t pending = 0; // elements per channel in the lanes since the last flush
+    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
+        for (size_t piece = tile.begin; piece < tile.end; piece += simd::kChunk) {
+            size_t width = tile.end - piece < simd::kChunk ? tile.end - piece : simd::kChunk;
+            for (size_t c = 0; c < tile.channels; ++c) {
+                size_t offset = (n * tile.channels + c) * tile.length + piece;
+                accumulate(grad_output + offset, input + offset, coefficients[c].mean, width,
+                           scratch + c * kChannelScratchFloats);
+            }
+            pending += width;
+            if (pending >= simd::kChunk) {
+                flush(tile.channels, scratch, sums);
+                pending = 0;
+            }
+        }
+    }
+    flush(tile.channels, scratch, sums);
+}
+
+template <typename T>
+void apply(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
+           T *grad_input) {
+    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
+        for (size_t c = 0; c < tile.channels; ++c) {
+            const ChannelCoefficients k = coefficients[c];
+            const f32v mean = simd::splat(k.mean), scale_grad = simd::splat(k.scale_grad),
+                       scale_centered = simd::splat(k.scale_centered), shift = simd::splat(k.shift);
+            size_t offset = (n * tile.channels + c) * tile.length + tile.begin, count = tile.end - tile.begin;
+            const T *go = grad_output + offset, *x = input + offset;
+            T *gi = grad_input + offset;
+            size_t j = 0;
+            for (; j + simd::kWidth <= count; j += simd::kWidth) {
+                simd::store(gi + j, scale_grad * simd::load(go + j) + scale_centered * (simd::load(x + j) - mean) + shift);
+            }
+            for (; j < count; ++j) {
+                float centered = cpu::toFloat(x[j]) - k.mean;
+                gi[j] = cpu::fromFloat<T>(k.scale_grad * cpu::toFloat(go[j]) + k.scale_centered * centered + k.shift);
+            }
+        }
+    }
+}
+
+} // namespace
+
+template <typename T>
+const Kernels<T> &kernels() {
+    static const Kernels<T> table{sums<T>, apply<T>};
+    return table;
+}
+
+template const Kernels<float> &kernels<float>();
+template const Kernels<cpu::f16_t> &kernels<cpu::f16_t>();
+template const Kernels<cpu::bf16_t> &kernels<cpu::bf16_t>();
+
+} // namespace op::batch_norm_backward::CPU_ISA

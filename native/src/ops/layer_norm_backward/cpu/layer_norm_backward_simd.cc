@@ -1,0 +1,59 @@
+// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+#include "layer_norm_backward_simd.h"
+
+#include "devices/cpu/simd.h"
+
+namespace op::layer_norm_backward::CPU_ISA {
+namespace {
+
+using simd::f32v;
+
+template <typename T>
+cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
+    return simd::chunkedSums(
+        n,
+        [&](size_t j, f32v &sum_g, f32v &sum_g_xhat) {
+            f32v g = simd::load(grad_output + j) * simd::load(weight + j);
+            sum_g += g;
+            sum_g_xhat += g * simd::load(xhat + j);
+        },
+        [&](size_t j, float &sum_g, float &sum_g_xhat) {
+            float g = cpu::toFloat(grad_output[j]) * weight[j];
+            sum_g += g;
+            sum_g_xhat += g * cpu::toFloat(xhat[j]);
+        });
+}
+
+template <typename T>
+void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
+           const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
+    const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
+               mean_g_xhat_v = simd::splat(mean_g_xhat);
+    size_t j = 0;
+    for (; j + simd::kWidth <= n; j += simd::kWidth) {
+        f32v go = simd::load(grad_output + j), xh = simd::load(xhat + j);
+        simd::store(weight_partial + j, simd::load(weight_partial + j) + go * xh);
+        simd::store(bias_partial + j, simd::load(bias_partial + j) + go);
+        simd::store(grad_input + j, (go * simd::load(weight + j) - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
+    }
+    for (; j < n; ++j) {
+        float go = cpu::toFloat(grad_output[j]), xh = cpu::toFloat(xhat[j]);
+        weight_partial[j] += go * xh;
+        bias_partial[j] += go;
+        grad_input[j] = cpu::fromFloat<T>((go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std);
+    }
+}
+
+} // namespace
+
+template <typename T>
+const Kernels<T> &kernels() {
+    static const Kernels<T> table{sums<T>, apply<T>};
+    return table;
+}
+
+template const Kernels<float> &kernels<float>();
+template const Kernels<cpu::f16_t> &kernels<cpu::f16_t>();
+template const Kernels<cpu::bf16_t> &kernels<cpu::bf16_t>();
+
+} // namespace op::layer_norm_backward::CPU_ISA

@@ -1,0 +1,46 @@
+// RMSNorm backward CPU leaf kernels over one contiguous row segment, built once per ISA.
+#ifndef INFINIOP_SRC_OPS_RMS_NORM_BACKWARD_CPU_SIMD_H
+#define INFINIOP_SRC_OPS_RMS_NORM_BACKWARD_CPU_SIMD_H
+
+#include "devices/cpu/half.h"
+#include "devices/cpu/isa.h"
+#include "devices/cpu/reduce.h"
+
+#include <cstddef>
+
+namespace op::rms_norm_backward {
+
+template <typename T>
+struct Kernels {
+    // {sum of x^2, sum of grad_y*w*x} over [0, n), in fixed 4096-element chunks.
+    cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const float *w);
+    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n); grad_x may be grad_y.
+    void (*apply)(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
+                  float *partial);
+};
+
+namespace avx512 {
+template <typename T>
+const Kernels<T> &kernels();
+}
+namespace avx2 {
+template <typename T>
+const Kernels<T> &kernels();
+}
+namespace generic {
+template <typename T>
+const Kernels<T> &kernels();
+}
+
+template <typename T>
+const Kernels<T> &selectedKernels() {
+#ifdef INFINI_CPU_MULTI_ISA
+    return cpu::pickIsa(avx512::kernels<T>(), avx2::kernels<T>(), generic::kernels<T>());
+#else
+    return generic::kernels<T>();
+#endif
+}
+
+} // namespace op::rms_norm_backward
+
+#endif
