@@ -15,6 +15,10 @@ if has_config("nv-gpu") then
             target:add("linkdirs", cuda.linkdirs, {public = true})
             target:add("syslinks", "cudart_static", "rt", "pthread", "dl", {public = true})
         end)
+        -- xmake's cuda rule adds the toolkit's lib dir as an rpath; the static runtime needs none.
+        on_config(function (target)
+            target:set("rpathdirs", nil)
+        end)
     rule_end()
 
     target("infinirt-nvidia")

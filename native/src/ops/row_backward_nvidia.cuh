@@ -33,6 +33,8 @@ constexpr size_t kAlign = 256; // of every workspace region
 
 // Threads per CTA for a group (threads per row) of G: small groups share a CTA of 128.
 __host__ __device__ constexpr int ctaThreads(int group) { return group < 128 ? 128 : group; }
+// Resident threads per SM the kernels ask for (at most 128 registers each): enough loads in flight to stream.
+constexpr int kMinThreadsPerSm = 512;
 
 inline RowOffsets offsetsOf(const RowLayout &layout) {
     return RowOffsets{layout.inner, layout.outer_stride, layout.inner_stride};
@@ -119,7 +121,7 @@ __device__ __forceinline__ void storePartials(const Args<T> &args, size_t slot, 
 // One pass: CTA `blockIdx.x` owns rows [blockIdx.x * rows_per_cta, +rows_per_cta); each group of G threads
 // takes every (CTA threads / G)-th of them and holds a whole row (D <= G * kItems) in registers.
 template <typename Terms, typename T, int G, int V>
-__global__ void __launch_bounds__(ctaThreads(G)) onePassKernel(Args<T> args, size_t rows_per_cta) {
+__global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G)) onePassKernel(Args<T> args, size_t rows_per_cta) {
     constexpr int kGroups = ctaThreads(G) / G;
     __shared__ double2 scratch[G == 32 ? 1 : 33];
     __shared__ float group_acc[kGroups > 1 ? kGroups - 1 : 1][Terms::kPartials][kItems][kGroups > 1 ? G : 1];
@@ -206,7 +208,7 @@ static __global__ void __launch_bounds__(256) rowSumsKernel(const double2 *chunk
 // Split pass 2: CTA (row block, chunk) writes the output of its chunk for its rows and keeps its columns'
 // partials in registers.
 template <typename Terms, typename T, int V>
-__global__ void __launch_bounds__(kSplitThreads) splitOutputKernel(Args<T> args, size_t chunks, size_t rows_per_block,
+__global__ void __launch_bounds__(kSplitThreads, kMinThreadsPerSm / kSplitThreads) splitOutputKernel(Args<T> args, size_t chunks, size_t rows_per_block,
                                                                    const double2 *row_sums) {
     const int lane = threadIdx.x;
     const size_t row_block = blockIdx.x / chunks, base = (blockIdx.x % chunks) * kChunk;
