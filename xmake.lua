@@ -25,7 +25,7 @@ option("nv-gpu")
 option_end()
 
 option("ascend-npu")
-    set_default(false)
+    set_default(true) -- compiles everywhere: CANN is found with dlopen at run time, never at build time
     set_showmenu(true)
     set_description("Build the Huawei Ascend backend (CANN is loaded at run time)")
 option_end()

@@ -1,0 +1,209 @@
+#include "plan.h"
+
+#include "common/status.h"
+
+#include <cstdint>
+
+namespace ascend {
+namespace {
+
+// Region alignment: aclSetInputTensorAddr needs 32 bytes; 512 matches what aclrtMalloc returns.
+constexpr size_t kAlign = 512;
+
+size_t alignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+bool isContiguous(const TensorSpec &spec) {
+    int64_t expected = 1;
+    for (size_t i = spec.shape.size(); i-- > 0;) {
+        if (spec.shape[i] != 1 && spec.strides[i] != expected) return false;
+        expected *= spec.shape[i];
+    }
+    return true;
+}
+
+} // namespace
+
+aclDataType aclDtypeOf(infiniDtype_t dtype) {
+    switch (dtype) {
+    case INFINI_DTYPE_F16: return ACL_FLOAT16;
+    case INFINI_DTYPE_BF16: return ACL_BF16;
+    default: return ACL_FLOAT;
+    }
+}
+
+TensorSpec TensorSpec::contiguous(std::vector<int64_t> shape, aclDataType dtype, Buffer buffer, aclFormat format) {
+    std::vector<int64_t> strides(shape.size());
+    int64_t stride = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = stride;
+        stride *= shape[i];
+    }
+    return TensorSpec{std::move(shape), std::move(strides), dtype, buffer, format};
+}
+
+Plan::~Plan() {
+    for (Stage &stage : calls_) {
+        if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
+        for (aclTensor *tensor : stage.tensors) api_->aclDestroyTensor(tensor);
+    }
+    for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
+    for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
+    if (constants_ != nullptr) api_->aclrtFree(constants_);
+}
+
+size_t Plan::reserveScratch(size_t bytes) {
+    size_t offset = scratch_bytes_;
+    scratch_bytes_ += alignUp(bytes);
+    return offset;
+}
+
+size_t Plan::addConstant(const void *host, size_t bytes) {
+    size_t offset = constants_host_.size();
+    const auto *begin = static_cast<const unsigned char *>(host);
+    constants_host_.insert(constants_host_.end(), begin, begin + bytes);
+    constants_host_.resize(alignUp(constants_host_.size()));
+    return offset;
+}
+
+const aclIntArray *Plan::intArray(const std::vector<int64_t> &values) {
+    int_arrays_.push_back(api_->aclCreateIntArray(values.data(), values.size()));
+    return int_arrays_.back();
+}
+
+const aclBoolArray *Plan::boolArray(const std::vector<bool> &values) {
+    bool flags[8];
+    for (size_t i = 0; i < values.size() && i < 8; ++i) flags[i] = values[i];
+    bool_arrays_.push_back(api_->aclCreateBoolArray(flags, values.size()));
+    return bool_arrays_.back();
+}
+
+aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
+    // Storage: the view itself when contiguous, else the 1-D span the strided view reaches.
+    std::vector<int64_t> storage = spec.shape;
+    if (!isContiguous(spec)) {
+        int64_t span = 1;
+        for (size_t i = 0; i < spec.shape.size(); ++i) {
+            if (spec.shape[i] == 0) span = 0;
+            if (span > 0) span += (spec.shape[i] - 1) * spec.strides[i];
+        }
+        storage = {span};
+    }
+    return api_->aclCreateTensor(spec.shape.data(), spec.shape.size(), spec.dtype, spec.strides.data(), 0, spec.format,
+                                 storage.data(), storage.size(), data);
+}
+
+infiniStatus_t Plan::build() {
+    for (const Stage &stage : calls_) {
+        for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
+            for (const TensorSpec &spec : *group) {
+                if (spec.buffer.kind == Buffer::Constant && spec.buffer.index >= constants_host_.size()) {
+                    return INFINI_STATUS_INTERNAL_ERROR;
+                }
+            }
+        }
+    }
+    if (!constants_host_.empty()) {
+        ACL_CHECK(api_->aclrtMalloc(&constants_, constants_host_.size(), ACL_MEM_MALLOC_HUGE_FIRST));
+        ACL_CHECK(api_->aclrtMemcpy(constants_, constants_host_.size(), constants_host_.data(), constants_host_.size(),
+                                    ACL_MEMCPY_HOST_TO_DEVICE));
+    }
+    for (Stage &stage : calls_) {
+        for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
+            for (const TensorSpec &spec : *group) {
+                aclTensor *tensor = createTensor(spec, nullptr);
+                if (tensor == nullptr) return INFINI_STATUS_INTERNAL_ERROR;
+                stage.tensors.push_back(tensor);
+            }
+        }
+        ACL_CHECK(stage.call.prepare(stage.tensors.data(), &stage.workspace, &stage.executor));
+        stage.repeatable = api_->aclSetAclOpExecutorRepeatable(stage.executor) == 0;
+        if (!stage.repeatable) {
+            // Planned again on every run; this executor was only needed for the workspace size.
+            api_->aclDestroyAclOpExecutor(stage.executor);
+            stage.executor = nullptr;
+        }
+        if (stage.workspace > aclnn_bytes_) aclnn_bytes_ = stage.workspace;
+    }
+    aclnn_offset_ = scratch_bytes_;
+    return INFINI_STATUS_SUCCESS;
+}
+
+void *Plan::address(const Buffer &buffer, void *workspace, const std::vector<const void *> &args) const {
+    switch (buffer.kind) {
+    case Buffer::Argument: return const_cast<void *>(args[buffer.index]);
+    case Buffer::Scratch: return static_cast<char *>(workspace) + buffer.index;
+    case Buffer::Constant: return static_cast<char *>(constants_) + buffer.index;
+    }
+    return nullptr;
+}
+
+infiniStatus_t Plan::runRepeatable(const Stage &stage, const std::vector<void *> &addresses, void *aclnn_workspace,
+                                   aclrtStream stream) const {
+    const size_t inputs = stage.call.inputs.size();
+    for (size_t i = 0; i < stage.tensors.size(); ++i) {
+        if (i < inputs) {
+            ACL_CHECK(api_->aclSetInputTensorAddr(stage.executor, i, stage.tensors[i], addresses[i]));
+        } else {
+            ACL_CHECK(api_->aclSetOutputTensorAddr(stage.executor, i - inputs, stage.tensors[i], addresses[i]));
+        }
+    }
+    ACL_CHECK(stage.call.launch(aclnn_workspace, stage.workspace, stage.executor, stream));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t Plan::runOnce(const Stage &stage, const std::vector<void *> &addresses, void *aclnn_workspace,
+                             aclrtStream stream) const {
+    std::vector<aclTensor *> tensors;
+    auto destroy = [&] {
+        for (aclTensor *tensor : tensors) api_->aclDestroyTensor(tensor);
+    };
+    size_t i = 0;
+    for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
+        for (const TensorSpec &spec : *group) {
+            aclTensor *tensor = createTensor(spec, addresses[i++]);
+            if (tensor == nullptr) {
+                destroy();
+                return INFINI_STATUS_INTERNAL_ERROR;
+            }
+            tensors.push_back(tensor);
+        }
+    }
+    uint64_t workspace = 0;
+    aclOpExecutor *executor = nullptr;
+    int status = stage.call.prepare(tensors.data(), &workspace, &executor);
+    if (status == 0 && workspace > aclnn_bytes_) status = -1; // planned with less than it now asks for
+    if (status == 0) {
+        status = stage.call.launch(aclnn_workspace, workspace, executor, stream);
+    } else if (executor != nullptr) {
+        api_->aclDestroyAclOpExecutor(executor);
+    }
+    destroy();
+    return status == -1 ? INFINI_STATUS_INTERNAL_ERROR : fromAcl(status);
+}
+
+infiniStatus_t Plan::run(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
+    std::lock_guard<std::mutex> lock(run_mutex_);
+    void *aclnn_workspace = aclnn_bytes_ > 0 ? static_cast<char *>(workspace) + aclnn_offset_ : nullptr;
+    for (const auto &[index, bytes] : zero_fills_) {
+        ACL_CHECK(api_->aclrtMemsetAsync(const_cast<void *>(args[index]), bytes, 0, bytes, stream));
+    }
+    for (const Stage &stage : calls_) {
+        std::vector<void *> addresses;
+        bool aligned = true;
+        for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
+            for (const TensorSpec &spec : *group) {
+                void *data = address(spec.buffer, workspace, args);
+                aligned = aligned && reinterpret_cast<uintptr_t>(data) % 32 == 0;
+                addresses.push_back(data);
+            }
+        }
+        if (stage.repeatable && aligned) {
+            INFINI_CHECK(runRepeatable(stage, addresses, aclnn_workspace, stream));
+        } else {
+            INFINI_CHECK(runOnce(stage, addresses, aclnn_workspace, stream));
+        }
+    }
+    return INFINI_STATUS_SUCCESS;
+}
+
+} // namespace ascend

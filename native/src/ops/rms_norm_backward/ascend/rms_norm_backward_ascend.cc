@@ -1,0 +1,93 @@
+// RMSNorm backward on Ascend: aclnnRmsNorm (eps 0, the seed's forward) leaves rstd in the workspace, then
+// aclnnRmsNormGrad; its dgamma is F32, cast to dT by aclnnCast when grad_w is F16/BF16.
+// aclnnRmsNormGrad takes no strided input, so every tensor must be packed (BAD_TENSOR_STRIDES otherwise).
+#include "../rms_norm_backward.h"
+
+#include "devices/ascend/views.h"
+
+#include <memory>
+
+namespace op::rms_norm_backward {
+namespace {
+
+using ascend::Buffer;
+using ascend::TensorSpec;
+
+enum Arg { kGradX, kGradW, kGradY, kX, kW };
+
+class AscendDescriptor final : public Descriptor {
+  public:
+    AscendDescriptor(int device_id, const Info &info, std::unique_ptr<ascend::Plan> plan)
+        : Descriptor(INFINI_DEVICE_ASCEND, device_id, info), plan_(std::move(plan)) {}
+
+    size_t workspaceSize() const override { return plan_->workspaceSize(); }
+
+    infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
+                             const void *w, void *stream) const override {
+        return plan_->run(workspace, {grad_x, grad_w, grad_y, x, w}, stream);
+    }
+
+  private:
+    std::unique_ptr<ascend::Plan> plan_;
+};
+
+void planCalls(const Info &info, ascend::Plan &plan) {
+    const ascend::Api &acl = plan.acl();
+    const aclDataType dtype = ascend::aclDtypeOf(info.dtype);
+    const int64_t rows = static_cast<int64_t>(info.rows), dim = static_cast<int64_t>(info.dim);
+    const size_t element = infini::dtypeSize(info.dtype);
+
+    const Buffer y = Buffer::scratch(plan.reserveScratch(info.rows * info.dim * element));
+    const Buffer rstd = Buffer::scratch(plan.reserveScratch(info.rows * sizeof(float)));
+    const bool cast_dgamma = dtype != ACL_FLOAT;
+    const Buffer dgamma =
+        cast_dgamma ? Buffer::scratch(plan.reserveScratch(info.dim * sizeof(float))) : Buffer::argument(kGradW);
+
+    auto matrix = [&](Buffer b) { return TensorSpec::contiguous({rows, dim}, dtype, b); };
+    auto vector = [&](Buffer b, aclDataType t) { return TensorSpec::contiguous({dim}, t, b); };
+
+    plan.add({{matrix(Buffer::argument(kX)), vector(Buffer::argument(kW), dtype)},
+              {matrix(y), TensorSpec::contiguous({rows, 1}, ACL_FLOAT, rstd)},
+              [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
+                  return acl.aclnnRmsNormGetWorkspaceSize(t[0], t[1], 0.0, t[2], t[3], ws, ex);
+              },
+              acl.aclnnRmsNorm});
+    plan.add({{matrix(Buffer::argument(kGradY)), matrix(Buffer::argument(kX)),
+               TensorSpec::contiguous({rows}, ACL_FLOAT, rstd), vector(Buffer::argument(kW), dtype)},
+              {matrix(Buffer::argument(kGradX)), vector(dgamma, ACL_FLOAT)},
+              [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
+                  return acl.aclnnRmsNormGradGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], ws, ex);
+              },
+              acl.aclnnRmsNormGrad});
+    if (cast_dgamma) {
+        plan.add({{vector(dgamma, ACL_FLOAT)},
+                  {vector(Buffer::argument(kGradW), dtype)},
+                  [&acl, dtype](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
+                      return acl.aclnnCastGetWorkspaceSize(t[0], dtype, t[1], ws, ex);
+                  },
+                  acl.aclnnCast});
+    }
+}
+
+} // namespace
+
+infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
+    const ascend::Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    if (!ascend::packedRows(info.grad_x, info.rows, info.dim) || !ascend::packedRows(info.grad_y, info.rows, info.dim) ||
+        !ascend::packedRows(info.x, info.rows, info.dim) || !ascend::unitStride(info.dim, info.w_stride) ||
+        !ascend::unitStride(info.dim, info.grad_w_stride)) {
+        return INFINI_STATUS_BAD_TENSOR_STRIDES;
+    }
+    auto plan = std::make_unique<ascend::Plan>(acl);
+    if (info.rows > 0 && info.dim > 0) {
+        planCalls(info, *plan);
+    } else if (info.dim > 0) {
+        plan->addZeroFill(kGradW, info.dim * infini::dtypeSize(info.dtype)); // no rows: grad_w is an empty sum
+    }
+    INFINI_CHECK(plan->build());
+    *desc = new AscendDescriptor(device_id, info, std::move(plan));
+    return INFINI_STATUS_SUCCESS;
+}
+
+} // namespace op::rms_norm_backward

@@ -1,0 +1,130 @@
+// Ascend NPUs through the ACL runtime, loaded at run time: every entry first makes sure CANN was found.
+#include "runtime/backend.h"
+
+#include "common/status.h"
+#include "devices/ascend/loader.h"
+
+namespace infinirt {
+namespace {
+
+using ascend::Api;
+
+infiniStatus_t getDeviceCount(int *count) {
+    const Api *acl;
+    if (ascend::api(&acl) != INFINI_STATUS_SUCCESS) {
+        *count = 0; // no CANN, no devices: enumeration is not an error
+        return INFINI_STATUS_SUCCESS;
+    }
+    uint32_t n = 0;
+    ACL_CHECK(acl->aclrtGetDeviceCount(&n));
+    *count = static_cast<int>(n);
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t setDevice(int device_id) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    uint32_t n = 0;
+    ACL_CHECK(acl->aclrtGetDeviceCount(&n));
+    if (static_cast<uint32_t>(device_id) >= n) return INFINI_STATUS_DEVICE_NOT_FOUND;
+    ACL_CHECK(acl->aclrtSetDevice(device_id));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t synchronize() {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeDevice());
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t streamCreate(infinirtStream_t *stream) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    aclrtStream created = nullptr;
+    ACL_CHECK(acl->aclrtCreateStream(&created));
+    *stream = created;
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t streamDestroy(infinirtStream_t stream) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtDestroyStream(stream));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t streamSynchronize(infinirtStream_t stream) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeStream(stream));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t allocate(void **ptr, size_t size) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    // aclrtMalloc refuses size 0; a minimal block keeps malloc(0)/free symmetric.
+    ACL_CHECK(acl->aclrtMalloc(ptr, size == 0 ? 32 : size, ACL_MEM_MALLOC_HUGE_FIRST));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t allocateHost(void **ptr, size_t size) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtMallocHost(ptr, size == 0 ? 32 : size));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t release(void *ptr) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtFree(ptr));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t releaseHost(void *ptr) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtFreeHost(ptr));
+    return INFINI_STATUS_SUCCESS;
+}
+
+// Our copy kinds have ACL's numbering (H2H 0, H2D 1, D2H 2, D2D 3).
+aclrtMemcpyKind kindOf(infinirtMemcpyKind_t kind) { return static_cast<aclrtMemcpyKind>(kind); }
+
+infiniStatus_t copy(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind) {
+    if (size == 0) return INFINI_STATUS_SUCCESS;
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtMemcpy(dst, size, src, size, kindOf(kind)));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t copyAsync(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind,
+                         infinirtStream_t stream) {
+    if (size == 0) return INFINI_STATUS_SUCCESS;
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtMemcpyAsync(dst, size, src, size, kindOf(kind), stream));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t fill(void *ptr, int value, size_t size) {
+    if (size == 0) return INFINI_STATUS_SUCCESS;
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtMemset(ptr, size, value, size));
+    return INFINI_STATUS_SUCCESS;
+}
+
+} // namespace
+
+const Backend &ascendBackend() {
+    static const Backend backend{getDeviceCount, setDevice,    synchronize, streamCreate, streamDestroy,
+                                 streamSynchronize, allocate,  allocateHost, release,     releaseHost,
+                                 copy,           copyAsync,    fill};
+    return backend;
+}
+
+} // namespace infinirt

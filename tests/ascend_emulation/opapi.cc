@@ -1,0 +1,368 @@
+// Emulated libopapi: the aclnn operators the Ascend backend calls, computed in double on host memory.
+// The first phase checks what each operator's CANN document lists (dtypes and their combinations, shapes,
+// formats, contiguity, empty tensors) and answers 161001 / 161002 as documented; the second phase checks the
+// workspace and addresses, scribbles over the workspace (no caller may rely on its contents) and computes.
+#include "emulation.h"
+
+#include <cmath>
+#include <cstdlib>
+
+using namespace emu;
+
+namespace {
+
+constexpr uint64_t kWorkspace = 96; // every op asks for some, to exercise the caller's plumbing
+
+bool rankOk(const aclTensor *t) { return t->shape.size() >= 1 && t->shape.size() <= 8; }
+
+int64_t product(const std::vector<int64_t> &dims, size_t begin, size_t end) {
+    int64_t n = 1;
+    for (size_t i = begin; i < end; ++i) n *= dims[i];
+    return n;
+}
+
+std::vector<int64_t> head(const std::vector<int64_t> &dims, size_t n) { return {dims.begin(), dims.begin() + n}; }
+std::vector<int64_t> tail(const std::vector<int64_t> &dims, size_t n) { return {dims.end() - n, dims.end()}; }
+
+int plan(std::vector<const aclTensor *> inputs, std::vector<const aclTensor *> outputs,
+         std::function<void(aclTensor *)> compute, uint64_t *workspace, aclOpExecutor **executor) {
+    auto *ex = new aclOpExecutor;
+    ex->inputs = inputs;
+    ex->outputs = outputs;
+    for (const auto *group : {&inputs, &outputs}) {
+        for (const aclTensor *t : *group) ex->captured.push_back(*t);
+    }
+    ex->compute = std::move(compute);
+    ex->workspace = kWorkspace;
+    *workspace = kWorkspace;
+    *executor = ex;
+    return kSuccess;
+}
+
+int launch(void *workspace, uint64_t size, aclOpExecutor *ex) {
+    if (ex == nullptr) return kInnerNullptr;
+    if (size < ex->workspace || (ex->workspace > 0 && workspace == nullptr)) return kParamInvalid;
+    for (const aclTensor &t : ex->captured) {
+        if (numel(&t) > 0 && t.data == nullptr) return kParamNullptr;
+    }
+    std::memset(workspace, 0xab, ex->workspace);
+    ex->compute(ex->captured.data());
+    if (!ex->repeatable) delete ex; // a one-shot executor is consumed by its launch
+    return kSuccess;
+}
+
+// Position in `operand` of the element of `out` at flat index `flat`, numpy-style broadcasting.
+int64_t broadcastFlat(const aclTensor *operand, const aclTensor *out, int64_t flat) {
+    int64_t result = 0, scale = 1;
+    size_t shift = out->shape.size() - operand->shape.size();
+    for (size_t i = out->shape.size(); i-- > 0;) {
+        int64_t index = flat % out->shape[i];
+        flat /= out->shape[i];
+        if (i < shift) continue;
+        int64_t extent = operand->shape[i - shift];
+        result += (extent == 1 ? 0 : index) * scale;
+        scale *= extent;
+    }
+    return result;
+}
+
+bool broadcastsTo(const aclTensor *operand, const aclTensor *out) {
+    if (operand->shape.size() > out->shape.size()) return false;
+    size_t shift = out->shape.size() - operand->shape.size();
+    for (size_t i = 0; i < operand->shape.size(); ++i) {
+        if (operand->shape[i] != 1 && operand->shape[i] != out->shape[i + shift]) return false;
+    }
+    return true;
+}
+
+int bnFormatFor(size_t rank) {
+    switch (rank) {
+    case 2: return kNc;
+    case 3: return kNcl;
+    case 4: return kNchw;
+    case 5: return kNcdhw;
+    default: return kNd;
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+// aclnnRmsNorm: y = x * rstd * gamma, rstd = 1/sqrt(mean(x^2) + eps) over gamma's trailing dims.
+aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *gamma, double epsilon,
+                                         const aclTensor *y, const aclTensor *rstd, uint64_t *ws,
+                                         aclOpExecutor **ex) {
+    if (!x || !gamma || !y || !rstd || !ws || !ex) return kParamNullptr;
+    if (!isFloat(x->dtype) || !isFloat(gamma->dtype) || y->dtype != x->dtype || rstd->dtype != kFloat) {
+        return kParamInvalid;
+    }
+    for (const aclTensor *t : {x, gamma, y, rstd}) {
+        if (!rankOk(t) || t->format != kNd) return kParamInvalid;
+    }
+    size_t k = gamma->shape.size();
+    if (k > x->shape.size() || gamma->shape != tail(x->shape, k) || y->shape != x->shape) return kParamInvalid;
+    std::vector<int64_t> rstd_shape = head(x->shape, x->shape.size() - k);
+    rstd_shape.resize(x->shape.size(), 1); // x (4,1,4096), gamma (4096) -> rstd (4,1,1)
+    if (rstd->shape != rstd_shape || numel(x) == 0) return kParamInvalid;
+    int64_t rows = numel(rstd), cols = numel(gamma);
+    return plan({x, gamma}, {y, rstd}, [rows, cols, epsilon](aclTensor *t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            double squares = 0;
+            for (int64_t c = 0; c < cols; ++c) squares += std::pow(load(&t[0], r * cols + c), 2);
+            double inv = 1.0 / std::sqrt(squares / cols + epsilon);
+            store(&t[3], r, inv);
+            for (int64_t c = 0; c < cols; ++c) store(&t[2], r * cols + c, load(&t[0], r * cols + c) * inv * load(&t[1], c));
+        }
+    }, ws, ex);
+}
+
+aclnnStatus aclnnRmsNorm(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+// aclnnRmsNormGrad: the Atlas A2 dtype table, rstd = x_shape[0:n], dgamma F32, no non-contiguous, no empty.
+aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTensor *x, const aclTensor *rstd,
+                                             const aclTensor *gamma, const aclTensor *dx, const aclTensor *dgamma,
+                                             uint64_t *ws, aclOpExecutor **ex) {
+    if (!dy || !x || !rstd || !gamma || !dx || !dgamma || !ws || !ex) return kParamNullptr;
+    int d = dy->dtype, g = gamma->dtype;
+    bool combo = (d == kFloat16 && g == kFloat) || (d == kBf16 && g == kFloat) || (d == kFloat16 && g == kFloat16) ||
+                 (d == kFloat && g == kFloat) || (d == kBf16 && g == kBf16);
+    if (!combo || x->dtype != d || dx->dtype != d || rstd->dtype != kFloat || dgamma->dtype != kFloat) {
+        return kParamInvalid;
+    }
+    for (const aclTensor *t : {dy, x, rstd, gamma, dx, dgamma}) {
+        if (!rankOk(t) || t->format != kNd || !isContiguous(t) || numel(t) == 0) return kParamInvalid;
+    }
+    size_t k = gamma->shape.size();
+    if (k >= x->shape.size() + 1 || dy->shape != x->shape || dx->shape != x->shape || gamma->shape != tail(x->shape, k) ||
+        rstd->shape != head(x->shape, x->shape.size() - k) || dgamma->shape != gamma->shape) {
+        return kParamInvalid;
+    }
+    int64_t cols = numel(gamma), rows = numel(x) / cols;
+    return plan({dy, x, rstd, gamma}, {dx, dgamma}, [rows, cols](aclTensor *t) {
+        std::vector<double> dg(cols, 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+            double inv = load(&t[2], r), mean = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+                mean += load(&t[0], r * cols + c) * load(&t[3], c) * load(&t[1], r * cols + c) * inv;
+            }
+            mean /= cols;
+            for (int64_t c = 0; c < cols; ++c) {
+                double dyv = load(&t[0], r * cols + c), xv = load(&t[1], r * cols + c);
+                store(&t[4], r * cols + c, (dyv * load(&t[3], c) - xv * inv * mean) * inv);
+                dg[c] += xv * inv * dyv;
+            }
+        }
+        for (int64_t c = 0; c < cols; ++c) store(&t[5], c, dg[c]);
+    }, ws, ex);
+}
+
+aclnnStatus aclnnRmsNormGrad(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+// aclnnLayerNormBackward: the checks its document lists as 161001 / 161002; strided tensors allowed.
+aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, const aclTensor *input,
+                                                   const aclIntArray *normalized_shape, const aclTensor *mean,
+                                                   const aclTensor *rstd, const aclTensor *weight,
+                                                   const aclTensor *bias, const aclBoolArray *mask,
+                                                   aclTensor *grad_input, aclTensor *grad_weight,
+                                                   aclTensor *grad_bias, uint64_t *ws, aclOpExecutor **ex) {
+    if (!grad_out || !input || !normalized_shape || !mean || !rstd || !mask || !ws || !ex) return kParamNullptr;
+    if (mask->values.size() != 3) return kParamInvalid;
+    if ((mask->values[0] && !grad_input) || (mask->values[1] && !grad_weight) || (mask->values[2] && !grad_bias)) {
+        return kParamNullptr;
+    }
+    int dt = input->dtype;
+    if (!isFloat(dt) || grad_out->dtype != dt || !isFloat(mean->dtype) || rstd->dtype != mean->dtype ||
+        dtypeBits(mean->dtype) < dtypeBits(dt)) {
+        return kParamInvalid;
+    }
+    if ((weight && (weight->dtype != dt && weight->dtype != kFloat)) ||
+        (bias && (bias->dtype != dt && bias->dtype != kFloat)) || (weight && bias && weight->dtype != bias->dtype)) {
+        return kParamInvalid;
+    }
+    const std::vector<int64_t> &norm = normalized_shape->values;
+    if (norm.empty() || input->shape.size() < norm.size() || grad_out->shape != input->shape ||
+        tail(input->shape, norm.size()) != norm) {
+        return kParamInvalid;
+    }
+    size_t lead = input->shape.size() - norm.size();
+    int64_t rows = product(input->shape, 0, lead), cols = product(norm, 0, norm.size());
+    if (numel(mean) != rows || numel(rstd) != rows || mean->shape != rstd->shape) return kParamInvalid;
+    if ((weight && weight->shape != norm) || (bias && bias->shape != norm)) return kParamInvalid;
+    int param_dtype = weight ? weight->dtype : dt;
+    if (mask->values[0] && (grad_input->dtype != dt || grad_input->shape != input->shape)) return kParamInvalid;
+    for (int i : {1, 2}) {
+        const aclTensor *out = i == 1 ? grad_weight : grad_bias;
+        if (mask->values[i] && (out->dtype != param_dtype || out->shape != norm)) return kParamInvalid;
+    }
+    for (const aclTensor *t : {grad_out, input, mean, rstd, weight, bias, (const aclTensor *)grad_input,
+                               (const aclTensor *)grad_weight, (const aclTensor *)grad_bias}) {
+        if (t && t->format != kNd) return kParamInvalid;
+    }
+    // Captured tensors: grad_out, input, mean, rstd, [weight], grad_input, grad_weight, grad_bias (bias unused:
+    // it does not enter the gradients).
+    std::vector<const aclTensor *> inputs{grad_out, input, mean, rstd};
+    if (weight) inputs.push_back(weight);
+    std::vector<bool> want = mask->values;
+    std::vector<const aclTensor *> outputs;
+    for (aclTensor *t : {grad_input, grad_weight, grad_bias}) outputs.push_back(t);
+    bool has_weight = weight != nullptr;
+    size_t first_out = inputs.size();
+    // Outputs not asked for may be null: capture a placeholder so indices stay fixed.
+    static const aclTensor none{{0}, {1}, {0}, kFloat, kNd, 0, nullptr};
+    for (auto &t : outputs) {
+        if (t == nullptr) t = &none;
+    }
+    return plan(inputs, outputs, [rows, cols, has_weight, want, first_out](aclTensor *t) {
+        aclTensor *gi = &t[first_out], *gw = &t[first_out + 1], *gb = &t[first_out + 2];
+        std::vector<double> sum_w(cols, 0.0), sum_b(cols, 0.0), g(cols), xhat(cols);
+        for (int64_t r = 0; r < rows; ++r) {
+            double mu = load(&t[2], r), inv = load(&t[3], r), mean_g = 0, mean_gx = 0;
+            for (int64_t c = 0; c < cols; ++c) {
+                double go = load(&t[0], r * cols + c);
+                xhat[c] = (load(&t[1], r * cols + c) - mu) * inv;
+                g[c] = go * (has_weight ? load(&t[4], c) : 1.0);
+                mean_g += g[c];
+                mean_gx += g[c] * xhat[c];
+                sum_w[c] += go * xhat[c];
+                sum_b[c] += go;
+            }
+            mean_g /= cols;
+            mean_gx /= cols;
+            if (want[0]) {
+                for (int64_t c = 0; c < cols; ++c) store(gi, r * cols + c, inv * (g[c] - mean_g - xhat[c] * mean_gx));
+            }
+        }
+        for (int64_t c = 0; c < cols; ++c) {
+            if (want[1]) store(gw, c, sum_w[c]);
+            if (want[2]) store(gb, c, sum_b[c]);
+        }
+    }, ws, ex);
+}
+
+aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+// aclnnBatchNormBackward: channel axis 1, format by rank (NC, NCL, NCHW, NCDHW, ND), per-channel tensors FLOAT
+// (the strictest documented version), empty tensors allowed.
+aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, const aclTensor *input,
+                                                   const aclTensor *weight, const aclTensor *running_mean,
+                                                   const aclTensor *running_var, const aclTensor *save_mean,
+                                                   const aclTensor *save_invstd, bool training, double eps,
+                                                   const aclBoolArray *mask, aclTensor *grad_input,
+                                                   aclTensor *grad_weight, aclTensor *grad_bias, uint64_t *ws,
+                                                   aclOpExecutor **ex) {
+    if (!grad_out || !input || !mask || !ws || !ex) return kParamNullptr;
+    if (mask->values.size() != 3) return kParamInvalid;
+    // This emulation supports the full-argument form only: every optional tensor given, every output wanted.
+    if (!weight || !running_mean || !running_var || !save_mean || !save_invstd || !grad_input || !grad_weight ||
+        !grad_bias || !mask->values[0] || !mask->values[1] || !mask->values[2]) {
+        return kParamNullptr;
+    }
+    int dt = input->dtype;
+    size_t rank = input->shape.size();
+    if (!isFloat(dt) || grad_out->dtype != dt || grad_input->dtype != dt || rank < 2 || rank > 8 ||
+        grad_out->shape != input->shape || grad_input->shape != input->shape) {
+        return kParamInvalid;
+    }
+    for (const aclTensor *t : {grad_out, input, (const aclTensor *)grad_input}) {
+        if (t->format != bnFormatFor(rank)) return kParamInvalid;
+    }
+    int64_t channels = input->shape[1];
+    for (const aclTensor *t : {weight, running_mean, running_var, save_mean, save_invstd, (const aclTensor *)grad_weight,
+                               (const aclTensor *)grad_bias}) {
+        if (t->dtype != kFloat || t->shape != std::vector<int64_t>{channels}) return kParamInvalid;
+    }
+    int64_t batch = input->shape[0], length = product(input->shape, 2, rank);
+    return plan({grad_out, input, weight, running_mean, running_var, save_mean, save_invstd},
+                {grad_input, grad_weight, grad_bias}, [batch, channels, length, training, eps](aclTensor *t) {
+        double count = static_cast<double>(batch * length);
+        for (int64_t c = 0; c < channels; ++c) {
+            double mean = training ? load(&t[5], c) : load(&t[3], c);
+            double inv = training ? load(&t[6], c) : 1.0 / std::sqrt(load(&t[4], c) + eps);
+            double w = load(&t[2], c), sum = 0, sum_x = 0;
+            for (int64_t n = 0; n < batch; ++n) {
+                for (int64_t l = 0; l < length; ++l) {
+                    int64_t i = (n * channels + c) * length + l;
+                    double go = load(&t[0], i);
+                    sum += go;
+                    sum_x += go * (load(&t[1], i) - mean) * inv;
+                }
+            }
+            for (int64_t n = 0; n < batch; ++n) {
+                for (int64_t l = 0; l < length; ++l) {
+                    int64_t i = (n * channels + c) * length + l;
+                    double go = load(&t[0], i), xhat = (load(&t[1], i) - mean) * inv;
+                    double gi = training ? w * inv * (go - sum / count - xhat * sum_x / count) : go * inv * w;
+                    store(&t[7], i, gi);
+                }
+            }
+            store(&t[8], c, sum_x);
+            store(&t[9], c, sum);
+        }
+    }, ws, ex);
+}
+
+aclnnStatus aclnnBatchNormBackward(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, int dtype, aclTensor *out, uint64_t *ws,
+                                      aclOpExecutor **ex) {
+    if (!self || !out || !ws || !ex) return kParamNullptr;
+    if (!isFloat(self->dtype) || !isFloat(dtype) || out->dtype != dtype || out->shape != self->shape) {
+        return kParamInvalid;
+    }
+    int64_t n = numel(self);
+    return plan({self}, {out}, [n](aclTensor *t) {
+        for (int64_t i = 0; i < n; ++i) store(&t[1], i, load(&t[0], i));
+    }, ws, ex);
+}
+
+aclnnStatus aclnnCast(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+aclnnStatus aclnnRsqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+    if (!self || !out || !ws || !ex) return kParamNullptr;
+    if (!isFloat(self->dtype) || out->dtype != self->dtype || out->shape != self->shape) return kParamInvalid;
+    int64_t n = numel(self);
+    return plan({self}, {out}, [n](aclTensor *t) {
+        for (int64_t i = 0; i < n; ++i) store(&t[1], i, 1.0 / std::sqrt(load(&t[0], i)));
+    }, ws, ex);
+}
+
+aclnnStatus aclnnRsqrt(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *ws,
+                                     aclOpExecutor **ex) {
+    if (!self || !other || !out || !ws || !ex) return kParamNullptr;
+    int promoted = self->dtype == other->dtype ? self->dtype : kFloat;
+    if (!isFloat(self->dtype) || !isFloat(other->dtype) || out->dtype != promoted) return kParamInvalid;
+    if (!broadcastsTo(self, out) || !broadcastsTo(other, out)) return kParamInvalid;
+    for (size_t i = 0; i < out->shape.size(); ++i) { // out is exactly the broadcast shape
+        size_t k = out->shape.size() - i;
+        int64_t a = k <= self->shape.size() ? self->shape[self->shape.size() - k] : 1;
+        int64_t b = k <= other->shape.size() ? other->shape[other->shape.size() - k] : 1;
+        if (out->shape[i] != (a == 1 ? b : a)) return kParamInvalid;
+    }
+    int64_t n = numel(out);
+    return plan({self, other}, {out}, [n](aclTensor *t) {
+        for (int64_t i = 0; i < n; ++i) {
+            store(&t[2], i, load(&t[0], broadcastFlat(&t[0], &t[2], i)) / load(&t[1], broadcastFlat(&t[1], &t[2], i)));
+        }
+    }, ws, ex);
+}
+
+aclnnStatus aclnnDiv(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
+} // extern "C"
