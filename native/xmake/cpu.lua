@@ -10,10 +10,11 @@ if has_config("cpu") then
         target("infiniop-cpu-" .. isa)
             set_kind("static")
             set_default(false) -- linked into the shared libraries, never installed alone
-            add_files("../src/ops/*/cpu/*_simd.cc")
+            add_files("../src/ops/*/cpu/*_simd.cc", "../src/devices/cpu/*_simd.cc")
             add_defines("CPU_ISA=" .. isa)
             if flags ~= "" then add_cxflags(flags, {force = true}) end
             add_cxflags("-Wno-psabi") -- vector arguments only cross internal, inlined helpers
+            add_cxflags("-Wno-maybe-uninitialized") -- GCC 12 false positive inside _mm512_undefined_ps
         target_end()
     end
 
@@ -26,7 +27,7 @@ if has_config("cpu") then
     target("infiniop-cpu")
         set_kind("static")
         set_default(false)
-        add_files("../src/ops/*/cpu/*.cc|*/cpu/*_simd.cc", "../src/devices/cpu/*.cc")
+        add_files("../src/ops/*/cpu/*.cc|*/cpu/*_simd.cc", "../src/devices/cpu/*.cc|*_simd.cc")
         for isa, _ in pairs(isa_flags) do add_deps("infiniop-cpu-" .. isa) end
         add_defines("ENABLE_CPU_API")
         if multi_isa then add_defines("INFINI_CPU_MULTI_ISA") end

@@ -2,6 +2,7 @@
 #ifndef INFINI_DEVICES_CPU_REDUCE_H
 #define INFINI_DEVICES_CPU_REDUCE_H
 
+#include "convert_simd.h"
 #include "half.h"
 #include "parallel.h"
 
@@ -14,10 +15,12 @@ struct PairSums {
     double first = 0.0, second = 0.0;
 };
 
-// out[j * out_stride] = sum over blocks b (in order) of partials[b * dim + j], for j in [0, dim).
+// out[j * out_stride] = sum over blocks b (in order) of partials[b * dim + j], for j in [0, dim);
+// scratch (dim floats) holds the F32 sums before they are narrowed to T.
 template <typename T>
-void sumBlockPartials(const float *partials, size_t blocks, size_t dim, T *out, ptrdiff_t out_stride) {
+void sumBlockPartials(const float *partials, size_t blocks, size_t dim, float *scratch, T *out, ptrdiff_t out_stride) {
     constexpr size_t chunk = 512;
+    const Conversions<T> &conversions = selectedConversions<T>();
     parallelFor((dim + chunk - 1) / chunk, [&](size_t c) {
         size_t begin = c * chunk, width = dim - begin < chunk ? dim - begin : chunk;
         double acc[chunk] = {};
@@ -25,9 +28,8 @@ void sumBlockPartials(const float *partials, size_t blocks, size_t dim, T *out, 
             const float *row = partials + b * dim + begin;
             for (size_t j = 0; j < width; ++j) acc[j] += row[j];
         }
-        for (size_t j = 0; j < width; ++j) {
-            out[static_cast<ptrdiff_t>(begin + j) * out_stride] = fromFloat<T>(static_cast<float>(acc[j]));
-        }
+        for (size_t j = 0; j < width; ++j) scratch[begin + j] = static_cast<float>(acc[j]);
+        conversions.narrow(width, scratch + begin, out + static_cast<ptrdiff_t>(begin) * out_stride, out_stride);
     });
 }
 

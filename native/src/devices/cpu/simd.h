@@ -11,6 +11,14 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__) || defined(__F16C__)
+// infinicore.h's __C (upstream's name) is also a parameter name inside GCC's intrinsic headers.
+#pragma push_macro("__C")
+#undef __C
+#include <immintrin.h>
+#pragma pop_macro("__C")
+#endif
+
 #ifndef CPU_ISA
 #error "simd.h is for the *_simd.cc files, compiled once per ISA with CPU_ISA defined"
 #endif
@@ -43,10 +51,21 @@ inline f32v load(const cpu::bf16_t *p) {
     return (f32v)(__builtin_convertvector(half, u32v) << 16);
 }
 
+// GCC scalarizes vector conversions to and from _Float16, so use the F16C / AVX-512 instructions directly.
 inline f32v load(const cpu::f16_t *p) {
+#if defined(__AVX512F__)
+    return (f32v)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
+#elif defined(__F16C__)
+    __m256 halves[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))),
+                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8)))};
+    f32v v;
+    std::memcpy(&v, halves, sizeof v);
+    return v;
+#else
     f16v half;
     std::memcpy(&half, p, sizeof half);
     return __builtin_convertvector(half, f32v);
+#endif
 }
 
 inline void store(float *p, f32v v) { std::memcpy(p, &v, sizeof v); }
@@ -61,8 +80,20 @@ inline void store(cpu::bf16_t *p, f32v v) {
 }
 
 inline void store(cpu::f16_t *p, f32v v) {
+#if defined(__AVX512F__) || defined(__F16C__)
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#endif
+#if defined(__AVX512F__)
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtps_ph((__m512)v, kNearest));
+#elif defined(__F16C__)
+    __m256 halves[2];
+    std::memcpy(halves, &v, sizeof v);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_cvtps_ph(halves[0], kNearest));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(p + 8), _mm256_cvtps_ph(halves[1], kNearest));
+#else
     f16v half = __builtin_convertvector(v, f16v);
     std::memcpy(p, &half, sizeof half);
+#endif
 }
 
 // Lane sum in a fixed order, in F64.

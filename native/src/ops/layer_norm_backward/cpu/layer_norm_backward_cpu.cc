@@ -43,9 +43,7 @@ class CpuDescriptor final : public Descriptor {
         float *weight_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
         float *weight_partials = weight_f32 + dim;
         float *bias_partials = weight_partials + blocks * dim;
-        for (size_t j = 0; j < dim; ++j) {
-            weight_f32[j] = cpu::toFloat(weight[static_cast<ptrdiff_t>(j) * info.weight_stride]);
-        }
+        cpu::selectedConversions<T>().widen(dim, weight, info.weight_stride, weight_f32);
         cpu::zeroFloats(weight_partials, 2 * blocks * dim);
         const Kernels<T> &kernels = selectedKernels<T>();
 
@@ -64,8 +62,9 @@ class CpuDescriptor final : public Descriptor {
                               grad_input + info.grad_input.offset(row) + begin,
                               weight_partials + block * dim + begin, bias_partials + block * dim + begin);
             });
-        cpu::sumBlockPartials(weight_partials, blocks, dim, grad_weight, info.grad_weight_stride);
-        cpu::sumBlockPartials(bias_partials, blocks, dim, grad_bias, info.grad_bias_stride);
+        // weight_f32 is free again: it holds each F32 gradient before narrowing.
+        cpu::sumBlockPartials(weight_partials, blocks, dim, weight_f32, grad_weight, info.grad_weight_stride);
+        cpu::sumBlockPartials(bias_partials, blocks, dim, weight_f32, grad_bias, info.grad_bias_stride);
     }
 
     cpu::RowPlan plan_;

@@ -40,7 +40,7 @@ class CpuDescriptor final : public Descriptor {
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         float *w_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
         float *partials = w_f32 + dim;
-        for (size_t j = 0; j < dim; ++j) w_f32[j] = cpu::toFloat(w[static_cast<ptrdiff_t>(j) * info.w_stride]);
+        cpu::selectedConversions<T>().widen(dim, w, info.w_stride, w_f32);
         cpu::zeroFloats(partials, plan_.blocks.count * dim);
         const Kernels<T> &kernels = selectedKernels<T>();
 
@@ -58,7 +58,8 @@ class CpuDescriptor final : public Descriptor {
                               x + info.x.offset(row) + begin, w_f32 + begin, grad_x + info.grad_x.offset(row) + begin,
                               partials + block * dim + begin);
             });
-        cpu::sumBlockPartials(partials, plan_.blocks.count, dim, grad_w, info.grad_w_stride);
+        // w_f32 is free again: it holds the F32 grad_w before narrowing.
+        cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_f32, grad_w, info.grad_w_stride);
     }
 
     cpu::RowPlan plan_;

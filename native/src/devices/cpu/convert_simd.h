@@ -1,0 +1,45 @@
+// Conversions of the D- or C-length vectors (weights in, weight gradients out), built once per ISA: a scalar
+// F16 conversion outside the ISA files is a soft-float call, which dominates for rows of a million elements.
+#ifndef INFINI_DEVICES_CPU_CONVERT_SIMD_H
+#define INFINI_DEVICES_CPU_CONVERT_SIMD_H
+
+#include "half.h"
+#include "isa.h"
+
+#include <cstddef>
+
+namespace cpu {
+
+template <typename T>
+struct Conversions {
+    // dst[j] = float(src[j * stride]) for j in [0, n).
+    void (*widen)(size_t n, const T *src, ptrdiff_t stride, float *dst);
+    // dst[j * stride] = T(src[j]) for j in [0, n), rounding to nearest even.
+    void (*narrow)(size_t n, const float *src, T *dst, ptrdiff_t stride);
+};
+
+namespace avx512 {
+template <typename T>
+const Conversions<T> &conversions();
+}
+namespace avx2 {
+template <typename T>
+const Conversions<T> &conversions();
+}
+namespace generic {
+template <typename T>
+const Conversions<T> &conversions();
+}
+
+template <typename T>
+const Conversions<T> &selectedConversions() {
+#ifdef INFINI_CPU_MULTI_ISA
+    return pickIsa(avx512::conversions<T>(), avx2::conversions<T>(), generic::conversions<T>());
+#else
+    return generic::conversions<T>();
+#endif
+}
+
+} // namespace cpu
+
+#endif
