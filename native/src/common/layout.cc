@@ -50,7 +50,7 @@ size_t leadingCount(Tensor t) {
 }
 
 bool lastDimContiguous(Tensor t) {
-    if (t->ndim() == 0) return true;
+    if (t->ndim() == 0 || t->numel() == 0) return true; // an empty tensor is never read or written
     return t->shape.back() <= 1 || t->strides.back() == 1;
 }
 

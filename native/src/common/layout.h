@@ -18,7 +18,7 @@ bool isVector(Tensor t, size_t length);
 // Product of all dims but the last: the number of rows of a row-normalized tensor.
 size_t leadingCount(Tensor t);
 
-// Last dim has stride 1, or is of size <= 1 (never stepped, so its stride does not matter).
+// Last dim has stride 1, or is of size <= 1 (never stepped, so its stride does not matter), or t is empty.
 bool lastDimContiguous(Tensor t);
 // Row-major contiguous, ignoring dims of size 1; empty tensors count as contiguous.
 bool fullyContiguous(Tensor t);

@@ -1,0 +1,28 @@
+"""Python bindings (cffi, ABI mode) of infiniop's normalization-backward operators.
+
+Importing does not load the native library; the first call that needs it does
+(see ``library_path()`` for where it came from).
+"""
+
+from ._device_memory import DeviceArray
+from ._ffi import LibraryNotFoundError, library_path
+from .batch_norm_backward import BatchNormBackward, batch_norm_backward
+from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
+                     DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
+                     DeviceTypeNotSupportedError, InfiniopError, InsufficientWorkspaceError, InternalError,
+                     NotImplementedStatusError, NullPointerError)
+from .handle import Handle
+from .layer_norm_backward import LayerNormBackward, layer_norm_backward
+from .rms_norm_backward import RMSNormBackward, rms_norm_backward
+from .tensors import TensorDesc
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
+    "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
+    "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
+    "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LibraryNotFoundError",
+    "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
+    "batch_norm_backward", "layer_norm_backward", "library_path", "rms_norm_backward",
+]

@@ -1,0 +1,77 @@
+"""Device memory through infinirt: DeviceBuffer (raw bytes) and DeviceArray (a typed array on it).
+
+DeviceArray lets the operators run on any built-in device without a Python array library
+for it; for the CPU device infinirt memory is host memory.
+"""
+
+import math
+
+import numpy as np
+
+from ._ffi import ffi, libraries
+from ._resource import NativeResource
+from .errors import check
+from .handle import selected_device
+
+
+class DeviceBuffer(NativeResource):
+    """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int."""
+
+    def __init__(self, device, device_id, nbytes):
+        rt = libraries().rt
+        pointer = ffi.new("void **")
+        with selected_device(device, device_id):
+            check(rt.infinirtMalloc(pointer, max(nbytes, 1)), f"infinirtMalloc({nbytes})")
+        self._own(pointer[0], rt.infinirtFree, "infinirtFree")
+        self.device = device
+        self.device_id = device_id
+        self.nbytes = nbytes
+
+    @property
+    def address(self):
+        return int(ffi.cast("uintptr_t", self._open_pointer()))
+
+    def _copy(self, destination, source, kind):
+        with selected_device(self.device, self.device_id):
+            check(libraries().rt.infinirtMemcpy(destination, source, self.nbytes, kind), "infinirtMemcpy")
+
+
+class DeviceArray:
+    """A C-contiguous array of ``shape`` and numpy ``dtype`` in infinirt device memory."""
+
+    def __init__(self, shape, dtype, device, device_id=0):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.buffer = DeviceBuffer(device, device_id, math.prod(self.shape) * self.dtype.itemsize)
+
+    @property
+    def device(self):
+        return self.buffer.device
+
+    @property
+    def device_id(self):
+        return self.buffer.device_id
+
+    @classmethod
+    def from_numpy(cls, array, device, device_id=0):
+        array = np.ascontiguousarray(array)
+        device_array = cls(array.shape, array.dtype, device, device_id)
+        device_array.buffer._copy(ffi.cast("void *", device_array.buffer.address),
+                                  ffi.cast("void *", array.ctypes.data),
+                                  libraries().rt.INFINIRT_MEMCPY_H2D)
+        return device_array
+
+    def to_numpy(self):
+        array = np.empty(self.shape, dtype=self.dtype)
+        self.buffer._copy(ffi.cast("void *", array.ctypes.data), ffi.cast("void *", self.buffer.address),
+                          libraries().rt.INFINIRT_MEMCPY_D2H)
+        return array
+
+    def new_empty(self, shape):
+        return DeviceArray(shape, self.dtype, self.device, self.device_id)
+
+    def close(self):
+        self.buffer.close()
+
+    def __repr__(self):
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r}:{self.device_id})"

@@ -1,0 +1,178 @@
+"""The C validation rules of infiniopCreate*Descriptor, mirrored in Python in the same order.
+
+Each ``check_*`` function takes tensor specs by the C parameter name (anything with ``shape``,
+``dtype`` (an infiniDtype_t code) and ``strides`` (elements, or None for contiguous)) and raises
+the error whose status C would return, with a message naming the tensor and the rule.
+"""
+
+import math
+from typing import NamedTuple, Optional, Tuple
+
+from . import dtypes
+from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, NullPointerError
+
+
+class TensorSpec(NamedTuple):
+    shape: Tuple[int, ...]
+    dtype: int
+    strides: Optional[Tuple[int, ...]] = None
+
+
+def contiguous_strides(shape):
+    """Row-major element strides: stride[i] = product(shape[i+1:])."""
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+def strides_of(spec):
+    return tuple(spec.strides) if spec.strides is not None else contiguous_strides(spec.shape)
+
+
+def _require_present(specs):
+    for name, spec in specs.items():
+        if spec is None:
+            raise NullPointerError(f"{name}: tensor descriptor is NULL")
+
+
+def _require_one_supported_dtype(specs):
+    first_name, first = next(iter(specs.items()))
+    for name, spec in specs.items():
+        if spec.dtype not in dtypes.SUPPORTED:
+            raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must be one of F16, F32, BF16")
+        if spec.dtype != first.dtype:
+            raise BadTensorDtypeError(
+                f"{name}: dtype {dtypes.name(spec.dtype)} must equal {first_name}'s dtype "
+                f"{dtypes.name(first.dtype)} (all tensors of the call share one dtype)"
+            )
+
+
+def _require_ndim(name, spec, allowed):
+    if len(spec.shape) not in allowed:
+        wanted = " or ".join(str(n) for n in allowed)
+        raise BadTensorShapeError(f"{name}: shape {tuple(spec.shape)} has {len(spec.shape)} dims, must have {wanted}")
+
+
+def _require_shape(name, spec, expected, expected_text):
+    if tuple(spec.shape) != tuple(expected):
+        raise BadTensorShapeError(f"{name}: shape {tuple(spec.shape)} must be {expected_text} = {tuple(expected)}")
+
+
+def _require_vector(name, spec, length, length_name, length_source):
+    if tuple(spec.shape) != (length,):
+        raise BadTensorShapeError(
+            f"{name}: shape {tuple(spec.shape)} must be ({length_name},) = ({length},) "
+            f"where {length_name} is {length_source}"
+        )
+
+
+def _require_last_dim_contiguous(name, spec):
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    if shape and 0 not in shape and shape[-1] > 1 and strides[-1] != 1:
+        raise BadTensorStridesError(
+            f"{name}: stride[-1] is {strides[-1]}, must be 1 (the last dim must be contiguous)"
+        )
+
+
+def _require_fully_contiguous(name, spec):
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    if 0 in shape:
+        return
+    expected = contiguous_strides(shape)
+    for extent, stride, wanted in zip(shape, strides, expected):
+        if extent > 1 and stride != wanted:
+            raise BadTensorStridesError(
+                f"{name}: strides {strides} must be the contiguous {expected} "
+                f"(only dims of size 1 may differ): the tensor must be fully contiguous"
+            )
+
+
+def _require_no_self_overlap(name, spec):
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    if math.prod(shape) == 0:
+        return
+    reach = 0  # furthest offset reachable by the dims with smaller strides
+    for stride, extent in sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1):
+        if stride < 1 + reach:
+            raise BadTensorStridesError(
+                f"{name}: strides {strides} with shape {shape} map two elements to one address; "
+                f"an output must not overlap itself"
+            )
+        reach += stride * (extent - 1)
+
+
+def check_rms_norm_backward(grad_x, grad_w, grad_y, x, w):
+    specs = {"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w}
+    _require_present(specs)
+    _require_one_supported_dtype(specs)
+    _require_ndim("grad_x", grad_x, (2, 3))
+    _require_shape("grad_y", grad_y, grad_x.shape, "grad_x.shape")
+    _require_shape("x", x, grad_x.shape, "grad_x.shape")
+    d = grad_x.shape[-1]
+    _require_vector("grad_w", grad_w, d, "D", "grad_x.shape[-1]")
+    _require_vector("w", w, d, "D", "grad_x.shape[-1]")
+    for name in ("grad_x", "grad_y", "x"):
+        _require_last_dim_contiguous(name, specs[name])
+    for name in ("grad_x", "grad_w"):
+        _require_no_self_overlap(name, specs[name])
+
+
+def check_layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, weight,
+                              input_standardization, input_std_deviation):
+    specs = {
+        "grad_input": grad_input, "grad_weight": grad_weight, "grad_bias": grad_bias,
+        "grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
+        "input_std_deviation": input_std_deviation,
+    }
+    _require_present(specs)
+    _require_one_supported_dtype(specs)
+    _require_ndim("grad_input", grad_input, (2, 3))
+    _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
+    _require_shape("input_standardization", input_standardization, grad_input.shape, "grad_input.shape")
+    length = grad_input.shape[-1]
+    for name in ("grad_weight", "grad_bias", "weight"):
+        _require_vector(name, specs[name], length, "L", "grad_input.shape[-1]")
+    _require_shape("input_std_deviation", input_std_deviation, tuple(grad_input.shape)[:-1],
+                   "grad_input.shape[:-1]")
+    for name in ("grad_input", "grad_output", "input_standardization"):
+        _require_last_dim_contiguous(name, specs[name])
+    for name in ("grad_input", "grad_weight", "grad_bias"):
+        _require_no_self_overlap(name, specs[name])
+
+
+def check_batch_norm_backward(grad_input, grad_weight, grad_bias, input, grad_output, weight,
+                              running_mean, running_var):
+    specs = {
+        "grad_input": grad_input, "grad_weight": grad_weight, "grad_bias": grad_bias, "input": input,
+        "grad_output": grad_output, "weight": weight, "running_mean": running_mean,
+        "running_var": running_var,
+    }
+    _require_present(specs)
+    _require_one_supported_dtype(specs)
+    _require_ndim("grad_input", grad_input, (3,))
+    _require_shape("input", input, grad_input.shape, "grad_input.shape")
+    _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
+    channels = grad_input.shape[1]
+    for name in ("grad_weight", "grad_bias", "weight", "running_mean", "running_var"):
+        _require_vector(name, specs[name], channels, "C", "grad_input.shape[1]")
+    for name in ("grad_input", "grad_output", "input"):
+        _require_fully_contiguous(name, specs[name])
+    for name in ("grad_input", "grad_weight", "grad_bias"):
+        _require_no_self_overlap(name, specs[name])
+
+
+def status_of(check, **specs):
+    """The status C would return for these specs: 0, or the status of the error ``check`` raises."""
+    try:
+        check(**specs)
+    except (NullPointerError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError) as error:
+        return error.status
+    return 0
+
+
+def significant_strides(shape, strides):
+    """Strides with those of dims of size <= 1 set to 0: such a dim is never stepped."""
+    return tuple(stride if extent > 1 else 0 for extent, stride in zip(shape, strides))

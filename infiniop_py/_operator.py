@@ -1,0 +1,178 @@
+"""Operator: what the three operator classes share.
+
+Validate in Python (the C rules, same order), create the native descriptor, own it and the
+workspace, check that the arrays of each call match the layout it was created for, and run.
+"""
+
+import math
+import threading
+
+import numpy as np
+
+from . import dtypes
+from ._device_memory import DeviceBuffer
+from ._ffi import ffi, libraries
+from ._layout import TensorSpec, contiguous_strides, significant_strides
+from ._resource import NativeResource
+from .errors import (BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
+                     InsufficientWorkspaceError, check)
+from .handle import Handle
+from .tensors import TensorDesc, as_tensor, is_array
+
+
+def _stream_pointer(stream):
+    if stream is None:
+        return ffi.NULL
+    if isinstance(stream, ffi.CData):
+        return ffi.cast("void *", stream)
+    if hasattr(stream, "cuda_stream"):  # torch.cuda.Stream
+        stream = stream.cuda_stream
+    elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
+        stream = stream.ptr
+    if not isinstance(stream, int):
+        raise TypeError(f"stream: expected None, an int address or a cffi pointer, got {type(stream).__name__}")
+    return ffi.cast("void *", stream)
+
+
+class Operator(NativeResource):
+    """Base of the operator classes. A subclass sets:
+
+    _c_name       the C name between "infiniop" and "Descriptor", e.g. "RMSNormBackward"
+    _outputs      names of the output tensors (written by the run)
+    _check_layout the _layout.check_* function
+    and passes the tensors to __init__ as a dict in the C argument order.
+    """
+
+    _c_name = None
+    _outputs = ()
+    _check_layout = None
+
+    def __init__(self, handle, tensors):
+        if not isinstance(handle, Handle):
+            raise TypeError(f"handle: expected a Handle, got {type(handle).__name__}")
+        self._handle = handle  # kept alive as long as the descriptor
+        handle_pointer = handle.native
+        op = libraries().op
+        temporaries = []
+        try:
+            descs = {name: self._descriptor_for(name, tensor, temporaries) for name, tensor in tensors.items()}
+            self._check_layout(**descs)
+            pointer = ffi.new(f"infiniop{self._c_name}Descriptor_t *")
+            create = f"infiniopCreate{self._c_name}Descriptor"
+            check(getattr(op, create)(handle_pointer, pointer, *(desc.native for desc in descs.values())), create)
+        finally:
+            for desc in temporaries:  # the op descriptor copied what it needs
+                desc.close()
+        destroy = f"infiniopDestroy{self._c_name}Descriptor"
+        self._own(pointer[0], getattr(op, destroy), destroy)
+        self.layouts = {name: TensorSpec(desc.shape, desc.dtype, desc.strides) for name, desc in descs.items()}
+        size = ffi.new("size_t *")
+        query = f"infiniopGet{self._c_name}WorkspaceSize"
+        check(getattr(op, query)(pointer[0], size), query)
+        self.workspace_size = int(size[0])
+        self._run_native = getattr(op, f"infiniop{self._c_name}")
+        self._spare_workspace = None
+        self._workspace_lock = threading.Lock()
+
+    def _descriptor_for(self, name, tensor, temporaries):
+        if isinstance(tensor, TensorDesc):
+            if tensor.closed:
+                raise ClosedError(f"{name}: TensorDesc is closed")
+            return tensor
+        if is_array(tensor):
+            ref = as_tensor(tensor, name)
+            self._require_handle_device(name, ref)
+            desc = TensorDesc(ref.shape, ref.dtype, ref.strides, name=name)
+        elif isinstance(tensor, tuple) and len(tensor) in (2, 3):
+            desc = TensorDesc(*tensor, name=name)
+        else:
+            raise TypeError(
+                f"{name}: expected a TensorDesc, an array or a (shape, dtype[, strides]) tuple, "
+                f"got {type(tensor).__name__}"
+            )
+        temporaries.append(desc)
+        return desc
+
+    def _require_handle_device(self, name, ref):
+        if (ref.device, ref.device_id) != (self._handle.device, self._handle.device_id):
+            raise ValueError(
+                f"{name}: the array is on {ref.device}:{ref.device_id}, "
+                f"but the handle is on {self._handle.device}:{self._handle.device_id}"
+            )
+
+    def _require_created_layout(self, name, ref):
+        layout = self.layouts[name]
+        if ref.dtype != layout.dtype:
+            raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(ref.dtype)}, but the operator was created for "
+                                      f"{dtypes.name(layout.dtype)}")
+        if ref.shape != layout.shape:
+            raise BadTensorShapeError(f"{name}: shape {ref.shape}, but the operator was created for {layout.shape}")
+        if ref.strides != layout.strides and (significant_strides(ref.shape, ref.strides)
+                                              != significant_strides(layout.shape, layout.strides)):
+            raise BadTensorStridesError(
+                f"{name}: strides {ref.strides}, but the operator was created for {layout.strides}"
+            )
+        self._require_handle_device(name, ref)
+
+    def _workspace_from(self, workspace):
+        """(TensorRef, nbytes) of a caller's workspace: contiguous, writable, on the handle's device."""
+        ref = as_tensor(workspace, "workspace", writable=True)
+        self._require_handle_device("workspace", ref)
+        if significant_strides(ref.shape, ref.strides) != significant_strides(ref.shape, contiguous_strides(ref.shape)):
+            raise BadTensorStridesError("workspace: must be contiguous")
+        nbytes = math.prod(ref.shape) * ref.itemsize
+        if nbytes < self.workspace_size:
+            raise InsufficientWorkspaceError(
+                f"workspace: {nbytes} bytes, but the operator needs workspace_size = {self.workspace_size}"
+            )
+        return ref, nbytes
+
+    def _take_workspace(self):
+        """The reusable workspace, or a new one while another thread uses it."""
+        with self._workspace_lock:
+            workspace, self._spare_workspace = self._spare_workspace, None
+        if workspace is None:
+            if self._handle.device == "cpu":
+                workspace = np.empty(self.workspace_size, dtype=np.uint8)
+            else:
+                workspace = DeviceBuffer(self._handle.device, self._handle.device_id, self.workspace_size)
+        return workspace
+
+    def _launch(self, refs, workspace, stream):
+        """Run on TensorRefs given in C order."""
+        pointer = self._open_pointer()
+        for name, ref in zip(self.layouts, refs):
+            self._require_created_layout(name, ref)
+        stream_pointer = _stream_pointer(stream)
+        own_workspace = None
+        if workspace is not None:
+            workspace_ref, nbytes = self._workspace_from(workspace)
+            address = workspace_ref.data
+        elif self.workspace_size == 0:
+            address, nbytes = 0, 0
+        else:
+            own_workspace = self._take_workspace()
+            address = own_workspace.ctypes.data if isinstance(own_workspace, np.ndarray) else own_workspace.address
+            nbytes = self.workspace_size
+        try:
+            # cffi releases the GIL for the duration of the native call.
+            status = self._run_native(pointer, ffi.cast("void *", address), nbytes,
+                                      *(ffi.cast("void *", ref.data) for ref in refs), stream_pointer)
+        finally:
+            if own_workspace is not None:
+                self._spare_workspace = own_workspace
+        check(status, f"infiniop{self._c_name}")
+
+    def _call(self, arrays, workspace, stream):
+        refs = [as_tensor(array, name, writable=name in self._outputs) for name, array in arrays.items()]
+        self._launch(refs, workspace, stream)
+
+    @property
+    def handle(self):
+        return self._handle
+
+    def __repr__(self):
+        state = ", closed" if self.closed else ""
+        shapes = ", ".join(f"{name}={layout.shape}" for name, layout in self.layouts.items())
+        return f"{type(self).__name__}({shapes}{state})"
+

@@ -1,0 +1,306 @@
+"""Benchmark: our operators vs PyTorch on the same data and threads, against a copy measured in the same run.
+
+Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
+O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians.
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+ROW_SHAPES = [(4096, 4096), (32768, 512), (256, 65536), (1, 1048576)]
+BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576)]
+DTYPES = ["float32", "bfloat16", "float16"]
+
+
+def median_seconds(run, repeats, min_seconds=0.2):
+    """Median wall time of run() over at least `repeats` calls (after one warm-up call)."""
+    run()
+    times = []
+    started = time.perf_counter()
+    while len(times) < repeats or time.perf_counter() - started < min_seconds:
+        begin = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - begin)
+        if len(times) >= 20 * repeats:
+            break
+    return statistics.median(times)
+
+
+def copy_bandwidth(threads, repeats):
+    """Best of a numpy copy and a torch copy with `threads` threads, in bytes/s (read + write counted)."""
+    source = np.ones(64 << 20, dtype=np.float32)  # 256 MiB: far beyond every cache
+    target = np.empty_like(source)
+    best = 2 * source.nbytes / median_seconds(lambda: np.copyto(target, source), repeats)
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(threads)
+        source_t, target_t = torch.from_numpy(source), torch.from_numpy(target)
+        best = max(best, 2 * source.nbytes / median_seconds(lambda: target_t.copy_(source_t), repeats))
+    return best
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _numpy_dtype(name):
+    from . import dtypes
+    return dtypes.to_numpy(dtypes.code_of(name))
+
+
+class Case:
+    """One benchmark case: the data, our operator ready to run, and torch's equivalent call."""
+
+    def __init__(self, op, dtype, shape, rng):
+        self.op, self.dtype, self.shape = op, dtype, shape
+        self.itemsize = np.dtype(_numpy_dtype(dtype)).itemsize
+        self.bytes_moved = 3 * int(np.prod(shape)) * self.itemsize
+        self._rng = rng
+
+    def random(self, shape):
+        return self._rng.standard_normal(shape, dtype=np.float32).astype(_numpy_dtype(self.dtype))
+
+
+def build_case(op, dtype, shape, handle, rng):
+    """(case, run_ours, run_torch or None); run_* take no arguments."""
+    import infiniop_py as ip
+
+    case = Case(op, dtype, shape, rng)
+    torch = _torch()
+    if op == "rms_norm":
+        grad_y, x, w = case.random(shape), case.random(shape), case.random(shape[-1:])
+        grad_x, grad_w = np.empty_like(grad_y), np.empty_like(w)
+        operator = ip.RMSNormBackward(handle, grad_x, grad_w, grad_y, x, w)
+        arrays = (grad_x, grad_w, grad_y, x, w)
+        torch_run = None
+        if torch is not None:
+            tx, tw = _to_torch(torch, x).requires_grad_(), _to_torch(torch, w).requires_grad_()
+            ty = torch.nn.functional.rms_norm(tx, shape[-1:], tw, eps=0.0)
+            tgy = _to_torch(torch, grad_y)
+            torch_run = lambda: torch.autograd.grad(ty, (tx, tw), tgy, retain_graph=True)  # noqa: E731
+    elif op == "layer_norm":
+        x64 = rng.standard_normal(shape)
+        mean, std = x64.mean(-1, keepdims=True), np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+        np_dtype = _numpy_dtype(dtype)
+        grad_output, weight = case.random(shape), case.random(shape[-1:])
+        xhat, std_dev = ((x64 - mean) / std).astype(np_dtype), std[..., 0].astype(np_dtype)
+        grad_input, grad_weight, grad_bias = np.empty_like(grad_output), np.empty_like(weight), np.empty_like(weight)
+        operator = ip.LayerNormBackward(handle, grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
+        arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
+        torch_run = None
+        if torch is not None:
+            stat_dtype = torch.float32 if dtype == "float32" else _torch_dtype(torch, dtype)
+            tin = _to_torch(torch, x64.astype(np_dtype))
+            tmean = torch.from_numpy(mean.astype(np.float32)).to(stat_dtype)
+            trstd = torch.from_numpy((1 / std).astype(np.float32)).to(stat_dtype)
+            tgo, tw = _to_torch(torch, grad_output), _to_torch(torch, weight)
+            torch_run = lambda: torch.ops.aten.native_layer_norm_backward(  # noqa: E731
+                tgo, tin, list(shape[-1:]), tmean, trstd, tw, tw, [True, True, True])
+    else:
+        x, grad_output, weight = case.random(shape), case.random(shape), case.random(shape[1:2])
+        x64 = x.astype(np.float64)
+        running_mean = x64.mean(axis=(0, 2)).astype(x.dtype)
+        running_var = x64.var(axis=(0, 2)).astype(x.dtype)
+        grad_input, grad_weight, grad_bias = np.empty_like(x), np.empty_like(weight), np.empty_like(weight)
+        operator = ip.BatchNormBackward(handle, grad_input, grad_weight, grad_bias, x, grad_output, weight,
+                                        running_mean, running_var)
+        arrays = (grad_input, grad_weight, grad_bias, x, grad_output, weight, running_mean, running_var)
+        torch_run = None
+        if torch is not None:
+            tx, tgo, tw = _to_torch(torch, x), _to_torch(torch, grad_output), _to_torch(torch, weight)
+            tmean = _to_torch(torch, running_mean)
+            tinvstd = _to_torch(torch, (1 / np.sqrt(running_var.astype(np.float64))).astype(x.dtype))
+            torch_run = lambda: torch.ops.aten.native_batch_norm_backward(  # noqa: E731
+                tgo, tx, tw, None, None, tmean, tinvstd, True, 0.0, [True, True, True])
+    workspace = np.empty(operator.workspace_size, dtype=np.uint8)
+    return case, operator, (lambda: operator(*arrays, workspace=workspace)), torch_run
+
+
+def _torch_dtype(torch, name):
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def _to_torch(torch, array):
+    """The same values as a torch tensor (bfloat16 goes through float32: numpy cannot hand it over)."""
+    name = str(array.dtype)
+    if name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def cases(ops, dtypes_, quick):
+    for op in ops:
+        shapes = BATCH_SHAPES if op == "batch_norm" else ROW_SHAPES
+        if quick:
+            shapes = shapes[:1]
+        for dtype in dtypes_:
+            for shape in shapes:
+                yield op, dtype, shape
+
+
+def progress(done, total, label):
+    width = 30
+    filled = width * done // total
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<40}")
+    sys.stderr.flush()
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def run(args):
+    import infiniop_py as ip
+
+    threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(threads)
+    rng = np.random.default_rng(0)
+    copy = copy_bandwidth(threads, args.repeats)
+    planned = list(cases(args.ops, args.dtypes, args.quick))
+    results = []
+    with ip.Handle(args.device) as handle:
+        for index, (op, dtype, shape) in enumerate(planned):
+            progress(index, len(planned), f"{op} {dtype} {shape}")
+            case, operator, ours, theirs = build_case(op, dtype, shape, handle, rng)
+            with operator:
+                ours_s = median_seconds(ours, args.repeats)
+                torch_s = median_seconds(theirs, args.repeats) if theirs is not None else None
+            results.append({
+                "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
+                "ours_bandwidth": case.bytes_moved / ours_s,
+                "torch_bandwidth": case.bytes_moved / torch_s if torch_s else None,
+            })
+        progress(len(planned), len(planned), "done")
+    overhead = functional_overhead(args.repeats)
+    return {
+        "machine": machine_description(), "threads": threads, "copy_bandwidth": copy,
+        "torch_version": torch.__version__ if torch is not None else None,
+        "functional_overhead_s": overhead, "results": results,
+    }
+
+
+def functional_overhead(repeats):
+    """Python time of a cached functional call beyond the native run, on a tiny shape (seconds)."""
+    import infiniop_py as ip
+
+    grad_y = np.ones((4, 8), np.float32)
+    x, w = np.ones_like(grad_y), np.ones(8, np.float32)
+    grad_x, grad_w = np.empty_like(grad_y), np.empty_like(w)
+    functional = median_seconds(lambda: ip.rms_norm_backward(grad_y, x, w, out=(grad_x, grad_w)), 1000, 0.5)
+    with ip.Handle("cpu") as handle, ip.RMSNormBackward(handle, grad_x, grad_w, grad_y, x, w) as operator:
+        native = native_call(operator, (grad_x, grad_w, grad_y, x, w))
+        direct = median_seconds(native, 1000, 0.5)
+    return functional - direct
+
+
+def native_call(operator, arrays):
+    """The bare C call of an operator object, for measuring what the Python layer adds."""
+    from ._ffi import ffi
+
+    workspace = np.empty(max(operator.workspace_size, 1), np.uint8)
+    pointers = [ffi.cast("void *", a.ctypes.data) for a in arrays]
+    native, run_native = operator._open_pointer(), operator._run_native
+    ws, size = ffi.cast("void *", workspace.ctypes.data), operator.workspace_size
+    return lambda: run_native(native, ws, size, *pointers, ffi.NULL)
+
+
+def machine_description():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+
+
+def format_table(report):
+    copy = report["copy_bandwidth"]
+    lines = [
+        f"machine: {report['machine']}; threads: {report['threads']}; torch {report['torch_version']}",
+        f"copy bandwidth (best of numpy/torch copy, same run): {copy / 1e9:.1f} GB/s",
+        "",
+        "| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    speedups = []
+    for r in report["results"]:
+        speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
+        if speedup:
+            speedups.append(speedup)
+        torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
+        speedup_cell = f"{speedup:.2f}x" if speedup else "-"
+        torch_fraction = f"{r['torch_bandwidth'] / copy:.2f}" if r["torch_bandwidth"] else "-"
+        shape = "x".join(map(str, r["shape"]))
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} | "
+            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / copy:.2f} | {torch_fraction} |"
+        )
+    if speedups:
+        lines.append("")
+        lines.append(f"median speedup over torch: {statistics.median(speedups):.2f}x; "
+                     f"slowest case: {min(speedups):.2f}x")
+    lines.append(f"functional API Python overhead per cached call: {report['functional_overhead_s'] * 1e6:.1f} us")
+    return "\n".join(lines)
+
+
+def plot(report, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = report["results"]
+    labels = [f"{r['op']}\n{r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
+    copy = report["copy_bandwidth"]
+    ours = [r["ours_bandwidth"] / copy for r in results]
+    theirs = [(r["torch_bandwidth"] or 0) / copy for r in results]
+    positions = np.arange(len(results))
+    figure, axes = plt.subplots(figsize=(max(8, 0.6 * len(results)), 5))
+    axes.bar(positions - 0.2, ours, 0.4, label="infiniop-py")
+    axes.bar(positions + 0.2, theirs, 0.4, label=f"torch {report['torch_version']}")
+    axes.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    axes.set_xticks(positions, labels, fontsize=6)
+    axes.set_ylabel("effective bandwidth / copy bandwidth")
+    axes.set_title(f"{report['machine']}, {report['threads']} threads")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="infiniop-py bench", description=__doc__)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
+                        choices=["rms_norm", "layer_norm", "batch_norm"])
+    parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
+    parser.add_argument("--repeats", type=int, default=7, help="timed calls per case at least (median reported)")
+    parser.add_argument("--quick", action="store_true", help="first shape of each op only")
+    parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
+    args = parser.parse_args(argv)
+    report = run(args)
+    print(format_table(report))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+    if args.plot:
+        plot(report, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""Command line: ``infiniop-py smoke [--device cpu]`` runs every operator in every dtype on random
+data and compares with the float64 reference. Exit 0: all pass; 1: a failure; 2: no such device."""
+
+import argparse
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+from . import reference
+from ._device_memory import DeviceArray
+from ._ffi import LibraryNotFoundError, library_path, libraries
+from .batch_norm_backward import BatchNormBackward
+from .errors import (DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
+                     DeviceTypeNotSupportedError, InfiniopError, check)
+from .handle import DEVICE_NAMES, Handle, selected_device
+from .layer_norm_backward import LayerNormBackward
+from .rms_norm_backward import RMSNormBackward
+
+# (name, operator class, input maker, float64 reference, shape of the main tensor)
+CASES = (
+    ("rms_norm_backward", RMSNormBackward, reference.make_rms_norm_inputs, reference.rms_norm_backward,
+     (4, 32, 256)),
+    ("layer_norm_backward", LayerNormBackward, reference.make_layer_norm_inputs, reference.layer_norm_backward,
+     (4, 32, 256)),
+    ("batch_norm_backward", BatchNormBackward, reference.make_batch_norm_inputs, reference.batch_norm_backward,
+     (8, 16, 64)),
+)
+DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+DEVICE_UNAVAILABLE = (DeviceTypeNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
+                      DeviceArchitectureNotSupportedError)
+
+
+def _run_case(handle, operator_class, inputs, expected):
+    """Run once to warm up and once timed; return (max relative error over the outputs, seconds)."""
+    dtype = next(iter(inputs.values())).dtype
+    outputs = [np.zeros(e.shape, dtype=dtype) for e in expected]
+    arrays = outputs + list(inputs.values())
+    if handle.device != "cpu":
+        arrays = [DeviceArray.from_numpy(a, handle.device, handle.device_id) for a in arrays]
+    with operator_class(handle, *arrays) as operator:
+        operator(*arrays)
+        start = time.perf_counter()
+        operator(*arrays)
+        if handle.device != "cpu":
+            with selected_device(handle.device, handle.device_id):
+                check(libraries().rt.infinirtDeviceSynchronize(), "infinirtDeviceSynchronize")
+        seconds = time.perf_counter() - start
+    if handle.device != "cpu":
+        outputs = [a.to_numpy() for a in arrays[:len(outputs)]]
+    error = max(reference.relative_error(actual, wanted) for actual, wanted in zip(outputs, expected))
+    return error, seconds
+
+
+def smoke(device, device_id, seed):
+    try:
+        handle = Handle(device, device_id)
+    except DEVICE_UNAVAILABLE as error:
+        print(f"infiniop-py smoke: device {device}:{device_id} is not available: {error}")
+        return 2
+    rng = np.random.default_rng(seed)
+    print(f"infiniop-py smoke on {device}:{device_id}, library {library_path()}")
+    row = "{:<20} {:<9} {:<14} {:>13} {:>10}  {:<6} {:>10}"
+    print(row.format("op", "dtype", "shape", "max rel error", "tolerance", "result", "time"))
+    failures = 0
+    with handle:
+        for name, operator_class, make_inputs, reference_of, shape in CASES:
+            for dtype in DTYPES:
+                inputs = make_inputs(shape, dtype, rng)
+                expected = reference_of(**inputs)
+                tolerance = reference.TOLERANCES[dtype]
+                try:
+                    error, seconds = _run_case(handle, operator_class, inputs, expected)
+                except InfiniopError as failure:
+                    failures += 1
+                    print(row.format(name, dtype.name, str(shape), "-", f"{tolerance:.1e}", "FAIL", "-"))
+                    print(f"    {failure}")
+                    continue
+                passed = bool(error <= tolerance)
+                failures += not passed
+                print(row.format(name, dtype.name, str(shape), f"{error:.3e}", f"{tolerance:.1e}",
+                                 "PASS" if passed else "FAIL", f"{seconds * 1e3:.3f} ms"))
+    print("all passed" if failures == 0 else f"{failures} failed")
+    return 1 if failures else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="infiniop-py", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    smoke_parser = commands.add_parser("smoke", help="check every operator and dtype against a float64 reference")
+    smoke_parser.add_argument("--device", default="cpu", choices=DEVICE_NAMES)
+    smoke_parser.add_argument("--device-id", type=int, default=0)
+    smoke_parser.add_argument("--seed", type=int, default=0)
+    commands.add_parser("bench", help="time every operator against PyTorch and a copy (see bench --help)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # bench has its own parser (also scripts/bench.py)
+        from . import bench
+        return bench.main(argv[1:])
+    arguments = parser.parse_args(argv)
+    try:
+        return smoke(arguments.device, arguments.device_id, arguments.seed)
+    except LibraryNotFoundError as error:
+        print(f"infiniop-py: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Handle: an infiniopHandle_t bound to one device."""
+
+import contextlib
+import operator
+
+from ._ffi import ffi, libraries
+from ._resource import NativeResource
+from .errors import check
+
+_DEVICE_PREFIX = "INFINI_DEVICE_"
+DEVICE_NAMES = tuple(
+    name[len(_DEVICE_PREFIX):].lower()
+    for code, name in sorted(ffi.typeof("infiniDevice_t").elements.items())
+    if name != "INFINI_DEVICE_TYPE_COUNT"
+)
+
+
+def device_code(device):
+    """infiniDevice_t value of a device name such as "cpu" or "nvidia"."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a name such as 'cpu', got {type(device).__name__}")
+    if device.lower() not in DEVICE_NAMES:
+        raise ValueError(f"device {device!r} is unknown; use one of {', '.join(DEVICE_NAMES)}")
+    return ffi.typeof("infiniDevice_t").relements[_DEVICE_PREFIX + device.upper()]
+
+
+@contextlib.contextmanager
+def selected_device(device, device_id):
+    """Make (device, device_id) current on this thread, and restore the previous one after."""
+    rt = libraries().rt
+    previous_device = ffi.new("infiniDevice_t *")
+    previous_id = ffi.new("int *")
+    check(rt.infinirtGetDevice(previous_device, previous_id), "infinirtGetDevice")
+    status = rt.infinirtSetDevice(device_code(device), device_id)
+    what = f"infinirtSetDevice({device}, {device_id})"
+    if status != 0 and device == "ascend":
+        from ._ascend import missing_cann_reason  # names the CANN library that could not be loaded
+        reason = missing_cann_reason()
+        what += f" ({reason})" if reason else ""
+    check(status, what)
+    try:
+        yield
+    finally:
+        rt.infinirtSetDevice(previous_device[0], previous_id[0])
+
+
+class Handle(NativeResource):
+    """The library handle for one device: Handle("cpu"), Handle("nvidia", 1)."""
+
+    def __init__(self, device="cpu", device_id=0):
+        self.device = device.lower() if isinstance(device, str) else device
+        device_code(self.device)
+        self.device_id = operator.index(device_id)
+        op = libraries().op
+        pointer = ffi.new("infiniopHandle_t *")
+        with selected_device(self.device, self.device_id):
+            check(op.infiniopCreateHandle(pointer), "infiniopCreateHandle")
+        self._own(pointer[0], op.infiniopDestroyHandle, "infiniopDestroyHandle")
+
+    @property
+    def native(self):
+        """The infiniopHandle_t (ClosedError once closed)."""
+        return self._open_pointer()
+
+    def __repr__(self):
+        state = ", closed" if self.closed else ""
+        return f"Handle({self.device!r}, {self.device_id}{state})"

@@ -1,0 +1,171 @@
+"""Arrays as the native calls see them (TensorRef), and native tensor descriptors (TensorDesc)."""
+
+import operator
+from typing import Any, NamedTuple, Tuple
+
+import numpy as np
+
+from . import dtypes
+from ._device_memory import DeviceArray
+from ._ffi import ffi, libraries
+from ._layout import contiguous_strides
+from ._resource import NativeResource
+from .errors import BadTensorShapeError, BadTensorStridesError, check
+
+_DLPACK_CPU = 1  # DLDeviceType kDLCPU
+_DEVICE_BY_TORCH_TYPE = {"cpu": "cpu", "cuda": "nvidia", "npu": "ascend", "mlu": "cambricon", "musa": "moore"}
+
+
+class TensorRef(NamedTuple):
+    """Where an array's data is and how it is laid out; ``owner`` keeps the memory alive."""
+
+    data: int
+    device: str
+    device_id: int
+    dtype: int
+    itemsize: int
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]  # in elements
+    owner: Any
+
+
+def _element_strides(byte_strides, shape, itemsize, name):
+    # An array with no elements has no layout to keep (numpy reports zero strides for it).
+    if byte_strides is None or 0 in shape:
+        return contiguous_strides(shape)
+    strides = []
+    for dim, (stride, extent) in enumerate(zip(byte_strides, shape)):
+        if stride % itemsize and extent > 1:
+            raise BadTensorStridesError(
+                f"{name}: byte stride {stride} of dim {dim} is not a multiple of the item size {itemsize}"
+            )
+        strides.append(stride // itemsize)  # a dim of size <= 1 is never stepped
+    return tuple(strides)
+
+
+def _from_numpy(array, name, owner):
+    return TensorRef(
+        data=array.ctypes.data, device="cpu", device_id=0, dtype=dtypes.code_of(array.dtype, name),
+        itemsize=array.dtype.itemsize, shape=tuple(array.shape),
+        strides=_element_strides(array.strides, array.shape, array.dtype.itemsize, name), owner=owner,
+    )
+
+
+def _from_torch(tensor, name):
+    # Read through the tensor's own attributes: works for bfloat16 and device memory alike.
+    dtype_name = str(tensor.dtype).replace("torch.", "")
+    device = _DEVICE_BY_TORCH_TYPE.get(tensor.device.type, tensor.device.type)
+    return TensorRef(
+        data=tensor.data_ptr(), device=device, device_id=tensor.device.index or 0,
+        dtype=dtypes.code_of(dtype_name, name), itemsize=tensor.element_size(),
+        shape=tuple(tensor.shape), strides=tuple(tensor.stride()), owner=tensor,
+    )
+
+
+def _from_cuda_array_interface(obj, name):
+    interface = obj.__cuda_array_interface__
+    dtype = np.dtype(interface["typestr"])
+    shape = tuple(interface["shape"])
+    return TensorRef(
+        data=interface["data"][0], device="nvidia", device_id=getattr(getattr(obj, "device", None), "id", 0),
+        dtype=dtypes.code_of(dtype, name), itemsize=dtype.itemsize, shape=shape,
+        strides=_element_strides(interface.get("strides"), shape, dtype.itemsize, name), owner=obj,
+    )
+
+
+def _from_device_array(array, name):
+    return TensorRef(
+        data=array.buffer.address, device=array.device, device_id=array.device_id,
+        dtype=dtypes.code_of(array.dtype, name), itemsize=array.dtype.itemsize, shape=array.shape,
+        strides=contiguous_strides(array.shape), owner=array,
+    )
+
+
+def _is_torch_tensor(obj):
+    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+
+
+def as_tensor(obj, name, writable=False):
+    """A TensorRef for a numpy array, a DeviceArray, a torch tensor, or an object with ``__cuda_array_interface__``,
+    ``__dlpack__`` (host memory) or ``__array_interface__``. ``name`` is used in error messages."""
+    if isinstance(obj, np.ndarray):
+        ref = _from_numpy(obj, name, obj)
+    elif isinstance(obj, DeviceArray):
+        ref = _from_device_array(obj, name)
+    elif _is_torch_tensor(obj):
+        ref = _from_torch(obj, name)
+    elif hasattr(obj, "__cuda_array_interface__"):
+        ref = _from_cuda_array_interface(obj, name)
+    elif hasattr(obj, "__dlpack__"):
+        device_type, _ = obj.__dlpack_device__()
+        if device_type != _DLPACK_CPU:
+            raise TypeError(
+                f"{name}: {type(obj).__name__} lives on DLPack device type {device_type}; "
+                f"pass a torch tensor or an object with __cuda_array_interface__ for device memory"
+            )
+        ref = _from_numpy(np.from_dlpack(obj), name, obj)
+    elif hasattr(obj, "__array_interface__"):
+        ref = _from_numpy(np.asarray(obj), name, obj)
+    else:
+        raise TypeError(
+            f"{name}: expected an array (numpy, or with __dlpack__ or __array_interface__), "
+            f"got {type(obj).__name__}"
+        )
+    if writable and isinstance(ref.owner, np.ndarray) and not ref.owner.flags.writeable:
+        raise ValueError(f"{name}: the output array is read-only")
+    return ref
+
+
+def is_array(obj):
+    return (isinstance(obj, (np.ndarray, DeviceArray)) or _is_torch_tensor(obj)
+            or any(hasattr(obj, attribute) for attribute in
+                   ("__cuda_array_interface__", "__dlpack__", "__array_interface__")))
+
+
+def _extents(values, what):
+    try:
+        return tuple(operator.index(value) for value in values)
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of ints, got {values!r}") from None
+
+
+class TensorDesc(NativeResource):
+    """A native tensor descriptor: shape, dtype and element strides (None: contiguous).
+    ``name`` only labels error messages."""
+
+    def __init__(self, shape, dtype, strides=None, *, name="tensor"):
+        self.shape = _extents(shape, f"{name}: shape")
+        if any(extent < 0 for extent in self.shape):
+            raise BadTensorShapeError(f"{name}: shape {self.shape} has a negative extent")
+        self.dtype = dtypes.code_of(dtype, name)
+        if strides is None:
+            self.strides = contiguous_strides(self.shape)
+        else:
+            self.strides = _extents(strides, f"{name}: strides")
+            if len(self.strides) != len(self.shape):
+                raise ValueError(f"{name}: strides {self.strides} must have one entry per dim of shape {self.shape}")
+        op = libraries().op
+        pointer = ffi.new("infiniopTensorDescriptor_t *")
+        native_strides = ffi.NULL if strides is None else ffi.new("ptrdiff_t[]", self.strides)
+        check(op.infiniopCreateTensorDescriptor(pointer, len(self.shape), ffi.new("size_t[]", self.shape),
+                                                native_strides, self.dtype),
+              f"infiniopCreateTensorDescriptor({name})")
+        self._own(pointer[0], op.infiniopDestroyTensorDescriptor, "infiniopDestroyTensorDescriptor")
+
+    @classmethod
+    def from_array(cls, array, *, name="array"):
+        ref = as_tensor(array, name)
+        return cls(ref.shape, ref.dtype, ref.strides, name=name)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def native(self):
+        """The infiniopTensorDescriptor_t (ClosedError once closed)."""
+        return self._open_pointer()
+
+    def __repr__(self):
+        state = ", closed" if self.closed else ""
+        return f"TensorDesc(shape={self.shape}, dtype={dtypes.name(self.dtype)}, strides={self.strides}{state})"

@@ -1,0 +1,464 @@
+"""Shared test helpers: dtype/tolerance tables, float64 references, input makers, strided-view makers.
+
+The references here are written from design.md section 2 independently of the package;
+test_torch_crosscheck.py checks them against torch autograd.
+"""
+
+import ml_dtypes
+import numpy as np
+
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+SUPPORTED_DTYPES = (F16, F32, BF16)
+
+# Contract accuracy bound: max|err| / max|ref| per output, per dtype.
+TOLERANCE = {F32: 5e-5, F16: 2e-3, BF16: 1.6e-2}
+
+# infiniStatus_t values (native/include/infinicore.h).
+SUCCESS = 0
+BAD_PARAM = 3
+NULL_POINTER = 4
+DEVICE_TYPE_NOT_SUPPORTED = 5
+DEVICE_NOT_FOUND = 6
+BAD_TENSOR_DTYPE = 10
+BAD_TENSOR_SHAPE = 11
+BAD_TENSOR_STRIDES = 12
+INSUFFICIENT_WORKSPACE = 13
+
+# infiniDtype_t values of the numpy dtypes the tests use.
+DTYPE_ENUM = {
+    np.dtype(np.int8): 3,
+    np.dtype(np.int16): 4,
+    np.dtype(np.int32): 5,
+    np.dtype(np.int64): 6,
+    np.dtype(np.uint8): 7,
+    F16: 12,
+    F32: 13,
+    np.dtype(np.float64): 14,
+    BF16: 19,
+}
+
+LAYER_NORM_EPS = 1e-5
+
+
+def contiguous_strides(shape):
+    """Row-major element strides."""
+    return tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape)))
+
+
+def f64(a):
+    return np.asarray(a, dtype=np.float64)
+
+
+def relative_error(actual, reference):
+    """max|actual - reference| / max|reference|; 0 for empty arrays, absolute error when reference == 0."""
+    actual = f64(actual)
+    reference = f64(reference)
+    assert actual.shape == reference.shape, (actual.shape, reference.shape)
+    if reference.size == 0:
+        return 0.0
+    scale = np.max(np.abs(reference))
+    err = np.max(np.abs(actual - reference))
+    return float(err / scale) if scale > 0 else float(err)
+
+
+def assert_close_on_scale(actual, reference, dtype, scale, what):
+    """max|err| <= bound * scale: for outputs that are (near) zero by cancellation, where max|ref| is only
+    rounding noise, the natural scale is that of the terms that cancel."""
+    err = float(np.max(np.abs(f64(actual) - f64(reference))))
+    bound = TOLERANCE[np.dtype(dtype)]
+    assert err <= bound * scale, f"{what} ({np.dtype(dtype).name}): max|err| = {err:.3g} > {bound:g} * {scale:.3g}"
+
+
+def assert_close(actual, reference, dtype, what):
+    bound = TOLERANCE[np.dtype(dtype)]
+    err = relative_error(actual, reference)
+    assert err <= bound, f"{what} ({np.dtype(dtype).name}): max|err|/max|ref| = {err:.3g} > {bound:g}"
+
+
+# ---------------------------------------------------------------- float64 references (design.md section 2)
+
+def rms_norm_backward_reference(grad_y, x, w):
+    grad_y, x, w = f64(grad_y), f64(x), f64(w)
+    d = x.shape[-1]
+    if x.size == 0:
+        return np.zeros(x.shape), np.zeros(d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True))
+        dot = np.sum(grad_y * w * x, axis=-1, keepdims=True)
+        grad_x = r * (grad_y * w) - r**3 * x * dot / d
+        grad_w = np.sum((grad_y * x * r).reshape(-1, d), axis=0)
+    return grad_x, grad_w
+
+
+def layer_norm_backward_reference(grad_output, weight, xhat, std):
+    go, w, xhat, std = f64(grad_output), f64(weight), f64(xhat), f64(std)
+    length = go.shape[-1]
+    if go.size == 0:
+        return np.zeros(go.shape), np.zeros(length), np.zeros(length)
+    g = go * w
+    grad_input = (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True)) / std[..., None]
+    grad_weight = (go * xhat).reshape(-1, length).sum(0)
+    grad_bias = go.reshape(-1, length).sum(0)
+    return grad_input, grad_weight, grad_bias
+
+
+def batch_norm_backward_reference(x, grad_output, weight, mean, var):
+    x, go, w, mean, var = f64(x), f64(grad_output), f64(weight), f64(mean), f64(var)
+    n, c, length = x.shape
+    m = n * length
+    inv = 1.0 / np.sqrt(var)
+    xhat = (x - mean[None, :, None]) * inv[None, :, None]
+    sum_go = go.sum(axis=(0, 2))
+    sum_go_xhat = (go * xhat).sum(axis=(0, 2))
+    if m == 0:
+        return np.zeros(x.shape), sum_go_xhat, sum_go
+    grad_input = (w * inv)[None, :, None] * (go - (sum_go / m)[None, :, None] - xhat * (sum_go_xhat / m)[None, :, None])
+    return grad_input, sum_go_xhat, sum_go
+
+
+# ---------------------------------------------------------------- inputs (already rounded to dT)
+
+def rounded(values, dtype):
+    return np.asarray(values, dtype=np.float64).astype(dtype)
+
+
+def rms_norm_inputs(rng, shape, dtype, positive=False):
+    """(grad_y, x, w). positive=True: all-positive data so sums grow linearly (exposes dT accumulation)."""
+    d = shape[-1]
+    if positive:
+        grad_y = rng.uniform(0.0, 1.0, shape)
+        x = rng.uniform(0.5, 1.5, shape)
+        w = rng.uniform(0.5, 1.5, d)
+    else:
+        grad_y = rng.standard_normal(shape)
+        x = rng.standard_normal(shape)
+        w = rng.normal(1.0, 0.5, d)
+    return rounded(grad_y, dtype), rounded(x, dtype), rounded(w, dtype)
+
+
+def layer_norm_inputs(rng, shape, dtype, positive=False):
+    """(grad_output, weight, xhat, std) with xhat, std made from a random x with LAYER_NORM_EPS."""
+    length = shape[-1]
+    row_scale = rng.uniform(0.5, 3.0, shape[:-1] + (1,))
+    x = rng.standard_normal(shape) * row_scale + rng.uniform(-2, 2, shape[:-1] + (1,))
+    if length > 0:
+        mean = x.mean(-1, keepdims=True)
+        std = np.sqrt(x.var(-1, keepdims=True) + LAYER_NORM_EPS)
+        xhat = (x - mean) / std
+    else:
+        std = np.ones(shape[:-1] + (1,))
+        xhat = x
+    grad_output = rng.uniform(0.0, 1.0, shape) if positive else rng.standard_normal(shape)
+    weight = rng.normal(1.0, 0.5, length)
+    return rounded(grad_output, dtype), rounded(weight, dtype), rounded(xhat, dtype), rounded(std[..., 0], dtype)
+
+
+def batch_norm_inputs(rng, shape, dtype, positive=False):
+    """(x, grad_output, weight, running_mean, running_var): mean/var are the batch statistics of the rounded x."""
+    n, c, length = shape
+    x = rng.standard_normal(shape) * rng.uniform(0.5, 3.0, (1, c, 1)) + rng.uniform(-2, 2, (1, c, 1))
+    x = rounded(x, dtype)
+    if n * length > 0:
+        mean = f64(x).mean(axis=(0, 2))
+        var = f64(x).var(axis=(0, 2))
+    else:
+        mean, var = np.zeros(c), np.ones(c)
+    grad_output = rng.uniform(0.0, 1.0, shape) if positive else rng.standard_normal(shape)
+    weight = rng.normal(1.0, 0.5, c)
+    return x, rounded(grad_output, dtype), rounded(weight, dtype), rounded(mean, dtype), rounded(var, dtype)
+
+
+# ---------------------------------------------------------------- strided views with the same values
+
+ROW_LAYOUTS = ("contiguous", "padded", "reversed")          # valid for inputs and outputs
+INPUT_ROW_LAYOUTS = ROW_LAYOUTS + ("broadcast",)            # broadcast: inputs only
+VECTOR_LAYOUTS = ("contiguous", "stride2", "reversed")      # outputs with no stride rule (grad_w, ...)
+FREE_LAYOUTS = VECTOR_LAYOUTS + ("broadcast",)             # inputs with no stride rule (w, std, ...)
+
+
+def _fill_value(dtype):
+    return np.array(np.nan, dtype=np.float64).astype(dtype)
+
+
+def padded_buffer_view(shape, dtype):
+    """(view, buffer): a view of `shape` with padded strides on every dim but the last (stride 1)."""
+    shape = tuple(shape)
+    buf_shape = tuple(2 * s + 1 for s in shape[:-1]) + (shape[-1] + 3,)
+    buffer = np.full(buf_shape, _fill_value(dtype))
+    index = tuple(slice(0, 2 * s, 2) for s in shape[:-1]) + (slice(1, shape[-1] + 1),)
+    return buffer[index], buffer
+
+
+def with_row_layout(values, layout):
+    """An array equal to `values` (except 'broadcast', see below) with the given layout of the leading dims.
+
+    'broadcast' repeats the first row over every leading index (zero strides), so it changes the values:
+    always compute references from the returned array."""
+    if layout == "contiguous":
+        return np.ascontiguousarray(values)
+    if layout == "padded":
+        view, _ = padded_buffer_view(values.shape, values.dtype)
+        view[...] = values
+        return view
+    if layout == "reversed":
+        flipped = tuple(slice(None, None, -1) for _ in values.shape[:-1]) + (slice(None),)
+        return np.ascontiguousarray(values[flipped])[flipped]
+    if layout == "broadcast":
+        if values.size == 0:
+            return values
+        first_row = values[(0,) * (values.ndim - 1)]
+        return np.broadcast_to(first_row, values.shape)
+    raise ValueError(layout)
+
+
+def with_free_layout(values, layout):
+    """An array equal to `values` laid out with strides on every dim (for tensors with no stride rule).
+
+    'broadcast' repeats the first element everywhere (all strides zero): compute references from the result."""
+    everything = tuple(slice(None, None, -1) for _ in values.shape)
+    if layout == "contiguous":
+        return np.ascontiguousarray(values)
+    if layout == "stride2":
+        buffer = np.full(tuple(2 * s + 1 for s in values.shape), _fill_value(values.dtype))
+        view = buffer[tuple(slice(0, 2 * s, 2) for s in values.shape)]
+        view[...] = values
+        return view
+    if layout == "reversed":
+        return np.ascontiguousarray(values[everything])[everything]
+    if layout == "broadcast":
+        if values.size == 0:
+            return values
+        return np.broadcast_to(values[(0,) * values.ndim], values.shape)
+    raise ValueError(layout)
+
+
+class GuardedOutput:
+    """A preallocated output view inside a sentinel-filled buffer; checks nothing outside the view was written."""
+
+    SENTINEL = -1234.0  # exactly representable in f16, bf16 and f32
+
+    def __init__(self, shape, dtype, layout):
+        shape = tuple(shape)
+        dtype = np.dtype(dtype)
+        if layout in ("contiguous",):
+            self.buffer = np.full(shape, self.SENTINEL, dtype=dtype)
+            self.view = self.buffer
+        elif layout == "padded":
+            self.view, self.buffer = padded_buffer_view(shape, dtype)
+            self.buffer[...] = self.SENTINEL
+        elif layout == "stride2":
+            self.buffer = np.full(2 * shape[0] + 1, self.SENTINEL, dtype=dtype)
+            self.view = self.buffer[: 2 * shape[0] : 2]
+        elif layout == "reversed":
+            self.buffer = np.full(shape, self.SENTINEL, dtype=dtype)
+            flipped = tuple(slice(None, None, -1) for _ in shape[:-1]) + (slice(None),)
+            self.view = self.buffer[flipped] if len(shape) > 1 else self.buffer[::-1]
+        else:
+            raise ValueError(layout)
+
+    def assert_only_view_written(self):
+        result = self.view.copy()
+        self.view[...] = self.SENTINEL
+        outside = self.buffer != np.array(self.SENTINEL, dtype=self.buffer.dtype)
+        assert not outside.any(), "the operator wrote outside the output view"
+        self.view[...] = result
+
+
+def f16_sequential_sum(terms, axis):
+    """Sum with an F16 accumulator, one element after the other: what an F16-accumulating kernel computes."""
+    return np.cumsum(np.asarray(terms, dtype=np.float16), axis=axis, dtype=np.float16).take(-1, axis=axis)
+
+
+# ---------------------------------------------------------------- one table row per operator
+
+class OpCase:
+    """What the tests need to know about one operator; tensors are listed in the C descriptor order."""
+
+    def __init__(self, name, class_name, c_name, output_names, input_names, make_inputs, reference,
+                 output_shapes, row_tensors, contiguous_tensors):
+        self.name = name                          # functional API name
+        self.class_name = class_name              # operator class in infiniop_py
+        self.c_name = c_name                      # infiniopCreate<c_name>Descriptor, infiniop<c_name>, ...
+        self.output_names = output_names
+        self.input_names = input_names
+        self.make_inputs = make_inputs            # (rng, shape, dtype, positive=False) -> inputs
+        self.reference = reference                # (*inputs) -> float64 outputs
+        self.output_shapes = output_shapes        # shape of the big tensor -> shapes of the outputs
+        self.row_tensors = row_tensors            # tensors whose last dim must be contiguous
+        self.contiguous_tensors = contiguous_tensors  # tensors that must be fully contiguous
+
+    @property
+    def tensor_names(self):
+        return self.output_names + self.input_names
+
+    def __repr__(self):
+        return self.name
+
+    def function(self):
+        import infiniop_py
+        return getattr(infiniop_py, self.name)
+
+    def operator_class(self):
+        import infiniop_py
+        return getattr(infiniop_py, self.class_name)
+
+    def tensor_shapes(self, shape):
+        """Shapes of every tensor (descriptor order) for the given big-tensor shape."""
+        shape = tuple(shape)
+        vector = self.output_shapes(shape)[1]
+        shapes = dict(zip(self.output_names, self.output_shapes(shape)))
+        for name in self.input_names:
+            if name in self.row_tensors or name in self.contiguous_tensors:
+                shapes[name] = shape
+            elif name == "input_std_deviation":
+                shapes[name] = shape[:-1]
+            else:
+                shapes[name] = vector
+        return [shapes[name] for name in self.tensor_names]
+
+
+RMS_NORM = OpCase(
+    "rms_norm_backward", "RMSNormBackward", "RMSNormBackward",
+    ("grad_x", "grad_w"), ("grad_y", "x", "w"),
+    rms_norm_inputs, rms_norm_backward_reference,
+    lambda shape: (shape, (shape[-1],)),
+    row_tensors=("grad_x", "grad_y", "x"), contiguous_tensors=())
+
+LAYER_NORM = OpCase(
+    "layer_norm_backward", "LayerNormBackward", "LayerNormBackward",
+    ("grad_input", "grad_weight", "grad_bias"),
+    ("grad_output", "weight", "input_standardization", "input_std_deviation"),
+    layer_norm_inputs, layer_norm_backward_reference,
+    lambda shape: (shape, (shape[-1],), (shape[-1],)),
+    row_tensors=("grad_input", "grad_output", "input_standardization"), contiguous_tensors=())
+
+BATCH_NORM = OpCase(
+    "batch_norm_backward", "BatchNormBackward", "BatchNormBackward",
+    ("grad_input", "grad_weight", "grad_bias"),
+    ("input", "grad_output", "weight", "running_mean", "running_var"),
+    batch_norm_inputs, batch_norm_backward_reference,
+    lambda shape: (shape, (shape[1],), (shape[1],)),
+    row_tensors=(), contiguous_tensors=("grad_input", "input", "grad_output"))
+
+OPS = (RMS_NORM, LAYER_NORM, BATCH_NORM)
+
+
+def assert_matches_reference(case, outputs, inputs, dtype):
+    """Every output of `case` within the dtype's bound of the float64 reference of `inputs`."""
+    assert len(outputs) == len(case.output_names)
+    for name, actual, expected in zip(case.output_names, outputs, case.reference(*inputs)):
+        assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
+        assert_close(actual, expected, dtype, name)
+
+
+# ---------------------------------------------------------------- direct C calls through the package's cffi
+
+def native():
+    """(ffi, libinfiniop, libinfinirt) as loaded by the package."""
+    from infiniop_py._ffi import ffi, libraries
+
+    loaded = libraries()
+    return ffi, loaded.op, loaded.rt
+
+
+def dtype_code(dtype):
+    """infiniDtype_t value of a numpy dtype, or the int itself when given a code."""
+    return dtype if isinstance(dtype, int) else DTYPE_ENUM[np.dtype(dtype)]
+
+
+class CTensorDescriptors:
+    """Native tensor descriptors for (shape, dtype, strides-or-None) specs, NULL for a None spec;
+    destroyed on exit."""
+
+    def __init__(self, specs):
+        self.specs = specs
+        self.pointers = []
+
+    def __enter__(self):
+        ffi, op, _ = native()
+        for spec in self.specs:
+            if spec is None:
+                self.pointers.append(ffi.NULL)
+                continue
+            shape, dtype, strides = spec
+            pointer = ffi.new("infiniopTensorDescriptor_t *")
+            c_strides = ffi.NULL if strides is None else ffi.new("ptrdiff_t[]", list(strides))
+            status = op.infiniopCreateTensorDescriptor(pointer, len(shape), ffi.new("size_t[]", list(shape)),
+                                                       c_strides, dtype_code(dtype))
+            assert status == SUCCESS, f"infiniopCreateTensorDescriptor{(shape, dtype, strides)} -> {status}"
+            self.pointers.append(pointer[0])
+        return self.pointers
+
+    def __exit__(self, *exc_info):
+        ffi, op, _ = native()
+        for pointer in self.pointers:
+            if pointer != ffi.NULL:
+                assert op.infiniopDestroyTensorDescriptor(pointer) == SUCCESS
+
+
+def c_function(case, verb):
+    """The C entry point of `case`: verb in Create, GetWorkspaceSize, Run, Destroy."""
+    _, op, _ = native()
+    names = {"Create": f"infiniopCreate{case.c_name}Descriptor",
+             "GetWorkspaceSize": f"infiniopGet{case.c_name}WorkspaceSize",
+             "Run": f"infiniop{case.c_name}",
+             "Destroy": f"infiniopDestroy{case.c_name}Descriptor"}
+    return getattr(op, names[verb])
+
+
+def c_create_status(case, c_handle, specs):
+    """Status of infiniopCreate<Op>Descriptor for tensor specs given in descriptor order."""
+    ffi, _, _ = native()
+    with CTensorDescriptors(specs) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        status = c_function(case, "Create")(c_handle, desc_ptr, *descriptors)
+        if status == SUCCESS:
+            assert c_function(case, "Destroy")(desc_ptr[0]) == SUCCESS
+    return status
+
+
+class COperator:
+    """A native op descriptor made directly through C from arrays (descriptor order), for run-level tests."""
+
+    def __init__(self, case, c_handle, arrays, strides_from_arrays=True):
+        """strides_from_arrays=False: contiguous descriptors (NULL strides), whatever numpy says."""
+        ffi, _, _ = native()
+        self.case = case
+        specs = [(a.shape, a.dtype, tuple(s // a.itemsize for s in a.strides) if strides_from_arrays else None)
+                 for a in arrays]
+        with CTensorDescriptors(specs) as descriptors:
+            desc_ptr = ffi.new("infiniopDescriptor_t *")
+            assert c_function(case, "Create")(c_handle, desc_ptr, *descriptors) == SUCCESS
+        self.descriptor = desc_ptr[0]
+        size = ffi.new("size_t *")
+        assert c_function(case, "GetWorkspaceSize")(self.descriptor, size) == SUCCESS
+        self.workspace_size = size[0]
+
+    def run(self, workspace, workspace_size, pointers):
+        return c_function(self.case, "Run")(self.descriptor, workspace, workspace_size, *pointers, native()[0].NULL)
+
+    def destroy(self):
+        assert c_function(self.case, "Destroy")(self.descriptor) == SUCCESS
+
+
+def data_pointer(array):
+    ffi, _, _ = native()
+    return ffi.cast("void *", array.ctypes.data)
+
+
+# Shapes with enough rows / batch that every op wants a workspace for its partial sums.
+WORKSPACE_SHAPES = {"rms_norm_backward": (64, 64, 32), "layer_norm_backward": (64, 64, 32),
+                    "batch_norm_backward": (64, 4, 512)}
+
+
+def sentinel_outputs_and_inputs(case, shape, dtype=F32, seed=0):
+    """(outputs filled with GuardedOutput.SENTINEL, inputs), each a list in descriptor order."""
+    outputs = [np.full(s, GuardedOutput.SENTINEL, dtype) for s in case.output_shapes(shape)]
+    return outputs, list(case.make_inputs(np.random.default_rng(seed), shape, dtype))
+
+
+def untouched(array):
+    """Still all GuardedOutput.SENTINEL."""
+    return bool((array == np.array(GuardedOutput.SENTINEL, array.dtype)).all())

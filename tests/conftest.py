@@ -1,0 +1,35 @@
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+# Modest example counts: the whole suite has to finish in a few minutes on 2 cores.
+settings.register_profile(
+    "suite",
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# HYPOTHESIS_PROFILE=thorough for an occasional deeper search.
+settings.register_profile("thorough", settings.get_profile("suite"), max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
+
+
+@pytest.fixture(scope="module")
+def cpu_handle():
+    import infiniop_py
+
+    with infiniop_py.Handle("cpu") as handle:
+        yield handle
+
+
+@pytest.fixture(scope="module")
+def c_handle():
+    """An infiniopHandle_t made directly through C on the CPU."""
+    from _helpers import native
+
+    ffi, op, rt = native()
+    pointer = ffi.new("infiniopHandle_t *")
+    assert rt.infinirtSetDevice(0, 0) == 0 and op.infiniopCreateHandle(pointer) == 0
+    yield pointer[0]
+    assert op.infiniopDestroyHandle(pointer[0]) == 0

@@ -1,0 +1,45 @@
+"""`python -m infiniop_py smoke`: a PASS row per op and dtype, and a one-line reason for a missing device."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from _helpers import OPS
+
+OP_NAMES = tuple(case.name for case in OPS)
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def run_cli(*arguments):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.run([sys.executable, "-m", "infiniop_py", *arguments], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_smoke_passes_every_op_and_dtype():
+    result = run_cli("smoke")
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] and line.split()[0] in OP_NAMES]
+    assert {(row[0], row[1]) for row in rows} == {(op, dtype) for op in OP_NAMES
+                                                  for dtype in ("float32", "float16", "bfloat16")}
+    assert len(rows) == 9 and all("PASS" in row for row in rows), result.stdout
+
+
+def nvidia_gpu_present():
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+
+
+def test_smoke_on_a_missing_device_gives_one_line_and_fails():
+    if nvidia_gpu_present():
+        pytest.skip("an NVIDIA GPU is present: --device nvidia is not a missing device here")
+    result = run_cli("smoke", "--device", "nvidia")
+
+    assert result.returncode == 2
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and "nvidia" in lines[0], lines

@@ -1,0 +1,107 @@
+"""The package's Python-side validator and the C create-descriptor function give the same verdict for
+random (valid and invalid) layouts."""
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from infiniop_py import _layout
+from _helpers import (
+    BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, NULL_POINTER, OPS, SUCCESS, c_create_status,
+    contiguous_strides,
+)
+
+CHECKS = {
+    "rms_norm_backward": _layout.check_rms_norm_backward,
+    "layer_norm_backward": _layout.check_layer_norm_backward,
+    "batch_norm_backward": _layout.check_batch_norm_backward,
+}
+
+SUPPORTED_CODES = (12, 13, 19)
+OTHER_CODES = (1, 2, 3, 5, 6, 7, 11, 14, 18)  # BYTE, BOOL, I8, I32, I64, U8, F8, F64, C128
+
+
+def perturbed_shape(draw, proper):
+    """One extent off by one, another rank, or anything."""
+    kind = draw(st.sampled_from(["off_by_one", "other_rank", "random"]))
+    if kind == "off_by_one" and proper:
+        dim = draw(st.integers(0, len(proper) - 1))
+        return proper[:dim] + (proper[dim] + draw(st.sampled_from([-1, 1])) if proper[dim] else 1,) + proper[dim + 1:]
+    if kind == "other_rank":
+        return draw(st.sampled_from([proper[1:], (1,) + proper, proper + (1,)]))
+    return tuple(draw(st.lists(st.integers(0, 4), max_size=4)))
+
+
+@st.composite
+def strides_for(draw, shape):
+    """Mostly None (contiguous); else contiguous, padded, reversed, zero on a dim, random, or last != 1."""
+    kind = draw(st.sampled_from(["none"] * 6 + ["contiguous", "padded", "reversed", "zero", "random", "last"]))
+    if kind == "none" or not shape:
+        return None
+    strides = list(contiguous_strides(shape))
+    dim = draw(st.integers(0, len(shape) - 1))
+    if kind == "padded":
+        strides = [s * 2 if i < len(shape) - 1 else s for i, s in enumerate(strides)]
+    elif kind == "reversed":
+        strides[dim] = -strides[dim]
+    elif kind == "zero":
+        strides[dim] = 0
+    elif kind == "random":
+        strides = draw(st.lists(st.integers(-12, 12), min_size=len(shape), max_size=len(shape)))
+    elif kind == "last":
+        strides[-1] = draw(st.sampled_from([0, 2, -1, 3]))
+    return tuple(strides)
+
+
+@st.composite
+def layouts(draw, case):
+    """TensorSpecs in descriptor order (None: a NULL descriptor). Each kind of fault is drawn on its own, so
+    that valid layouts and every rule (NULL, dtype, shape, strides) all come up."""
+    count = len(case.tensor_names)
+    ndim = draw(st.sampled_from([3, 3, 2] if case.name != "batch_norm_backward" else [3, 3, 3, 2]))
+    big = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    if draw(st.sampled_from([True] * 4 + [False])):  # zero extents only now and then: most layouts hold data
+        big = tuple(max(extent, 1) for extent in big)
+
+    dtype_fault = draw(st.sampled_from(["none"] * 6 + ["other", "mixed"]))
+    code = draw(st.sampled_from(OTHER_CODES if dtype_fault == "other" else SUPPORTED_CODES))
+    codes = [code] * count
+    if dtype_fault == "mixed":
+        codes[draw(st.integers(0, count - 1))] = draw(st.sampled_from([c for c in SUPPORTED_CODES if c != code]))
+
+    shapes = case.tensor_shapes(big)
+    shape_fault = draw(st.sampled_from(["none"] * 5 + ["one", "any"]))
+    for index in range(count):
+        if shape_fault == "any" or (shape_fault == "one" and index == draw(st.integers(0, count - 1))):
+            shapes[index] = perturbed_shape(draw, shapes[index])
+
+    specs = [_layout.TensorSpec(shape, code, draw(strides_for(shape))) for shape, code in zip(shapes, codes)]
+    if draw(st.sampled_from([False] * 9 + [True])):  # now and then a NULL tensor descriptor
+        specs[draw(st.integers(0, count - 1))] = None
+    return specs
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+@settings(max_examples=250)
+@given(data=st.data())
+def test_python_validator_agrees_with_c(c_handle, case, data):
+    specs = data.draw(layouts(case))
+    python_status = _layout.status_of(CHECKS[case.name], **dict(zip(case.tensor_names, specs)))
+    c_status = c_create_status(case, c_handle, [s and (s.shape, s.dtype, s.strides) for s in specs])
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}"
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+def test_generator_reaches_every_verdict(case):
+    """The strategy above is only a check if it produces each verdict; sample it and see."""
+    seen = set()
+
+    @settings(max_examples=250, database=None)
+    @given(data=st.data())
+    def sample(data):
+        specs = data.draw(layouts(case))
+        seen.add(_layout.status_of(CHECKS[case.name], **dict(zip(case.tensor_names, specs))))
+
+    sample()
+    assert seen >= {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES}, seen

@@ -1,0 +1,74 @@
+"""How arrays enter the package: byte strides become element strides, empty arrays are
+contiguous whatever numpy reports, foreign objects go through the array protocols, and
+DeviceArray runs on the CPU device through infinirt memory."""
+
+import numpy as np
+import pytest
+
+import infiniop_py
+from infiniop_py import dtypes, reference
+from infiniop_py.tensors import as_tensor
+
+
+def test_numpy_byte_strides_become_element_strides():
+    a = np.zeros((4, 6), np.float32)[::2, ::-3]
+    ref = as_tensor(a, "a")
+    assert ref.strides == (12, -3)
+    assert ref.dtype == dtypes.F32
+    assert ref.data == a.__array_interface__["data"][0]
+
+
+def test_stride_not_a_multiple_of_the_item_size_is_rejected():
+    records = np.zeros(5, dtype=[("a", np.float32), ("b", np.int8)])
+    with pytest.raises(infiniop_py.BadTensorStridesError, match=r"weights: byte stride 5 of dim 0"):
+        as_tensor(records["a"], "weights")
+
+
+def test_empty_arrays_get_contiguous_strides():
+    empty = np.lib.stride_tricks.as_strided(np.empty(1, np.float32), shape=(0, 16), strides=(0, 0))
+    assert as_tensor(empty, "e").strides == (16, 1)
+
+
+def test_unsupported_dtype_names_the_tensor():
+    with pytest.raises(infiniop_py.BadTensorDtypeError, match="^x: dtype F64"):
+        infiniop_py.rms_norm_backward(np.ones((2, 4), np.float32), np.ones((2, 4)), np.ones(4, np.float32))
+    with pytest.raises(infiniop_py.BadTensorDtypeError, match="^grad_y: dtype complex64"):
+        infiniop_py.rms_norm_backward(np.ones((2, 4), np.complex64), np.ones((2, 4)), np.ones(4))
+
+
+class ArrayInterfaceOnly:
+    def __init__(self, array):
+        self.array = array
+        self.__array_interface__ = array.__array_interface__
+
+
+class DLPackOnly:
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+@pytest.mark.parametrize("wrap", [ArrayInterfaceOnly, DLPackOnly])
+def test_array_protocol_objects_are_used_without_copies(wrap):
+    rng = np.random.default_rng(3)
+    inputs = reference.make_rms_norm_inputs((3, 5, 32), np.float32, rng)
+    grad_x, grad_w = np.zeros((3, 5, 32), np.float32), np.zeros(32, np.float32)
+    infiniop_py.rms_norm_backward(*(wrap(a) for a in inputs.values()), out=(wrap(grad_x), wrap(grad_w)))
+    expected = reference.rms_norm_backward(**inputs)
+    assert reference.relative_error(grad_x, expected[0]) < 5e-5
+    assert reference.relative_error(grad_w, expected[1]) < 5e-5
+
+
+def test_device_array_on_the_cpu_device():
+    rng = np.random.default_rng(4)
+    inputs = reference.make_batch_norm_inputs((4, 3, 10), np.float32, rng)
+    device_inputs = [infiniop_py.DeviceArray.from_numpy(a, "cpu") for a in inputs.values()]
+    outputs = infiniop_py.batch_norm_backward(*device_inputs)
+    assert all(isinstance(o, infiniop_py.DeviceArray) for o in outputs)
+    for got, want in zip(outputs, reference.batch_norm_backward(**inputs)):
+        assert reference.relative_error(got.to_numpy(), want) < 5e-5

@@ -1,0 +1,79 @@
+"""The package under threads and at exit: the GIL is released during native calls, the functional
+API's shared operators and workspaces give the same bits from many threads, and a process that
+ran multi-threaded (OpenMP) kernels exits cleanly."""
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+import infiniop_py
+from infiniop_py import reference
+
+
+def test_native_call_releases_the_gil(cpu_handle):
+    rows, d = 8192, 4096  # a call of tens of milliseconds
+    rng = np.random.default_rng(0)
+    grad_y, x, w = (rng.standard_normal(s).astype(np.float32) for s in ((rows, d), (rows, d), (d,)))
+    grad_x, grad_w = np.empty_like(x), np.empty_like(w)
+    with infiniop_py.RMSNormBackward(cpu_handle, grad_x, grad_w, grad_y, x, w) as operator:
+        one_call = float("inf")
+        for _ in range(2):
+            start = time.perf_counter()
+            operator(grad_x, grad_w, grad_y, x, w)
+            one_call = min(one_call, time.perf_counter() - start)
+        finished = threading.Event()
+
+        def run_calls():
+            for _ in range(4):
+                operator(grad_x, grad_w, grad_y, x, w)
+            finished.set()
+
+        worker = threading.Thread(target=run_calls)
+        longest_pause = 0.0
+        last = time.perf_counter()
+        worker.start()
+        while not finished.is_set():
+            now = time.perf_counter()
+            longest_pause = max(longest_pause, now - last)
+            last = now
+        worker.join()
+    # A native call holding the GIL would stall this loop for a whole call.
+    assert longest_pause < 0.5 * one_call, (longest_pause, one_call)
+
+
+def test_functional_api_from_many_threads_gives_identical_results():
+    rng = np.random.default_rng(1)
+    inputs = reference.make_layer_norm_inputs((8, 16, 64), np.float32, rng)
+    expected = infiniop_py.layer_norm_backward(*inputs.values())
+    results = [None] * 8
+    barrier = threading.Barrier(len(results))
+
+    def run(index):
+        barrier.wait()
+        for _ in range(20):
+            results[index] = infiniop_py.layer_norm_backward(*inputs.values())
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(results))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for outputs in results:
+        for got, want in zip(outputs, expected):
+            assert np.array_equal(got, want)
+
+
+def test_process_exits_cleanly_after_multithreaded_kernels():
+    program = (
+        "import numpy as np, infiniop_py\n"
+        "x = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)\n"
+        "infiniop_py.rms_norm_backward(x, x, np.ones(512, np.float32))\n"
+    )
+    environment = dict(os.environ, OMP_NUM_THREADS="2")
+    for _ in range(5):
+        finished = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, timeout=60)
+        assert finished.returncode == 0, finished.stderr.decode()
