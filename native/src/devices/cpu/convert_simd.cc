@@ -3,7 +3,7 @@
 
 #include "simd.h"
 
-namespace cpu::CPU_ISA {
+namespace cpu {
 namespace {
 
 template <typename T>
@@ -24,16 +24,27 @@ void narrow(size_t n, const float *src, T *dst, ptrdiff_t stride) {
     for (; j < n; ++j) dst[static_cast<ptrdiff_t>(j) * stride] = fromFloat<T>(src[j]);
 }
 
-} // namespace
-
 template <typename T>
-const Conversions<T> &conversions() {
+const Conversions<T> &table() {
     static const Conversions<T> table{widen<T>, narrow<T>};
     return table;
 }
 
-template const Conversions<float> &conversions<float>();
-template const Conversions<f16_t> &conversions<f16_t>();
-template const Conversions<bf16_t> &conversions<bf16_t>();
+} // namespace
+} // namespace cpu
 
-} // namespace cpu::CPU_ISA
+// This ISA's tables: CPU_ISA names a cpu::Isa value.
+namespace cpu {
+template <>
+const Conversions<float> &isaTable<Isa::CPU_ISA, Conversions<float>>() {
+    return cpu::table<float>();
+}
+template <>
+const Conversions<f16_t> &isaTable<Isa::CPU_ISA, Conversions<f16_t>>() {
+    return cpu::table<f16_t>();
+}
+template <>
+const Conversions<bf16_t> &isaTable<Isa::CPU_ISA, Conversions<bf16_t>>() {
+    return cpu::table<bf16_t>();
+}
+} // namespace cpu

@@ -18,28 +18,6 @@ struct Conversions {
     void (*narrow)(size_t n, const float *src, T *dst, ptrdiff_t stride);
 };
 
-namespace avx512 {
-template <typename T>
-const Conversions<T> &conversions();
-}
-namespace avx2 {
-template <typename T>
-const Conversions<T> &conversions();
-}
-namespace generic {
-template <typename T>
-const Conversions<T> &conversions();
-}
-
-template <typename T>
-const Conversions<T> &selectedConversions() {
-#ifdef INFINI_CPU_MULTI_ISA
-    return pickIsa(avx512::conversions<T>(), avx2::conversions<T>(), generic::conversions<T>());
-#else
-    return generic::conversions<T>();
-#endif
-}
-
 } // namespace cpu
 
 #endif

@@ -10,14 +10,22 @@ enum class Isa { generic, avx2, avx512 };
 // every path on one machine); asking for more than the CPU has gives what it has.
 Isa selectedIsa();
 
-// The kernel table of the selected ISA, from one table per ISA built in (all three on x86-64).
+// A table of kernel functions compiled for one ISA: each *_simd.cc file, built once per ISA, specializes
+// this for its own ISA (x86-64 builds all three; other machines only generic).
+template <Isa isa, typename Table>
+const Table &isaTable();
+
+// The table of the ISA selected for this process.
 template <typename Table>
-const Table &pickIsa(const Table &avx512, const Table &avx2, const Table &generic) {
+const Table &selectedTable() {
+#ifdef INFINI_CPU_MULTI_ISA
     switch (selectedIsa()) {
-    case Isa::avx512: return avx512;
-    case Isa::avx2: return avx2;
-    default: return generic;
+    case Isa::avx512: return isaTable<Isa::avx512, Table>();
+    case Isa::avx2: return isaTable<Isa::avx2, Table>();
+    default: break;
     }
+#endif
+    return isaTable<Isa::generic, Table>();
 }
 
 } // namespace cpu

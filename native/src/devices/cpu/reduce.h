@@ -20,7 +20,7 @@ struct PairSums {
 template <typename T>
 void sumBlockPartials(const float *partials, size_t blocks, size_t dim, float *scratch, T *out, ptrdiff_t out_stride) {
     constexpr size_t chunk = 512;
-    const Conversions<T> &conversions = selectedConversions<T>();
+    const Conversions<T> &conversions = selectedTable<Conversions<T>>();
     parallelFor((dim + chunk - 1) / chunk, [&](size_t c) {
         size_t begin = c * chunk, width = dim - begin < chunk ? dim - begin : chunk;
         double acc[chunk] = {};

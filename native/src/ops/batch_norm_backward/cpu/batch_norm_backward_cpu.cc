@@ -67,7 +67,7 @@ class CpuDescriptor final : public Descriptor {
         for (size_t c = 0; c < channels; ++c) {
             coefficients[c].mean = channelValue(running_mean, info.running_mean_stride, c);
         }
-        const Kernels<T> &kernels = selectedKernels<T>();
+        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
 
         cpu::parallelFor(tiles(), [&](size_t t) {
             double *tile_sums = sums + t * channels * 2;

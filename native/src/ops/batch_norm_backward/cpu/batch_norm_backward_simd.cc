@@ -4,7 +4,7 @@
 
 #include "devices/cpu/simd.h"
 
-namespace op::batch_norm_backward::CPU_ISA {
+namespace op::batch_norm_backward {
 namespace {
 
 using simd::f32v;
@@ -87,16 +87,28 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Channel
     }
 }
 
-} // namespace
-
 template <typename T>
-const Kernels<T> &kernels() {
+const Kernels<T> &table() {
     static const Kernels<T> table{sums<T>, apply<T>};
     return table;
 }
 
-template const Kernels<float> &kernels<float>();
-template const Kernels<cpu::f16_t> &kernels<cpu::f16_t>();
-template const Kernels<cpu::bf16_t> &kernels<cpu::bf16_t>();
+} // namespace
+} // namespace op::batch_norm_backward
 
-} // namespace op::batch_norm_backward::CPU_ISA
+// This ISA's tables: CPU_ISA names a cpu::Isa value.
+namespace cpu {
+using op::batch_norm_backward::Kernels;
+template <>
+const Kernels<float> &isaTable<Isa::CPU_ISA, Kernels<float>>() {
+    return op::batch_norm_backward::table<float>();
+}
+template <>
+const Kernels<f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t>>() {
+    return op::batch_norm_backward::table<f16_t>();
+}
+template <>
+const Kernels<bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t>>() {
+    return op::batch_norm_backward::table<bf16_t>();
+}
+} // namespace cpu

@@ -33,28 +33,6 @@ struct Kernels {
                   T *grad_input);
 };
 
-namespace avx512 {
-template <typename T>
-const Kernels<T> &kernels();
-}
-namespace avx2 {
-template <typename T>
-const Kernels<T> &kernels();
-}
-namespace generic {
-template <typename T>
-const Kernels<T> &kernels();
-}
-
-template <typename T>
-const Kernels<T> &selectedKernels() {
-#ifdef INFINI_CPU_MULTI_ISA
-    return cpu::pickIsa(avx512::kernels<T>(), avx2::kernels<T>(), generic::kernels<T>());
-#else
-    return generic::kernels<T>();
-#endif
-}
-
 } // namespace op::batch_norm_backward
 
 #endif

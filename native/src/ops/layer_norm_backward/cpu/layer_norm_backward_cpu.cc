@@ -43,9 +43,9 @@ class CpuDescriptor final : public Descriptor {
         float *weight_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
         float *weight_partials = weight_f32 + dim;
         float *bias_partials = weight_partials + blocks * dim;
-        cpu::selectedConversions<T>().widen(dim, weight, info.weight_stride, weight_f32);
+        cpu::selectedTable<cpu::Conversions<T>>().widen(dim, weight, info.weight_stride, weight_f32);
         cpu::zeroFloats(weight_partials, 2 * blocks * dim);
-        const Kernels<T> &kernels = selectedKernels<T>();
+        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
 
         cpu::runRows(
             plan_, chunk_sums,

@@ -3,7 +3,7 @@
 
 #include "devices/cpu/simd.h"
 
-namespace op::layer_norm_backward::CPU_ISA {
+namespace op::layer_norm_backward {
 namespace {
 
 using simd::f32v;
@@ -44,16 +44,28 @@ void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *gr
     }
 }
 
-} // namespace
-
 template <typename T>
-const Kernels<T> &kernels() {
+const Kernels<T> &table() {
     static const Kernels<T> table{sums<T>, apply<T>};
     return table;
 }
 
-template const Kernels<float> &kernels<float>();
-template const Kernels<cpu::f16_t> &kernels<cpu::f16_t>();
-template const Kernels<cpu::bf16_t> &kernels<cpu::bf16_t>();
+} // namespace
+} // namespace op::layer_norm_backward
 
-} // namespace op::layer_norm_backward::CPU_ISA
+// This ISA's tables: CPU_ISA names a cpu::Isa value.
+namespace cpu {
+using op::layer_norm_backward::Kernels;
+template <>
+const Kernels<float> &isaTable<Isa::CPU_ISA, Kernels<float>>() {
+    return op::layer_norm_backward::table<float>();
+}
+template <>
+const Kernels<f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t>>() {
+    return op::layer_norm_backward::table<f16_t>();
+}
+template <>
+const Kernels<bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t>>() {
+    return op::layer_norm_backward::table<bf16_t>();
+}
+} // namespace cpu

@@ -20,28 +20,6 @@ struct Kernels {
                   const float *weight, T *grad_input, float *weight_partial, float *bias_partial);
 };
 
-namespace avx512 {
-template <typename T>
-const Kernels<T> &kernels();
-}
-namespace avx2 {
-template <typename T>
-const Kernels<T> &kernels();
-}
-namespace generic {
-template <typename T>
-const Kernels<T> &kernels();
-}
-
-template <typename T>
-const Kernels<T> &selectedKernels() {
-#ifdef INFINI_CPU_MULTI_ISA
-    return cpu::pickIsa(avx512::kernels<T>(), avx2::kernels<T>(), generic::kernels<T>());
-#else
-    return generic::kernels<T>();
-#endif
-}
-
 } // namespace op::layer_norm_backward
 
 #endif

@@ -40,9 +40,9 @@ class CpuDescriptor final : public Descriptor {
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         float *w_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
         float *partials = w_f32 + dim;
-        cpu::selectedConversions<T>().widen(dim, w, info.w_stride, w_f32);
+        cpu::selectedTable<cpu::Conversions<T>>().widen(dim, w, info.w_stride, w_f32);
         cpu::zeroFloats(partials, plan_.blocks.count * dim);
-        const Kernels<T> &kernels = selectedKernels<T>();
+        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
 
         cpu::runRows(
             plan_, chunk_sums,
