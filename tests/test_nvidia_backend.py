@@ -1,71 +1,31 @@
-"""The NVIDIA backend against a float64 reference, through the C ABI alone (cffi + numpy; device memory from
-our own infinirt), so it needs neither the Python package nor torch. Skips, saying why, unless the libraries
-(INFINIOP_LIB_DIR, else build/install/lib) report an NVIDIA device."""
-import os
-import pathlib
-
+"""The NVIDIA backend against a float64 reference, through the C ABI (the package's cdef and libraries; device
+memory from our own infinirt), so it needs no torch. Skips, saying why, unless the libraries report an NVIDIA
+device."""
 import numpy as np
 import pytest
 
-cffi = pytest.importorskip("cffi")
 ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from infiniop_py._ffi import ffi, libraries  # noqa: E402  the package's libraries and cdef
 
 NVIDIA = 1
 H2D, D2H = 1, 2
 DTYPES = {np.dtype(np.float32): 13, np.dtype(np.float16): 12, np.dtype(ml_dtypes.bfloat16): 19}
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 2e-3, np.dtype(ml_dtypes.bfloat16): 1.6e-2}
 
-CDEF = """
-typedef int infiniStatus_t;
-typedef struct InfiniopHandle *infiniopHandle_t;
-typedef struct InfiniopTensorDescriptor *T;
-typedef struct InfiniopDescriptor *D;
-infiniStatus_t infinirtGetDeviceCount(int device, int *count);
-infiniStatus_t infinirtSetDevice(int device, int id);
-infiniStatus_t infinirtMalloc(void **p, size_t n);
-infiniStatus_t infinirtFree(void *p);
-infiniStatus_t infinirtMemcpy(void *dst, const void *src, size_t n, int kind);
-infiniStatus_t infinirtStreamCreate(void **s);
-infiniStatus_t infinirtStreamSynchronize(void *s);
-infiniStatus_t infinirtStreamDestroy(void *s);
-infiniStatus_t infiniopCreateHandle(infiniopHandle_t *h);
-infiniStatus_t infiniopDestroyHandle(infiniopHandle_t h);
-infiniStatus_t infiniopCreateTensorDescriptor(T *d, size_t ndim, const size_t *shape, const ptrdiff_t *strides, int dtype);
-infiniStatus_t infiniopDestroyTensorDescriptor(T d);
-infiniStatus_t infiniopCreateRMSNormBackwardDescriptor(infiniopHandle_t, D*, T, T, T, T, T);
-infiniStatus_t infiniopGetRMSNormBackwardWorkspaceSize(D, size_t*);
-infiniStatus_t infiniopRMSNormBackward(D, void*, size_t, void*, void*, const void*, const void*, const void*, void*);
-infiniStatus_t infiniopDestroyRMSNormBackwardDescriptor(D);
-infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(infiniopHandle_t, D*, T, T, T, T, T, T, T);
-infiniStatus_t infiniopGetLayerNormBackwardWorkspaceSize(D, size_t*);
-infiniStatus_t infiniopLayerNormBackward(D, void*, size_t, void*, void*, void*, const void*, const void*, const void*, const void*, void*);
-infiniStatus_t infiniopDestroyLayerNormBackwardDescriptor(D);
-infiniStatus_t infiniopCreateBatchNormBackwardDescriptor(infiniopHandle_t, D*, T, T, T, T, T, T, T, T);
-infiniStatus_t infiniopGetBatchNormBackwardWorkspaceSize(D, size_t*);
-infiniStatus_t infiniopBatchNormBackward(D, void*, size_t, void*, void*, void*, const void*, const void*, const void*, const void*, const void*, void*);
-infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(D);
-"""
-
 
 def _load():
-    lib_dir = pathlib.Path(os.environ.get("INFINIOP_LIB_DIR", pathlib.Path(__file__).parents[1] / "build/install/lib"))
-    ffi = cffi.FFI()
-    ffi.cdef(CDEF)
-    try:
-        rt = ffi.dlopen(str(lib_dir / "libinfinirt.so"), ffi.RTLD_GLOBAL)
-        op = ffi.dlopen(str(lib_dir / "libinfiniop.so"))
-    except OSError as error:
-        pytest.skip(f"libraries not loadable from {lib_dir}: {error}", allow_module_level=True)
+    rt, op = libraries().rt, libraries().op
     count = ffi.new("int*")
     status = rt.infinirtGetDeviceCount(NVIDIA, count)
     if status != 0 or count[0] < 1:
         pytest.skip(f"no NVIDIA device (infinirtGetDeviceCount status {status}, count {count[0]}); "
                     "build with --nv-gpu=y and run on a GPU machine", allow_module_level=True)
     assert rt.infinirtSetDevice(NVIDIA, 0) == 0
-    return ffi, rt, op
+    return rt, op
 
 
-ffi, rt, op = _load()
+rt, op = _load()
 _handle = ffi.new("infiniopHandle_t*")
 assert op.infiniopCreateHandle(_handle) == 0
 HANDLE = _handle[0]
@@ -104,7 +64,7 @@ class DeviceArray:
 
 
 def descriptor(a):
-    d = ffi.new("T*")
+    d = ffi.new("infiniopTensorDescriptor_t *")
     strides = [s // a.itemsize for s in a.strides]
     assert op.infiniopCreateTensorDescriptor(d, a.ndim, list(a.shape), strides, DTYPES[a.dtype]) == 0
     return d[0]
@@ -112,7 +72,7 @@ def descriptor(a):
 
 def run(name, outs, ins, pad=0, stream=ffi.NULL, repeat=1, aliases=None):
     """Runs op `name` on device copies; aliases maps an output index to an input index that shares it."""
-    d = ffi.new("D*")
+    d = ffi.new("infiniopDescriptor_t *")
     tensors = [descriptor(a) for a in outs + ins]
     assert getattr(op, f"infiniopCreate{name}BackwardDescriptor")(HANDLE, d, *tensors) == 0
     for t in tensors:

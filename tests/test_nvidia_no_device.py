@@ -1,11 +1,8 @@
 """A build with CUDA enabled, on a machine without an NVIDIA GPU or driver: the libraries load, NVIDIA runtime
 calls report DEVICE_NOT_FOUND, and the CPU stays the default device. Skips on CPU-only builds and on GPU machines."""
-import os
-import pathlib
-
 import pytest
 
-cffi = pytest.importorskip("cffi")
+from infiniop_py._ffi import ffi, libraries  # noqa: E402  the package's libraries and cdef
 
 CPU, NVIDIA = 0, 1
 DEVICE_TYPE_NOT_SUPPORTED, DEVICE_NOT_FOUND = 5, 6
@@ -13,21 +10,7 @@ DEVICE_TYPE_NOT_SUPPORTED, DEVICE_NOT_FOUND = 5, 6
 
 @pytest.fixture(scope="module")
 def libs():
-    lib_dir = pathlib.Path(os.environ.get("INFINIOP_LIB_DIR", pathlib.Path(__file__).parents[1] / "build/install/lib"))
-    ffi = cffi.FFI()
-    ffi.cdef("""
-        int infinirtGetDeviceCount(int device, int *count);
-        int infinirtSetDevice(int device, int id);
-        int infinirtGetDevice(int *device, int *id);
-        typedef struct InfiniopHandle *infiniopHandle_t;
-        int infiniopCreateHandle(infiniopHandle_t *h);
-        int infiniopDestroyHandle(infiniopHandle_t h);
-    """)
-    try:
-        rt = ffi.dlopen(str(lib_dir / "libinfinirt.so"), ffi.RTLD_GLOBAL)
-        op = ffi.dlopen(str(lib_dir / "libinfiniop.so"))
-    except OSError as error:
-        pytest.skip(f"libraries not loadable from {lib_dir}: {error}")
+    rt, op = libraries().rt, libraries().op
     count = ffi.new("int*", -1)
     status = rt.infinirtGetDeviceCount(NVIDIA, count)
     if status == DEVICE_TYPE_NOT_SUPPORTED:
@@ -45,7 +28,7 @@ def test_device_count_reports_not_found(libs):
 def test_set_device_reports_not_found_and_keeps_cpu(libs):
     ffi, rt, op, _, _ = libs
     assert rt.infinirtSetDevice(NVIDIA, 0) == DEVICE_NOT_FOUND
-    device, device_id = ffi.new("int*"), ffi.new("int*")
+    device, device_id = ffi.new("infiniDevice_t *"), ffi.new("int *")
     assert rt.infinirtGetDevice(device, device_id) == 0 and device[0] == CPU
     handle = ffi.new("infiniopHandle_t*")
     assert op.infiniopCreateHandle(handle) == 0
