@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 namespace {
 
@@ -41,13 +42,14 @@ __C infiniStatus_t infiniopCreateTensorDescriptor(infiniopTensorDescriptor_t *de
         if (!isDtypeCode(dtype)) return INFINI_STATUS_BAD_TENSOR_DTYPE;
         if (!fitsInt64(ndim, shape, strides)) return INFINI_STATUS_BAD_TENSOR_SHAPE;
 
-        auto *desc = new InfiniopTensorDescriptor{dtype, std::vector<size_t>(shape, shape + ndim), {}};
-        desc->strides.resize(ndim);
+        std::vector<ptrdiff_t> element_strides(ndim, 0); // sized at construction: resize() would export a std symbol
         ptrdiff_t contiguous = 1;
         for (size_t i = ndim; i-- > 0;) {
-            desc->strides[i] = strides != nullptr ? strides[i] : contiguous;
+            element_strides[i] = strides != nullptr ? strides[i] : contiguous;
             contiguous *= static_cast<ptrdiff_t>(shape[i]);
         }
+        auto *desc =
+            new InfiniopTensorDescriptor{dtype, std::vector<size_t>(shape, shape + ndim), std::move(element_strides)};
         *desc_ptr = desc;
         return INFINI_STATUS_SUCCESS;
     });
