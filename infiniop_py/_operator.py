@@ -5,7 +5,6 @@ workspace, check that the arrays of each call match the layout it was created fo
 """
 
 import math
-import threading
 
 import numpy as np
 
@@ -71,8 +70,8 @@ class Operator(NativeResource):
         check(getattr(op, query)(pointer[0], size), query)
         self.workspace_size = int(size[0])
         self._run_native = getattr(op, f"infiniop{self._c_name}")
-        self._spare_workspace = None
-        self._workspace_lock = threading.Lock()
+        # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
+        self._spare_workspaces = []
 
     def _descriptor_for(self, name, tensor, temporaries):
         if isinstance(tensor, TensorDesc):
@@ -128,15 +127,16 @@ class Operator(NativeResource):
         return ref, nbytes
 
     def _take_workspace(self):
-        """The reusable workspace, or a new one while another thread uses it."""
-        with self._workspace_lock:
-            workspace, self._spare_workspace = self._spare_workspace, None
-        if workspace is None:
-            if self._handle.device == "cpu":
-                workspace = np.empty(self.workspace_size, dtype=np.uint8)
-            else:
-                workspace = DeviceBuffer(self._handle.device, self._handle.device_id, self.workspace_size)
-        return workspace
+        """An idle (owner, address) workspace, or a new one while other threads use the others."""
+        try:
+            return self._spare_workspaces.pop()
+        except IndexError:
+            pass
+        if self._handle.device == "cpu":
+            owner = np.empty(self.workspace_size, dtype=np.uint8)
+            return owner, ffi.from_buffer(owner)
+        owner = DeviceBuffer(self._handle.device, self._handle.device_id, self.workspace_size)
+        return owner, ffi.cast("void *", owner.address)
 
     def _launch(self, refs, workspace, stream):
         """Run on TensorRefs given in C order."""
@@ -144,7 +144,7 @@ class Operator(NativeResource):
         for name, ref in zip(self.layouts, refs):
             self._require_created_layout(name, ref)
         stream_pointer = _stream_pointer(stream)
-        own_workspace = None
+        own_workspace = None  # (owner, address) taken from the spares
         if workspace is not None:
             workspace_ref, nbytes = self._workspace_from(workspace)
             address = workspace_ref.data
@@ -152,7 +152,7 @@ class Operator(NativeResource):
             address, nbytes = 0, 0
         else:
             own_workspace = self._take_workspace()
-            address = own_workspace.ctypes.data if isinstance(own_workspace, np.ndarray) else own_workspace.address
+            address = own_workspace[1]
             nbytes = self.workspace_size
         try:
             # cffi releases the GIL for the duration of the native call.
@@ -160,8 +160,23 @@ class Operator(NativeResource):
                                       *(ffi.cast("void *", ref.data) for ref in refs), stream_pointer)
         finally:
             if own_workspace is not None:
-                self._spare_workspace = own_workspace
+                self._spare_workspaces.append(own_workspace)
         check(status, f"infiniop{self._c_name}")
+
+    def _run_buffers(self, buffers):
+        """Run on cffi buffers given in C order, on this object's workspace and the default stream: the
+        functional API's fast path, for layouts that already passed every check of _launch."""
+        pointer = self._open_pointer()
+        if self.workspace_size == 0:
+            status = self._run_native(pointer, ffi.NULL, 0, *buffers, ffi.NULL)
+        else:
+            workspace = self._take_workspace()
+            try:
+                status = self._run_native(pointer, workspace[1], self.workspace_size, *buffers, ffi.NULL)
+            finally:
+                self._spare_workspaces.append(workspace)
+        if status != 0:
+            check(status, f"infiniop{self._c_name}")
 
     def _call(self, arrays, workspace, stream):
         refs = [as_tensor(array, name, writable=name in self._outputs) for name, array in arrays.items()]
