@@ -213,6 +213,25 @@ def bn_case(runner, dtype_name, shape, rng, step=1, misalign=0):
     return {"status": 0, "err": max(rel_err(gi, ref_gi), rel_err(gw, sum_gx), rel_err(gb, sum_go))}
 
 
+def empty_case(runner, op, dtype_name, shape, step=1):
+    """No samples to reduce (zero rows / zero batch): the weight and bias gradients are zeros, written over a
+    sentinel; strided gradient vectors cannot be zeroed directly and are refused."""
+    dt, code = DTYPES[dtype_name]
+    length = shape[-1] if op == "LayerNorm" else shape[1]
+    big = [device_copy(np.zeros(shape), dt) for _ in range(3)]
+    gw, gb = spaced_vector(np.full(length, 7.0), dt, step), spaced_vector(np.full(length, 7.0), dt, step)
+    vectors = [device_copy(np.ones(length), dt) for _ in range(1 if op == "LayerNorm" else 3)]
+    if op == "LayerNorm":
+        inputs = [big[1], vectors[0], big[2], device_copy(np.ones(shape[:-1]), dt)]
+    else:
+        inputs = [big[1], big[2], *vectors]
+    status = runner.run(op, code, [big[0], gw, gb], inputs)
+    if status != 0:
+        return {"status": status}
+    return {"status": 0, "err": float(max(np.abs(np.asarray(gw, np.float64)).max(),
+                                          np.abs(np.asarray(gb, np.float64)).max()))}
+
+
 def runtime_case(lib):
     """infinirt on the Ascend device: malloc/free, H2D/D2H copies, memset, streams, synchronize."""
     out = {}
@@ -254,6 +273,11 @@ def cases():
             (f"bn-unaligned/{name}", lambda r, g, n=name: bn_case(r, n, (2, 3, 8), g, misalign=4), 0),
             # aclnnRmsNormGrad takes no strided input: the backend refuses it at create time (BAD_TENSOR_STRIDES).
             (f"rms-strided/{name}", lambda r, g, n=name: rms_case(r, n, (3, 16), g, pad=4), 12),
+            (f"ln-no-rows/{name}", lambda r, g, n=name: empty_case(r, "LayerNorm", n, (0, 3, 16)), 0),
+            (f"bn-no-batch/{name}", lambda r, g, n=name: empty_case(r, "BatchNorm", n, (0, 4, 5)), 0),
+            # Empty sums are zeroed directly, which needs packed gradient vectors.
+            (f"ln-no-rows-strided/{name}", lambda r, g, n=name: empty_case(r, "LayerNorm", n, (0, 16), step=2), 12),
+            (f"bn-no-batch-strided/{name}", lambda r, g, n=name: empty_case(r, "BatchNorm", n, (0, 4, 5), step=2), 12),
         ]
     return out
 
