@@ -6,6 +6,9 @@
 
 #include "ops/rows.h"
 
+#include <initializer_list>
+#include <utility>
+
 namespace ascend {
 
 // (outer, inner, dim) view of rows laid out as `layout`, last dim contiguous.
@@ -44,6 +47,17 @@ inline bool packedRows(const op::RowLayout &layout, size_t rows, size_t dim) {
 }
 
 inline bool unitStride(size_t length, ptrdiff_t stride) { return length <= 1 || stride == 1; }
+
+// Vectors of `length` elements that are empty sums (no samples to reduce): zeroed at each run, which needs
+// every one packed; BAD_TENSOR_STRIDES otherwise. Each entry is (argument index, stride).
+inline infiniStatus_t addZeroedVectors(Plan &plan, size_t length, size_t element_bytes,
+                                       std::initializer_list<std::pair<size_t, ptrdiff_t>> vectors) {
+    for (auto [index, stride] : vectors) {
+        if (!unitStride(length, stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+    }
+    for (auto [index, stride] : vectors) plan.addZeroFill(index, length * element_bytes);
+    return INFINI_STATUS_SUCCESS;
+}
 
 } // namespace ascend
 

@@ -112,13 +112,9 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
     if (info.elements() > 0) {
         planCalls(info, *plan);
     } else if (info.channels > 0) {
-        // No samples: grad_weight and grad_bias are empty sums, zeroed directly, which needs them packed.
-        if (!ascend::unitStride(info.channels, info.grad_weight_stride) ||
-            !ascend::unitStride(info.channels, info.grad_bias_stride)) {
-            return INFINI_STATUS_BAD_TENSOR_STRIDES;
-        }
-        plan->addZeroFill(kGradWeight, info.channels * infini::dtypeSize(info.dtype));
-        plan->addZeroFill(kGradBias, info.channels * infini::dtypeSize(info.dtype));
+        // No samples: grad_weight and grad_bias are empty sums.
+        INFINI_CHECK(ascend::addZeroedVectors(*plan, info.channels, infini::dtypeSize(info.dtype),
+                                            {{kGradWeight, info.grad_weight_stride}, {kGradBias, info.grad_bias_stride}}));
     }
     INFINI_CHECK(plan->build());
     *desc = new AscendDescriptor(device_id, info, std::move(plan));

@@ -90,13 +90,9 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
     if (info.rows > 0 && info.dim > 0) {
         planCalls(info, *plan);
     } else if (info.dim > 0) {
-        // No rows: grad_weight and grad_bias are empty sums, zeroed directly, which needs them packed.
-        if (!ascend::unitStride(info.dim, info.grad_weight_stride) ||
-            !ascend::unitStride(info.dim, info.grad_bias_stride)) {
-            return INFINI_STATUS_BAD_TENSOR_STRIDES;
-        }
-        plan->addZeroFill(kGradWeight, info.dim * infini::dtypeSize(info.dtype));
-        plan->addZeroFill(kGradBias, info.dim * infini::dtypeSize(info.dtype));
+        // No rows: grad_weight and grad_bias are empty sums.
+        INFINI_CHECK(ascend::addZeroedVectors(*plan, info.dim, infini::dtypeSize(info.dtype),
+                                            {{kGradWeight, info.grad_weight_stride}, {kGradBias, info.grad_bias_stride}}));
     }
     INFINI_CHECK(plan->build());
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
