@@ -131,6 +131,13 @@ infiniStatus_t infiniopGetRMSNormBackwardWorkspaceSize(infiniopRMSNormBackwardDe
 infiniStatus_t infiniopRMSNormBackward(infiniopRMSNormBackwardDescriptor_t desc, void *workspace,
                                        size_t workspace_size, void *grad_x, void *grad_w,
                                        const void *grad_y, const void *x, const void *w, void *stream);
+infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(
+    infiniopHandle_t handle, infiniopRMSNormBackwardDescriptor_t *desc_ptr, infiniopTensorDescriptor_t grad_x_desc,
+    infiniopTensorDescriptor_t grad_w_desc, infiniopTensorDescriptor_t grad_y_desc, infiniopTensorDescriptor_t x_desc,
+    infiniopTensorDescriptor_t w_desc, infiniopTensorDescriptor_t rstd_desc, double epsilon);
+infiniStatus_t infiniopRMSNormBackwardEx(infiniopRMSNormBackwardDescriptor_t desc, void *workspace,
+                                         size_t workspace_size, void *grad_x, void *grad_w, const void *grad_y,
+                                         const void *x, const void *w, const void *rstd, void *stream);
 infiniStatus_t infiniopDestroyRMSNormBackwardDescriptor(infiniopRMSNormBackwardDescriptor_t desc);
 
 /* infiniop/ops/layer_norm_backward.h */
@@ -148,6 +155,12 @@ infiniStatus_t infiniopLayerNormBackward(infiniopLayerNormBackwardDescriptor_t d
                                          void *grad_bias, const void *grad_output, const void *weight,
                                          const void *input_standardization,
                                          const void *input_std_deviation, void *stream);
+infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(
+    infiniopHandle_t handle, infiniopLayerNormBackwardDescriptor_t *desc_ptr,
+    infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,
+    infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
+    infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
+    infiniopTensorDescriptor_t input_std_deviation_desc);
 infiniStatus_t infiniopDestroyLayerNormBackwardDescriptor(infiniopLayerNormBackwardDescriptor_t desc);
 
 /* infiniop/ops/batch_norm_backward.h */
@@ -165,6 +178,20 @@ infiniStatus_t infiniopBatchNormBackward(infiniopBatchNormBackwardDescriptor_t d
                                          void *grad_bias, const void *input, const void *grad_output,
                                          const void *weight, const void *running_mean,
                                          const void *running_var, void *stream);
+infiniStatus_t infiniopCreateBatchNormBackwardDescriptorEx(
+    infiniopHandle_t handle, infiniopBatchNormBackwardDescriptor_t *desc_ptr,
+    infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,
+    infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t input_desc,
+    infiniopTensorDescriptor_t grad_output_desc, infiniopTensorDescriptor_t weight_desc,
+    infiniopTensorDescriptor_t running_mean_desc, infiniopTensorDescriptor_t running_var_desc,
+    infiniopTensorDescriptor_t save_mean_desc, infiniopTensorDescriptor_t save_invstd_desc, double epsilon,
+    int training);
+infiniStatus_t infiniopBatchNormBackwardEx(infiniopBatchNormBackwardDescriptor_t desc, void *workspace,
+                                           size_t workspace_size, void *grad_input, void *grad_weight,
+                                           void *grad_bias, const void *input, const void *grad_output,
+                                           const void *weight, const void *running_mean,
+                                           const void *running_var, const void *save_mean,
+                                           const void *save_invstd, void *stream);
 infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(infiniopBatchNormBackwardDescriptor_t desc);
 """
 
