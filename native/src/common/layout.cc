@@ -39,6 +39,35 @@ infiniStatus_t checkSameNormFloat(std::initializer_list<Tensor> tensors) {
     return isNormFloat(dtype) ? INFINI_STATUS_SUCCESS : INFINI_STATUS_BAD_TENSOR_DTYPE;
 }
 
+infiniStatus_t checkNormDtypesEx(std::initializer_list<Tensor> activations, std::initializer_list<Tensor> parameters,
+                                 std::initializer_list<Tensor> statistics) {
+    infiniDtype_t dtype = (*activations.begin())->dtype;
+    if (!isNormFloat(dtype) && dtype != INFINI_DTYPE_F64) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    for (Tensor t : activations) {
+        if (t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    }
+    const bool half = dtype == INFINI_DTYPE_F16 || dtype == INFINI_DTYPE_BF16;
+    const infiniDtype_t parameter_dtype = dtypeOfFirst(parameters, dtype);
+    if (parameter_dtype != dtype && !(half && parameter_dtype == INFINI_DTYPE_F32)) {
+        return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    }
+    for (Tensor t : parameters) {
+        if (t != nullptr && t->dtype != parameter_dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    }
+    const infiniDtype_t statistic_dtype = dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32;
+    for (Tensor t : statistics) {
+        if (t != nullptr && t->dtype != statistic_dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    }
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniDtype_t dtypeOfFirst(std::initializer_list<Tensor> tensors, infiniDtype_t fallback) {
+    for (Tensor t : tensors) {
+        if (t != nullptr) return t->dtype;
+    }
+    return fallback;
+}
+
 bool sameShape(Tensor a, Tensor b) { return a->shape == b->shape; }
 
 bool isVector(Tensor t, size_t length) { return t->ndim() == 1 && t->shape[0] == length; }
@@ -47,6 +76,39 @@ size_t leadingCount(Tensor t) {
     size_t count = 1;
     for (size_t i = 0; i + 1 < t->ndim(); ++i) count *= t->shape[i];
     return count;
+}
+
+size_t countOf(Tensor t, size_t begin, size_t end) {
+    size_t count = 1;
+    for (size_t i = begin; i < end; ++i) count *= t->shape[i];
+    return count;
+}
+
+bool trailingPacked(Tensor t, size_t k) {
+    if (t->numel() == 0) return true;
+    ptrdiff_t expected = 1;
+    for (size_t i = t->ndim(); i-- > t->ndim() - k;) {
+        if (t->shape[i] > 1 && t->strides[i] != expected) return false;
+        expected *= static_cast<ptrdiff_t>(t->shape[i]);
+    }
+    return true;
+}
+
+bool collapsesToVector(Tensor t, ptrdiff_t *stride) {
+    *stride = 0;
+    bool found = false;
+    ptrdiff_t expected = 0; // the stride the next stepped dim outwards must have
+    for (size_t i = t->ndim(); i-- > 0;) {
+        if (t->shape[i] <= 1) continue;
+        if (!found) {
+            *stride = t->strides[i];
+            found = true;
+        } else if (t->strides[i] != expected) {
+            return false;
+        }
+        expected = t->strides[i] * static_cast<ptrdiff_t>(t->shape[i]);
+    }
+    return true;
 }
 
 bool lastDimContiguous(Tensor t) {

@@ -29,14 +29,13 @@ Factory<Op> factoryOf(infiniDevice_t device) {
     }
 }
 
-template <typename Op, typename... Tensors>
-infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, Tensors... tensors) {
+// make_info(Info *) validates the tensors (the seed or the Ex rules); then the handle's backend builds.
+template <typename Op, typename MakeInfo>
+infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, MakeInfo &&make_info) {
     return infini::guarded([&] {
-        if (handle == nullptr || desc_ptr == nullptr || ((tensors == nullptr) || ...)) {
-            return INFINI_STATUS_NULL_POINTER;
-        }
+        if (handle == nullptr || desc_ptr == nullptr) return INFINI_STATUS_NULL_POINTER;
         typename Op::Info info;
-        INFINI_CHECK(Op::Info::create(&info, tensors...));
+        INFINI_CHECK(make_info(&info));
         Factory<Op> factory = factoryOf<Op>(handle->device);
         if (factory == nullptr) return INFINI_STATUS_DEVICE_TYPE_NOT_SUPPORTED;
         typename Op::Descriptor *desc = nullptr;
@@ -44,6 +43,13 @@ infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **de
         *desc_ptr = desc;
         return INFINI_STATUS_SUCCESS;
     });
+}
+
+// The seed create: every tensor descriptor is required.
+template <typename Op, typename... Tensors>
+infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, Tensors... tensors) {
+    if (((tensors == nullptr) || ...)) return INFINI_STATUS_NULL_POINTER;
+    return createFromInfo<Op>(handle, desc_ptr, [&](typename Op::Info *info) { return Op::Info::create(info, tensors...); });
 }
 
 // The op descriptor behind a C handle; BAD_PARAM when it belongs to another operator.

@@ -37,7 +37,8 @@ __host__ __device__ constexpr int ctaThreads(int group) { return group < 128 ? 1
 constexpr int kMinThreadsPerSm = 512;
 
 inline RowOffsets offsetsOf(const RowLayout &layout) {
-    return RowOffsets{layout.inner, layout.outer_stride, layout.inner_stride};
+    const RowLayout::TwoLevel two = layout.twoLevel();
+    return RowOffsets{two.inner, two.outer_stride, two.inner_stride};
 }
 
 // Everything a kernel needs; `a`, `b` are the two row inputs, `w` the per-column vector, `scalar` one value
@@ -410,7 +411,8 @@ infiniStatus_t run(const Plan &plan, bool vector_ok, Args<T> args, void *workspa
 // Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
 inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
     const ptrdiff_t vec = static_cast<ptrdiff_t>(16 / element_size);
-    for (const RowLayout &l : layouts) {
+    for (const RowLayout &layout : layouts) {
+        const RowLayout::TwoLevel l = layout.twoLevel();
         if (l.outer_stride % vec != 0 || l.inner_stride % vec != 0) return false;
     }
     return true;

@@ -8,28 +8,53 @@
 
 namespace op {
 
-// Offsets of rows laid out as (outer, inner) leading dims with arbitrary strides (2-D tensors: outer == 1).
+// Offsets of rows laid out as up to 7 leading dims with arbitrary strides. Dims of size 1 are dropped and
+// neighbours that step as one dim are merged, so the usual layouts have depth 1 or 2.
 struct RowLayout {
-    size_t inner = 1;
-    ptrdiff_t outer_stride = 0;
-    ptrdiff_t inner_stride = 0;
+    static constexpr size_t kMaxDepth = 7;
+    size_t depth = 0;                   // dims kept, outermost first
+    size_t sizes[kMaxDepth] = {};
+    ptrdiff_t strides[kMaxDepth] = {};
 
-    // The layout of the first `leading` (1 or 2) dims of t.
+    // The layout of the first `leading` (at most kMaxDepth) dims of t.
     static RowLayout of(const InfiniopTensorDescriptor *t, size_t leading) {
         RowLayout layout;
-        if (leading == 2) {
-            layout.outer_stride = t->strides[0];
-            layout.inner = t->shape[1];
-            layout.inner_stride = t->strides[1];
-        } else {
-            layout.inner = t->shape[0];
-            layout.inner_stride = t->strides[0];
+        for (size_t i = 0; i < leading; ++i) {
+            if (t->shape[i] == 1) continue;
+            size_t last = layout.depth - 1;
+            if (layout.depth > 0 &&
+                layout.strides[last] == t->strides[i] * static_cast<ptrdiff_t>(t->shape[i])) {
+                layout.sizes[last] *= t->shape[i];
+                layout.strides[last] = t->strides[i];
+            } else {
+                layout.sizes[layout.depth] = t->shape[i];
+                layout.strides[layout.depth] = t->strides[i];
+                ++layout.depth;
+            }
         }
         return layout;
     }
 
     ptrdiff_t offset(size_t row) const {
-        return static_cast<ptrdiff_t>(row / inner) * outer_stride + static_cast<ptrdiff_t>(row % inner) * inner_stride;
+        if (depth == 1) return static_cast<ptrdiff_t>(row) * strides[0];
+        ptrdiff_t result = 0;
+        for (size_t i = depth; i-- > 0;) {
+            result += static_cast<ptrdiff_t>(row % sizes[i]) * strides[i];
+            row /= sizes[i];
+        }
+        return result;
+    }
+
+    // As (outer, inner) dims: row -> (row / inner) * outer_stride + (row % inner) * inner_stride.
+    // Only for depth <= 2 (what the device backends take).
+    struct TwoLevel {
+        size_t inner;
+        ptrdiff_t outer_stride, inner_stride;
+    };
+    TwoLevel twoLevel() const {
+        if (depth == 0) return {1, 0, 0};
+        if (depth == 1) return {sizes[0], 0, strides[0]};
+        return {sizes[1], strides[0], strides[1]};
     }
 };
 

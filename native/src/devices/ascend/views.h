@@ -12,7 +12,9 @@
 namespace ascend {
 
 // (outer, inner, dim) view of rows laid out as `layout`, last dim contiguous.
-inline TensorSpec rowsView(const op::RowLayout &layout, size_t rows, size_t dim, aclDataType dtype, Buffer buffer) {
+inline TensorSpec rowsView(const op::RowLayout &rows_layout, size_t rows, size_t dim, aclDataType dtype,
+                           Buffer buffer) {
+    const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
     int64_t inner = static_cast<int64_t>(layout.inner);
     int64_t outer = inner == 0 ? 0 : static_cast<int64_t>(rows) / inner;
     int64_t length = static_cast<int64_t>(dim);
@@ -33,13 +35,15 @@ inline TensorSpec vectorView(size_t length, ptrdiff_t stride, aclDataType dtype,
 }
 
 // aclCreateTensor takes non-negative strides only.
-inline bool nonNegative(const op::RowLayout &layout, size_t rows) {
+inline bool nonNegative(const op::RowLayout &rows_layout, size_t rows) {
+    const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
     size_t outer = layout.inner == 0 ? 0 : rows / layout.inner;
     return (outer <= 1 || layout.outer_stride >= 0) && (layout.inner <= 1 || layout.inner_stride >= 0);
 }
 
 // Row r starts at r * dim: the packed layout operators without strided-input support need.
-inline bool packedRows(const op::RowLayout &layout, size_t rows, size_t dim) {
+inline bool packedRows(const op::RowLayout &rows_layout, size_t rows, size_t dim) {
+    const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
     size_t outer = layout.inner == 0 ? 0 : rows / layout.inner;
     bool inner_ok = layout.inner <= 1 || layout.inner_stride == static_cast<ptrdiff_t>(dim);
     bool outer_ok = outer <= 1 || layout.outer_stride == static_cast<ptrdiff_t>(layout.inner * dim);

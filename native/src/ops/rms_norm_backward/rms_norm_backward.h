@@ -13,9 +13,10 @@ class Descriptor : public InfiniopDescriptor {
         : InfiniopDescriptor(device, device_id), info(info) {}
 
     virtual size_t workspaceSize() const = 0;
-    // Arguments already checked: workspace is large enough, data pointers are non-null where needed.
+    // Arguments already checked: workspace is large enough, data pointers are non-null where needed
+    // (grad_w only when info.has_grad_w, rstd only when info.has_rstd).
     virtual infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
-                                     const void *w, void *stream) const = 0;
+                                     const void *w, const void *rstd, void *stream) const = 0;
 
     const Info info;
 };

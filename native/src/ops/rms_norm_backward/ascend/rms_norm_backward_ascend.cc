@@ -23,7 +23,7 @@ class AscendDescriptor final : public Descriptor {
     size_t workspaceSize() const override { return plan_->workspaceSize(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
-                             const void *w, void *stream) const override {
+                             const void *w, const void * /*rstd: seedFeatures only*/, void *stream) const override {
         return plan_->run(workspace, {grad_x, grad_w, grad_y, x, w}, stream);
     }
 
@@ -72,6 +72,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     if (!ascend::packedRows(info.grad_x, info.rows, info.dim) || !ascend::packedRows(info.grad_y, info.rows, info.dim) ||

@@ -23,7 +23,7 @@ class CpuDescriptor final : public Descriptor {
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
-                             const void *w, void *) const override {
+                             const void *w, const void *rstd, void *) const override {
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
             run(workspace, static_cast<T *>(grad_x), static_cast<T *>(grad_w), static_cast<const T *>(grad_y),

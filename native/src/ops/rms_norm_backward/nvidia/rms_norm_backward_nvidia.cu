@@ -39,7 +39,7 @@ class NvidiaDescriptor final : public Descriptor {
     size_t workspaceSize() const override { return plan_.workspaceBytes(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
-                             const void *w, void *stream) const override {
+                             const void *w, const void * /*rstd: seedFeatures only*/, void *stream) const override {
         INFINI_CHECK(nvidia::useDevice(device_id));
         return nvidia::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
@@ -71,6 +71,7 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     rb::Plan plan;
     INFINI_CHECK(rb::makePlan<RmsTerms>(info.dtype, info.rows, info.dim, device_id, &plan));
     *desc = new NvidiaDescriptor(device_id, info, plan);
