@@ -9,7 +9,7 @@ import math
 from typing import NamedTuple, Optional, Tuple
 
 from . import dtypes
-from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, NullPointerError
+from .errors import BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, NullPointerError
 
 
 class TensorSpec(NamedTuple):
@@ -164,11 +164,137 @@ def check_batch_norm_backward(grad_input, grad_weight, grad_bias, input, grad_ou
         _require_no_self_overlap(name, specs[name])
 
 
+# ---------------------------------------------------------------- the ...Ex rules (common/layout.h, info.h createEx)
+
+def _require_ex_dtypes(activations, parameters, statistics):
+    """checkNormDtypesEx: absent (None) tensors are skipped."""
+    first_name, first = next(iter(activations.items()))
+    if first.dtype not in dtypes.EX_SUPPORTED:
+        raise BadTensorDtypeError(f"{first_name}: dtype {dtypes.name(first.dtype)} must be one of F16, BF16, F32, F64")
+    for name, spec in activations.items():
+        if spec.dtype != first.dtype:
+            raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must equal {first_name}'s dtype "
+                                      f"{dtypes.name(first.dtype)}")
+    present = [(name, spec) for name, spec in parameters.items() if spec is not None]
+    if present:
+        parameter_name, parameter = present[0]
+        allowed = (first.dtype, dtypes.F32) if first.dtype in (dtypes.F16, dtypes.BF16) else (first.dtype,)
+        if parameter.dtype not in allowed:
+            raise BadTensorDtypeError(
+                f"{parameter_name}: dtype {dtypes.name(parameter.dtype)} must be "
+                f"{' or '.join(dtypes.name(code) for code in allowed)} for {dtypes.name(first.dtype)} data")
+        for name, spec in present:
+            if spec.dtype != parameter.dtype:
+                raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must equal {parameter_name}'s "
+                                          f"dtype {dtypes.name(parameter.dtype)} (parameters share one dtype)")
+    statistic_dtype = dtypes.F64 if first.dtype == dtypes.F64 else dtypes.F32
+    for name, spec in statistics.items():
+        if spec is not None and spec.dtype != statistic_dtype:
+            raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must be "
+                                      f"{dtypes.name(statistic_dtype)} for {dtypes.name(first.dtype)} data")
+
+
+def _require_epsilon(epsilon):
+    if not (math.isfinite(epsilon) and epsilon >= 0.0):
+        raise BadParamError(f"epsilon: {epsilon!r} must be finite and >= 0")
+
+
+def _require_trailing_packed(name, spec, count):
+    """The last ``count`` dims row-major packed with unit innermost stride (dims of size <= 1 ignored)."""
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    if 0 in shape:
+        return
+    expected = 1
+    for extent, stride in zip(reversed(shape[len(shape) - count:]), reversed(strides[len(shape) - count:])):
+        if extent > 1 and stride != expected:
+            raise BadTensorStridesError(
+                f"{name}: strides {strides} must keep the last {count} (normalized) dims packed, "
+                f"stride 1 innermost"
+            )
+        expected *= extent
+
+
+def _require_collapses_to_vector(name, spec):
+    """Elements on one arithmetic progression in index order (a packed or uniformly strided vector)."""
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    expected = None
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent <= 1:
+            continue
+        if expected is not None and stride != expected:
+            raise BadTensorStridesError(f"{name}: strides {strides} with shape {shape} must step through memory "
+                                        f"as one vector")
+        expected = stride * extent
+
+
+def _require_normalized_ranks(name, spec, normalized, what):
+    ndim = len(spec.shape)
+    if not 1 <= ndim <= 8 or not 1 <= normalized <= ndim:
+        raise BadTensorShapeError(f"{name}: rank {ndim} with {normalized} normalized dims ({what}); the rank must "
+                                  f"be 1..8 and the normalized dims 1..rank")
+
+
+def check_rms_norm_backward_ex(grad_x, grad_w, grad_y, x, w, rstd=None, epsilon=0.0):
+    _require_present({"grad_x": grad_x, "grad_y": grad_y, "x": x, "w": w})
+    _require_epsilon(epsilon)
+    _require_ex_dtypes({"grad_x": grad_x, "grad_y": grad_y, "x": x}, {"w": w, "grad_w": grad_w}, {"rstd": rstd})
+    normalized = len(w.shape)
+    _require_normalized_ranks("grad_x", grad_x, normalized, "w's rank")
+    leading = len(grad_x.shape) - normalized
+    _require_shape("grad_y", grad_y, grad_x.shape, "grad_x.shape")
+    _require_shape("x", x, grad_x.shape, "grad_x.shape")
+    _require_shape("w", w, tuple(grad_x.shape)[leading:], f"grad_x.shape[{leading}:]")
+    if grad_w is not None:
+        _require_shape("grad_w", grad_w, w.shape, "w.shape")
+    if rstd is not None:
+        _require_shape("rstd", rstd, tuple(grad_x.shape)[:leading], f"grad_x.shape[:{leading}]")
+    for name, spec in (("grad_x", grad_x), ("grad_y", grad_y), ("x", x)):
+        _require_trailing_packed(name, spec, normalized)
+    _require_no_self_overlap("grad_x", grad_x)
+    _require_collapses_to_vector("w", w)
+    if grad_w is not None:
+        _require_no_self_overlap("grad_w", grad_w)
+        _require_collapses_to_vector("grad_w", grad_w)
+
+
+def check_layer_norm_backward_ex(grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
+                                 input_std_deviation):
+    _require_present({"grad_input": grad_input, "grad_output": grad_output,
+                      "input_standardization": input_standardization, "input_std_deviation": input_std_deviation})
+    _require_ex_dtypes({"grad_input": grad_input, "grad_output": grad_output,
+                        "input_standardization": input_standardization},
+                       {"weight": weight, "grad_weight": grad_weight, "grad_bias": grad_bias,
+                        "input_std_deviation": input_std_deviation}, {})
+    leading = len(input_std_deviation.shape)
+    _require_normalized_ranks("grad_input", grad_input, len(grad_input.shape) - leading,
+                              "grad_input's rank minus input_std_deviation's")
+    _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
+    _require_shape("input_standardization", input_standardization, grad_input.shape, "grad_input.shape")
+    _require_shape("input_std_deviation", input_std_deviation, tuple(grad_input.shape)[:leading],
+                   f"grad_input.shape[:{leading}]")
+    normalized_shape = tuple(grad_input.shape)[leading:]
+    for name, spec in (("weight", weight), ("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+        if spec is not None:
+            _require_shape(name, spec, normalized_shape, f"grad_input.shape[{leading}:]")
+    normalized = len(normalized_shape)
+    for name, spec in (("grad_input", grad_input), ("grad_output", grad_output),
+                       ("input_standardization", input_standardization)):
+        _require_trailing_packed(name, spec, normalized)
+    _require_no_self_overlap("grad_input", grad_input)
+    if weight is not None:
+        _require_collapses_to_vector("weight", weight)
+    for name, spec in (("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+        if spec is not None:
+            _require_no_self_overlap(name, spec)
+            _require_collapses_to_vector(name, spec)
+
+
 def status_of(check, **specs):
     """The status C would return for these specs: 0, or the status of the error ``check`` raises."""
     try:
         check(**specs)
-    except (NullPointerError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError) as error:
+    except (NullPointerError, BadParamError, BadTensorDtypeError, BadTensorShapeError,
+            BadTensorStridesError) as error:
         return error.status
     return 0
 

@@ -12,8 +12,11 @@ F16 = _CODES["INFINI_DTYPE_F16"]
 F32 = _CODES["INFINI_DTYPE_F32"]
 BF16 = _CODES["INFINI_DTYPE_BF16"]
 
-# The dtypes the operators compute in.
+F64 = _CODES["INFINI_DTYPE_F64"]
+
+# The dtypes the seed entry points compute in; the ...Ex ones add F64.
 SUPPORTED = (F16, F32, BF16)
+EX_SUPPORTED = (F16, F32, BF16, F64)
 
 # Every numpy dtype that has an infiniDtype_t code: arrays of these reach the operator's own
 # dtype rule (which names the tensor), instead of failing at conversion.
@@ -29,7 +32,7 @@ _CODE_BY_NUMPY = {
     np.dtype(np.uint64): _CODES["INFINI_DTYPE_U64"],
     np.dtype(np.float16): F16,
     np.dtype(np.float32): F32,
-    np.dtype(np.float64): _CODES["INFINI_DTYPE_F64"],
+    np.dtype(np.float64): F64,
     np.dtype(ml_dtypes.bfloat16): BF16,
 }
 _NUMPY_BY_CODE = {code: dtype for dtype, code in _CODE_BY_NUMPY.items()}
@@ -38,6 +41,7 @@ _CODE_BY_NAME = {
     "float16": F16, "f16": F16, "half": F16,
     "float32": F32, "f32": F32, "single": F32,
     "bfloat16": BF16, "bf16": BF16,
+    "float64": F64, "f64": F64, "double": F64,
 }
 
 
@@ -71,16 +75,16 @@ def code_of(dtype, tensor="tensor"):
         raise BadTensorDtypeError(f"{tensor}: {dtype!r} is not a dtype ({error})") from None
     if numpy_dtype not in _CODE_BY_NUMPY:
         raise BadTensorDtypeError(
-            f"{tensor}: dtype {numpy_dtype} has no infiniDtype_t code; use float16, float32 or bfloat16"
+            f"{tensor}: dtype {numpy_dtype} has no infiniDtype_t code; use float16, float32, bfloat16 or float64"
         )
     return _CODE_BY_NUMPY[numpy_dtype]
 
 
 def to_numpy(code, tensor="tensor"):
-    """The numpy dtype of a supported compute dtype code (F16, F32, BF16)."""
-    if code not in SUPPORTED:
+    """The numpy dtype of a compute dtype code (F16, F32, BF16, F64)."""
+    if code not in EX_SUPPORTED:
         raise BadTensorDtypeError(
-            f"{tensor}: dtype {name(code)} is not supported; use float16, float32 or bfloat16"
+            f"{tensor}: dtype {name(code)} is not supported; use float16, float32, bfloat16 or float64"
         )
     return _NUMPY_BY_CODE[code]
 

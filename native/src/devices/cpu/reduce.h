@@ -7,6 +7,7 @@
 #include "parallel.h"
 
 #include <cstddef>
+#include <type_traits>
 
 namespace cpu {
 
@@ -30,6 +31,20 @@ void sumBlockPartials(const float *partials, size_t blocks, size_t dim, float *s
         }
         for (size_t j = 0; j < width; ++j) scratch[begin + j] = static_cast<float>(acc[j]);
         conversions.narrow(width, scratch + begin, out + static_cast<ptrdiff_t>(begin) * out_stride, out_stride);
+    });
+}
+
+// F64 data: the partials and the result stay F64 (scratch unused).
+template <typename T>
+void sumBlockPartials(const double *partials, size_t blocks, size_t dim, double *, T *out, ptrdiff_t out_stride) {
+    static_assert(std::is_same_v<T, double>, "F64 partials are summed into F64 outputs");
+    parallelFor((dim + 511) / 512, [&](size_t c) {
+        size_t begin = c * 512, end = dim - begin < 512 ? dim : begin + 512;
+        for (size_t j = begin; j < end; ++j) {
+            double acc = 0.0;
+            for (size_t b = 0; b < blocks; ++b) acc += partials[b * dim + j];
+            out[static_cast<ptrdiff_t>(j) * out_stride] = acc;
+        }
     });
 }
 

@@ -57,11 +57,12 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
     }
 }
 
-inline void zeroFloats(float *data, size_t count) {
+template <typename C>
+void zeroFill(C *data, size_t count) {
     constexpr size_t kPiece = 1 << 16;
     parallelFor((count + kPiece - 1) / kPiece, [&](size_t piece) {
         size_t begin = piece * kPiece, n = count - begin < kPiece ? count - begin : kPiece;
-        std::memset(data + begin, 0, n * sizeof(float));
+        std::memset(data + begin, 0, n * sizeof(C));
     });
 }
 

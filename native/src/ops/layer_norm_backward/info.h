@@ -9,45 +9,82 @@
 namespace op::layer_norm_backward {
 
 struct Info {
-    infiniDtype_t dtype;
-    size_t rows; // all leading dims flattened
-    size_t dim;  // L, the normalized length
+    infiniDtype_t dtype;           // grad_input, grad_output, input_standardization
+    infiniDtype_t parameter_dtype; // weight, grad_weight, grad_bias, input_std_deviation
+    size_t rows;                   // all leading dims flattened
+    size_t dim;                    // L, the normalized length (all normalized dims flattened)
     RowLayout grad_input, grad_output, input_standardization;
     RowLayout input_std_deviation; // one element per row
     ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride;
+    bool has_grad_weight, has_grad_bias, has_weight;
 
+    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what every backend runs.
+    bool seedFeatures() const {
+        return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && has_grad_weight && has_grad_bias &&
+               has_weight && grad_input.depth <= 2 && grad_output.depth <= 2 && input_standardization.depth <= 2 &&
+               input_std_deviation.depth <= 2;
+    }
+
+    // infiniopCreateLayerNormBackwardDescriptor: one dtype of F16/F32/BF16, rank 2 or 3, every tensor given.
     static infiniStatus_t create(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
                                  infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,
                                  infini::Tensor input_standardization, infini::Tensor input_std_deviation) {
         INFINI_CHECK(infini::checkSameNormFloat(
             {grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization, input_std_deviation}));
-
         size_t ndim = grad_input->ndim();
-        if (ndim != 2 && ndim != 3) return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        size_t dim = grad_input->shape.back();
-        std::vector<size_t> leading_shape(grad_input->shape.begin(), grad_input->shape.end() - 1);
+        if ((ndim != 2 && ndim != 3) || input_std_deviation->ndim() != ndim - 1) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        return createEx(info, grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
+                        input_std_deviation);
+    }
+
+    // infiniopCreateLayerNormBackwardDescriptorEx: grad_weight, grad_bias and weight may be NULL.
+    static infiniStatus_t createEx(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
+                                   infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,
+                                   infini::Tensor input_standardization, infini::Tensor input_std_deviation) {
+        if (grad_input == nullptr || grad_output == nullptr || input_standardization == nullptr ||
+            input_std_deviation == nullptr) {
+            return INFINI_STATUS_NULL_POINTER;
+        }
+        INFINI_CHECK(infini::checkNormDtypesEx({grad_input, grad_output, input_standardization},
+                                               {weight, grad_weight, grad_bias, input_std_deviation}, {}));
+
+        const size_t ndim = grad_input->ndim(), leading = input_std_deviation->ndim();
+        if (ndim < 1 || ndim > 8 || leading >= ndim) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        const std::vector<size_t> leading_shape(grad_input->shape.begin(), grad_input->shape.begin() + leading);
+        const std::vector<size_t> normalized_shape(grad_input->shape.begin() + leading, grad_input->shape.end());
+        auto normalizedOrAbsent = [&](infini::Tensor t) { return t == nullptr || t->shape == normalized_shape; };
         if (!infini::sameShape(grad_output, grad_input) || !infini::sameShape(input_standardization, grad_input) ||
-            input_std_deviation->shape != leading_shape || !infini::isVector(grad_weight, dim) ||
-            !infini::isVector(grad_bias, dim) || !infini::isVector(weight, dim)) {
+            input_std_deviation->shape != leading_shape || !normalizedOrAbsent(weight) ||
+            !normalizedOrAbsent(grad_weight) || !normalizedOrAbsent(grad_bias)) {
             return INFINI_STATUS_BAD_TENSOR_SHAPE;
         }
 
-        if (!infini::lastDimContiguous(grad_input) || !infini::lastDimContiguous(grad_output) ||
-            !infini::lastDimContiguous(input_standardization) || !infini::nonOverlapping(grad_input) ||
-            !infini::nonOverlapping(grad_weight) || !infini::nonOverlapping(grad_bias)) {
+        const size_t normalized = ndim - leading;
+        ptrdiff_t weight_stride = 0, grad_weight_stride = 0, grad_bias_stride = 0;
+        auto outputVector = [](infini::Tensor t, ptrdiff_t *stride) {
+            return t == nullptr || (infini::nonOverlapping(t) && infini::collapsesToVector(t, stride));
+        };
+        if (!infini::trailingPacked(grad_input, normalized) || !infini::trailingPacked(grad_output, normalized) ||
+            !infini::trailingPacked(input_standardization, normalized) || !infini::nonOverlapping(grad_input) ||
+            (weight != nullptr && !infini::collapsesToVector(weight, &weight_stride)) ||
+            !outputVector(grad_weight, &grad_weight_stride) || !outputVector(grad_bias, &grad_bias_stride)) {
             return INFINI_STATUS_BAD_TENSOR_STRIDES;
         }
 
         *info = Info{grad_input->dtype,
-                     infini::leadingCount(grad_input),
-                     dim,
-                     RowLayout::of(grad_input, ndim - 1),
-                     RowLayout::of(grad_output, ndim - 1),
-                     RowLayout::of(input_standardization, ndim - 1),
-                     RowLayout::of(input_std_deviation, ndim - 1),
-                     grad_weight->strides[0],
-                     grad_bias->strides[0],
-                     weight->strides[0]};
+                     infini::dtypeOfFirst({weight, grad_weight, grad_bias, input_std_deviation}, grad_input->dtype),
+                     infini::countOf(grad_input, 0, leading),
+                     infini::countOf(grad_input, leading, ndim),
+                     RowLayout::of(grad_input, leading),
+                     RowLayout::of(grad_output, leading),
+                     RowLayout::of(input_standardization, leading),
+                     RowLayout::of(input_std_deviation, leading),
+                     grad_weight_stride,
+                     grad_bias_stride,
+                     weight_stride,
+                     grad_weight != nullptr,
+                     grad_bias != nullptr,
+                     weight != nullptr};
         return INFINI_STATUS_SUCCESS;
     }
 };

@@ -16,6 +16,18 @@ __C infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(
                                     input_std_deviation_desc);
 }
 
+__C infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(
+    infiniopHandle_t handle, infiniopLayerNormBackwardDescriptor_t *desc_ptr,
+    infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,
+    infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
+    infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
+    infiniopTensorDescriptor_t input_std_deviation_desc) {
+    return op::createFromInfo<Op>(handle, desc_ptr, [&](Op::Info *info) {
+        return Op::Info::createEx(info, grad_input_desc, grad_weight_desc, grad_bias_desc, grad_output_desc,
+                                  weight_desc, input_standardization_desc, input_std_deviation_desc);
+    });
+}
+
 __C infiniStatus_t infiniopGetLayerNormBackwardWorkspaceSize(infiniopLayerNormBackwardDescriptor_t desc,
                                                              size_t *size) {
     return op::getWorkspaceSize<Op>(desc, size);
@@ -31,12 +43,13 @@ __C infiniStatus_t infiniopLayerNormBackward(infiniopLayerNormBackwardDescriptor
         INFINI_CHECK(op::descriptorOf<Op>(desc, &op_desc));
         const auto &info = op_desc->info;
         size_t elements = info.rows * info.dim;
+        // An absent tensor (NULL in the Ex create) counts as empty: its pointer is never read.
         INFINI_CHECK(infini::checkRunArgs(workspace, workspace_size, op_desc->workspaceSize(),
                                           {{grad_input, elements},
-                                           {grad_weight, info.dim},
-                                           {grad_bias, info.dim},
+                                           {grad_weight, info.has_grad_weight ? info.dim : 0},
+                                           {grad_bias, info.has_grad_bias ? info.dim : 0},
                                            {grad_output, elements},
-                                           {weight, info.dim},
+                                           {weight, info.has_weight ? info.dim : 0},
                                            {input_standardization, elements},
                                            {input_std_deviation, info.rows}}));
         return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, grad_output, weight,

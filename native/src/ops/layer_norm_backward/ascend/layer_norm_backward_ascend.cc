@@ -77,6 +77,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     // aclCreateTensor takes non-negative strides only.

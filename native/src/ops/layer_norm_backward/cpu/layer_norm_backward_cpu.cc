@@ -4,67 +4,113 @@
 // (devices/cpu/row_driver.h has the schedule).
 #include "../layer_norm_backward.h"
 
-#include "devices/cpu/half.h"
 #include "devices/cpu/row_driver.h"
+#include "devices/cpu/types.h"
 #include "layer_norm_backward_simd.h"
+
+#include <utility>
 
 namespace op::layer_norm_backward {
 namespace {
+
+// F64 is for reference-grade use: plain loops, everything in F64, the same schedule as the fast types.
+cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *xhat, const double *weight) {
+    cpu::PairSums total;
+    for (size_t j = 0; j < n; ++j) {
+        const double g = grad_output[j] * weight[j];
+        total.first += g;
+        total.second += g * xhat[j];
+    }
+    return total;
+}
+
+void applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
+              const double *xhat, const double *weight, double *grad_input, double *weight_partial,
+              double *bias_partial) {
+    for (size_t j = 0; j < n; ++j) {
+        const double go = grad_output[j], xh = xhat[j];
+        if (weight_partial != nullptr) weight_partial[j] += go * xh;
+        if (bias_partial != nullptr) bias_partial[j] += go;
+        grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std;
+    }
+}
+
+template <typename T>
+const Kernels<T> &kernelsFor() {
+    if constexpr (std::is_same_v<T, double>) {
+        static const Kernels<double> f64{sumsF64, applyF64};
+        return f64;
+    } else {
+        return cpu::selectedTable<Kernels<T>>();
+    }
+}
 
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim) {}
 
-    // Chunk sums, weight as F32, then per row block one grad_weight and one grad_bias F32 partial of length L.
+    // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient.
     size_t workspaceSize() const override {
-        return plan_.scratchBytes() + (1 + 2 * plan_.blocks.count) * info.dim * sizeof(float);
+        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        return plan_.scratchBytes() + (1 + partialCount() * plan_.blocks.count) * info.dim * compute;
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *grad_output, const void *weight, const void *input_standardization,
                              const void *input_std_deviation, void *) const override {
-        cpu::withNormFloat(info.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_input), static_cast<T *>(grad_weight), static_cast<T *>(grad_bias),
-                static_cast<const T *>(grad_output), static_cast<const T *>(weight),
-                static_cast<const T *>(input_standardization), static_cast<const T *>(input_std_deviation));
-            return 0;
+        cpu::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
+            using T = decltype(data_tag);
+            using W = decltype(parameter_tag);
+            run(workspace, static_cast<T *>(grad_input), static_cast<W *>(grad_weight), static_cast<W *>(grad_bias),
+                static_cast<const T *>(grad_output), info.has_weight ? static_cast<const W *>(weight) : nullptr,
+                static_cast<const T *>(input_standardization), static_cast<const W *>(input_std_deviation));
         });
         return INFINI_STATUS_SUCCESS;
     }
 
   private:
-    template <typename T>
-    void run(void *workspace, T *grad_input, T *grad_weight, T *grad_bias, const T *grad_output, const T *weight,
-             const T *xhat, const T *std_deviation) const {
+    size_t partialCount() const { return (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0); }
+
+    template <typename T, typename W>
+    void run(void *workspace, T *grad_input, W *grad_weight, W *grad_bias, const T *grad_output, const W *weight,
+             const T *xhat, const W *std_deviation) const {
+        using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim, blocks = plan_.blocks.count;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        float *weight_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
-        float *weight_partials = weight_f32 + dim;
-        float *bias_partials = weight_partials + blocks * dim;
-        cpu::selectedTable<cpu::Conversions<T>>().widen(dim, weight, info.weight_stride, weight_f32);
-        cpu::zeroFloats(weight_partials, 2 * blocks * dim);
-        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
+        C *weight_c = reinterpret_cast<C *>(chunk_sums + plan_.chunks.count);
+        C *next_partials = weight_c + dim;
+        C *weight_partials = info.has_grad_weight ? std::exchange(next_partials, next_partials + blocks * dim) : nullptr;
+        C *bias_partials = info.has_grad_bias ? next_partials : nullptr;
+        cpu::widenVector(dim, weight, info.weight_stride, weight_c);
+        cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
+        const Kernels<T> &kernels = kernelsFor<T>();
+        auto partialOf = [&](C *partials, size_t block, size_t begin) {
+            return partials == nullptr ? nullptr : partials + block * dim + begin;
+        };
 
         cpu::runRows(
             plan_, chunk_sums,
             [&](size_t row, size_t begin, size_t n) {
                 return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
-                                    xhat + info.input_standardization.offset(row) + begin, weight_f32 + begin);
+                                    xhat + info.input_standardization.offset(row) + begin, weight_c + begin);
             },
             [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n) {
-                const float inv_std = 1.0f / cpu::toFloat(std_deviation[info.input_std_deviation.offset(row)]);
-                kernels.apply(n, inv_std, static_cast<float>(total.first / static_cast<double>(dim)),
-                              static_cast<float>(total.second / static_cast<double>(dim)),
+                const C inv_std = static_cast<C>(1.0 / cpu::toDouble(std_deviation[info.input_std_deviation.offset(row)]));
+                kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
+                              static_cast<C>(total.second / static_cast<double>(dim)),
                               grad_output + info.grad_output.offset(row) + begin,
-                              xhat + info.input_standardization.offset(row) + begin, weight_f32 + begin,
+                              xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                               grad_input + info.grad_input.offset(row) + begin,
-                              weight_partials + block * dim + begin, bias_partials + block * dim + begin);
+                              partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin));
             });
-        // weight_f32 is free again: it holds each F32 gradient before narrowing.
-        cpu::sumBlockPartials(weight_partials, blocks, dim, weight_f32, grad_weight, info.grad_weight_stride);
-        cpu::sumBlockPartials(bias_partials, blocks, dim, weight_f32, grad_bias, info.grad_bias_stride);
+        // weight_c is free again: it holds each summed gradient before narrowing.
+        if (weight_partials != nullptr) {
+            cpu::sumBlockPartials(weight_partials, blocks, dim, weight_c, grad_weight, info.grad_weight_stride);
+        }
+        if (bias_partials != nullptr) {
+            cpu::sumBlockPartials(bias_partials, blocks, dim, weight_c, grad_bias, info.grad_bias_stride);
+        }
     }
 
     cpu::RowPlan plan_;

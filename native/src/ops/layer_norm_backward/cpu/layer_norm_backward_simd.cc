@@ -24,23 +24,40 @@ cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *w
         });
 }
 
-template <typename T>
-void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-           const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
+template <typename T, bool kWeight, bool kBias>
+void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
+              const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
     const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
     size_t j = 0;
     for (; j + simd::kWidth <= n; j += simd::kWidth) {
         f32v go = simd::load(grad_output + j), xh = simd::load(xhat + j);
-        simd::store(weight_partial + j, simd::load(weight_partial + j) + go * xh);
-        simd::store(bias_partial + j, simd::load(bias_partial + j) + go);
+        if constexpr (kWeight) simd::store(weight_partial + j, simd::load(weight_partial + j) + go * xh);
+        if constexpr (kBias) simd::store(bias_partial + j, simd::load(bias_partial + j) + go);
         simd::store(grad_input + j, (go * simd::load(weight + j) - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
     }
     for (; j < n; ++j) {
         float go = cpu::toFloat(grad_output[j]), xh = cpu::toFloat(xhat[j]);
-        weight_partial[j] += go * xh;
-        bias_partial[j] += go;
+        if constexpr (kWeight) weight_partial[j] += go * xh;
+        if constexpr (kBias) bias_partial[j] += go;
         grad_input[j] = cpu::fromFloat<T>((go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std);
+    }
+}
+
+template <typename T>
+void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
+           const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
+    auto run = [&](auto kernel) {
+        kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial, bias_partial);
+    };
+    if (weight_partial != nullptr && bias_partial != nullptr) {
+        run(applyRow<T, true, true>);
+    } else if (weight_partial != nullptr) {
+        run(applyRow<T, true, false>);
+    } else if (bias_partial != nullptr) {
+        run(applyRow<T, false, true>);
+    } else {
+        run(applyRow<T, false, false>);
     }
 }
 

@@ -78,6 +78,7 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     rb::Plan plan;
     INFINI_CHECK(rb::makePlan<LayerNormTerms>(info.dtype, info.rows, info.dim, device_id, &plan));
     *desc = new NvidiaDescriptor(device_id, info, plan);

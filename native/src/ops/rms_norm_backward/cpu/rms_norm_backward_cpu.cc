@@ -1,10 +1,10 @@
 // RMSNorm backward on the CPU. Per row: one pass reduces sum(x^2) and sum(grad_y*w*x), a second writes grad_x
-// while the row is still in cache and adds grad_y*x*r into its row block's F32 grad_w partial; the partials
-// are summed in block order at the end (devices/cpu/row_driver.h has the schedule).
+// while the row is still in cache and adds grad_y*x*r into its row block's grad_w partial; the partials are
+// summed in block order at the end (devices/cpu/row_driver.h has the schedule).
 #include "../rms_norm_backward.h"
 
-#include "devices/cpu/half.h"
 #include "devices/cpu/row_driver.h"
+#include "devices/cpu/types.h"
 #include "rms_norm_backward_simd.h"
 
 #include <cmath>
@@ -12,54 +12,91 @@
 namespace op::rms_norm_backward {
 namespace {
 
+// F64 is for reference-grade use: plain loops, everything in F64, the same schedule as the fast types.
+cpu::PairSums sumsF64(size_t n, const double *grad_y, const double *x, const double *w) {
+    cpu::PairSums total;
+    for (size_t j = 0; j < n; ++j) {
+        total.first += x[j] * x[j];
+        total.second += grad_y[j] * w[j] * x[j];
+    }
+    return total;
+}
+
+void applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
+              double *grad_x, double *partial) {
+    for (size_t j = 0; j < n; ++j) {
+        const double gy = grad_y[j], xj = x[j];
+        if (partial != nullptr) partial[j] += gy * xj * r;
+        grad_x[j] = r * gy * w[j] - x_coef * xj;
+    }
+}
+
+template <typename T>
+const Kernels<T> &kernelsFor() {
+    if constexpr (std::is_same_v<T, double>) {
+        static const Kernels<double> f64{sumsF64, applyF64};
+        return f64;
+    } else {
+        return cpu::selectedTable<Kernels<T>>();
+    }
+}
+
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim) {}
 
-    // Chunk sums, w as F32, then one F32 grad_w partial of length D per row block.
+    // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
     size_t workspaceSize() const override {
-        return plan_.scratchBytes() + (1 + plan_.blocks.count) * info.dim * sizeof(float);
+        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        return plan_.scratchBytes() + (1 + (info.has_grad_w ? plan_.blocks.count : 0)) * info.dim * compute;
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
                              const void *w, const void *rstd, void *) const override {
-        cpu::withNormFloat(info.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_x), static_cast<T *>(grad_w), static_cast<const T *>(grad_y),
-                static_cast<const T *>(x), static_cast<const T *>(w));
-            return 0;
+        cpu::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
+            using T = decltype(data_tag);
+            using W = decltype(parameter_tag);
+            run(workspace, static_cast<T *>(grad_x), static_cast<W *>(grad_w), static_cast<const T *>(grad_y),
+                static_cast<const T *>(x), static_cast<const W *>(w), rstd);
         });
         return INFINI_STATUS_SUCCESS;
     }
 
   private:
-    template <typename T>
-    void run(void *workspace, T *grad_x, T *grad_w, const T *grad_y, const T *x, const T *w) const {
+    template <typename T, typename W>
+    void run(void *workspace, T *grad_x, W *grad_w, const T *grad_y, const T *x, const W *w,
+             const void *rstd) const {
+        using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        float *w_f32 = reinterpret_cast<float *>(chunk_sums + plan_.chunks.count);
-        float *partials = w_f32 + dim;
-        cpu::selectedTable<cpu::Conversions<T>>().widen(dim, w, info.w_stride, w_f32);
-        cpu::zeroFloats(partials, plan_.blocks.count * dim);
-        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
+        C *w_c = reinterpret_cast<C *>(chunk_sums + plan_.chunks.count);
+        C *partials = info.has_grad_w ? w_c + dim : nullptr;
+        cpu::widenVector(dim, w, info.w_stride, w_c);
+        if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
+        const Kernels<T> &kernels = kernelsFor<T>();
+        // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
+        auto saved_rstd = [&](size_t row) -> double {
+            return static_cast<const C *>(rstd)[info.rstd.offset(row)];
+        };
 
         cpu::runRows(
             plan_, chunk_sums,
             [&](size_t row, size_t begin, size_t n) {
                 return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
-                                    w_f32 + begin);
+                                    w_c + begin);
             },
             [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n) {
-                // r = 1/sqrt(mean(x^2)); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
-                const double rstd = 1.0 / std::sqrt(total.first / static_cast<double>(dim));
-                const float x_coef = static_cast<float>(rstd * rstd * rstd * total.second / static_cast<double>(dim));
-                kernels.apply(n, static_cast<float>(rstd), x_coef, grad_y + info.grad_y.offset(row) + begin,
-                              x + info.x.offset(row) + begin, w_f32 + begin, grad_x + info.grad_x.offset(row) + begin,
-                              partials + block * dim + begin);
+                // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
+                const double r = info.has_rstd ? saved_rstd(row)
+                                               : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
+                const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
+                kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
+                              x + info.x.offset(row) + begin, w_c + begin, grad_x + info.grad_x.offset(row) + begin,
+                              partials == nullptr ? nullptr : partials + block * dim + begin);
             });
-        // w_f32 is free again: it holds the F32 grad_w before narrowing.
-        cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_f32, grad_w, info.grad_w_stride);
+        // w_c is free again: it holds the summed grad_w before narrowing.
+        if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_c, grad_w, info.grad_w_stride);
     }
 
     cpu::RowPlan plan_;

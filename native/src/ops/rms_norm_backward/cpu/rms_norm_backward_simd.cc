@@ -24,19 +24,29 @@ cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
         });
 }
 
-template <typename T>
-void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x, float *partial) {
+template <typename T, bool kAccumulate>
+void applyRow(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
+              float *partial) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
     size_t j = 0;
     for (; j + simd::kWidth <= n; j += simd::kWidth) {
         f32v gy = simd::load(grad_y + j), xj = simd::load(x + j);
-        simd::store(partial + j, simd::load(partial + j) + gy * xj * r_v);
+        if constexpr (kAccumulate) simd::store(partial + j, simd::load(partial + j) + gy * xj * r_v);
         simd::store(grad_x + j, r_v * gy * simd::load(w + j) - x_coef_v * xj);
     }
     for (; j < n; ++j) {
         float gy = cpu::toFloat(grad_y[j]), xj = cpu::toFloat(x[j]);
-        partial[j] += gy * xj * r;
+        if constexpr (kAccumulate) partial[j] += gy * xj * r;
         grad_x[j] = cpu::fromFloat<T>(r * gy * w[j] - x_coef * xj);
+    }
+}
+
+template <typename T>
+void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x, float *partial) {
+    if (partial != nullptr) {
+        applyRow<T, true>(n, r, x_coef, grad_y, x, w, grad_x, partial);
+    } else {
+        applyRow<T, false>(n, r, x_coef, grad_y, x, w, grad_x, nullptr);
     }
 }
 

@@ -1,10 +1,12 @@
-// RMSNorm backward CPU leaf kernels over one contiguous row segment, built once per ISA.
+// RMSNorm backward CPU leaf kernels over one contiguous row segment: built once per ISA for F16/BF16/F32,
+// and once, scalar, for F64 (rms_norm_backward_cpu.cc).
 #ifndef INFINIOP_SRC_OPS_RMS_NORM_BACKWARD_CPU_SIMD_H
 #define INFINIOP_SRC_OPS_RMS_NORM_BACKWARD_CPU_SIMD_H
 
 #include "devices/cpu/half.h"
 #include "devices/cpu/isa.h"
 #include "devices/cpu/reduce.h"
+#include "devices/cpu/types.h"
 
 #include <cstddef>
 
@@ -12,11 +14,12 @@ namespace op::rms_norm_backward {
 
 template <typename T>
 struct Kernels {
+    using C = cpu::ComputeOf<T>;
     // {sum of x^2, sum of grad_y*w*x} over [0, n), in fixed 4096-element chunks.
-    cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const float *w);
-    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n); grad_x may be grad_y.
-    void (*apply)(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
-                  float *partial);
+    cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const C *w);
+    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n) (partial NULL: grad_w not wanted);
+    // grad_x may be grad_y.
+    void (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const C *w, T *grad_x, C *partial);
 };
 
 } // namespace op::rms_norm_backward

@@ -1,0 +1,54 @@
+// The C++ types behind the dtype pairs of the Ex rule (common/layout.h checkNormDtypesEx), and the vector
+// conversions of the D- or C-length parameters: widened to the compute type before a run, narrowed after.
+#ifndef INFINI_DEVICES_CPU_TYPES_H
+#define INFINI_DEVICES_CPU_TYPES_H
+
+#include "convert_simd.h"
+#include "half.h"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace cpu {
+
+// Sums and coefficients are F32 for F16/BF16/F32 data (F64 for the partial sums of whole rows), F64 for F64.
+template <typename T>
+using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// body(T{}, W{}): T the activations' type, W the parameters' (T, or float for F16/BF16 with F32 parameters).
+template <typename Body>
+void withDataAndParameterTypes(infiniDtype_t dtype, infiniDtype_t parameter_dtype, Body &&body) {
+    const bool f32_parameters = parameter_dtype == INFINI_DTYPE_F32;
+    switch (dtype) {
+    case INFINI_DTYPE_F64: body(double{}, double{}); break;
+    case INFINI_DTYPE_F16: f32_parameters ? body(f16_t{}, float{}) : body(f16_t{}, f16_t{}); break;
+    case INFINI_DTYPE_BF16: f32_parameters ? body(bf16_t{}, float{}) : body(bf16_t{}, bf16_t{}); break;
+    default: body(float{}, float{}); break;
+    }
+}
+
+// One stored value as double (F16/BF16 go through their exact float value).
+template <typename W>
+double toDouble(W value) {
+    if constexpr (std::is_same_v<W, double>) {
+        return value;
+    } else {
+        return toFloat(value);
+    }
+}
+
+// dst[j] = src[j * stride] in the compute type; src NULL (an absent weight) gives ones.
+template <typename W, typename C>
+void widenVector(size_t n, const W *src, ptrdiff_t stride, C *dst) {
+    if (src == nullptr) {
+        for (size_t j = 0; j < n; ++j) dst[j] = C(1);
+    } else if constexpr (std::is_same_v<W, double>) {
+        for (size_t j = 0; j < n; ++j) dst[j] = src[static_cast<ptrdiff_t>(j) * stride];
+    } else {
+        selectedTable<Conversions<W>>().widen(n, src, stride, dst);
+    }
+}
+
+} // namespace cpu
+
+#endif
