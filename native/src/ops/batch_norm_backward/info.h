@@ -6,7 +6,6 @@
 #include "common/status.h"
 
 #include <cmath>
-#include <vector>
 
 namespace op::batch_norm_backward {
 
@@ -69,7 +68,7 @@ struct Info {
                                                {save_mean, save_invstd}));
 
         const size_t ndim = grad_input->ndim();
-        if (ndim < 2 || ndim > 5) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        if (ndim < 2 || ndim > kMaxRank) return INFINI_STATUS_BAD_TENSOR_SHAPE;
         const size_t channels = grad_input->shape[1];
         if (!infini::sameShape(input, grad_input) || !infini::sameShape(grad_output, grad_input)) {
             return INFINI_STATUS_BAD_TENSOR_SHAPE;
@@ -111,24 +110,30 @@ struct Info {
     }
 
   private:
-    // Packed with the dims visited innermost first in `order` (dims of size <= 1 never step; empty t passes).
-    static bool packedInOrder(infini::Tensor t, const std::vector<size_t> &order) {
+    static constexpr size_t kMaxRank = 5;
+
+    // Packed with the dims visited innermost first in order[0..ndim) (dims of size <= 1 never step; empty t
+    // passes).
+    static bool packedInOrder(infini::Tensor t, const size_t *order) {
         if (t->numel() == 0) return true;
         ptrdiff_t expected = 1;
-        for (size_t dim : order) {
+        for (size_t i = 0; i < t->ndim(); ++i) {
+            const size_t dim = order[i];
             if (t->shape[dim] > 1 && t->strides[dim] != expected) return false;
             expected *= static_cast<ptrdiff_t>(t->shape[dim]);
         }
         return true;
     }
 
-    // The one layout all tensors have, channels-first preferred where both fit (e.g. L == 1); false if none.
+    // The one layout all tensors (of one rank <= kMaxRank) have, channels-first preferred where both fit
+    // (e.g. L == 1); false if none. Fixed arrays, not vectors: this header is compiled into the shared library.
     static bool sharedLayout(std::initializer_list<infini::Tensor> tensors, Layout *layout) {
         const size_t ndim = (*tensors.begin())->ndim();
-        std::vector<size_t> first, last{1}; // innermost first
-        for (size_t dim = ndim; dim-- > 0;) first.push_back(dim);
-        for (size_t dim = ndim; dim-- > 2;) last.push_back(dim);
-        last.push_back(0);
+        size_t first[kMaxRank], last[kMaxRank]; // innermost first: (..., 2, 1, 0) and (1, ..., 2, 0)
+        last[0] = 1;
+        for (size_t i = 0; i < ndim; ++i) first[i] = ndim - 1 - i;
+        for (size_t i = 1; i + 1 < ndim; ++i) last[i] = ndim - i;
+        last[ndim - 1] = 0;
         bool all_first = true, all_last = true;
         for (infini::Tensor t : tensors) {
             all_first = all_first && packedInOrder(t, first);
