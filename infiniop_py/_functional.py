@@ -132,23 +132,24 @@ def _launch_packed(operator_class, refs, output_names, options):
     return True
 
 
-def run(operator_class, inputs, output_names, output_specs, out, options=None):
+def run(operator_class, inputs, output_names, output_specs, out, options=None, wanted=None):
     """Convert the inputs, allocate (or take from ``out``) the outputs, run, and return the outputs.
 
     ``inputs``: name -> array (None: absent) in C order; ``output_specs(refs)``: per output, (shape, name of
-    the input whose dtype and device it takes) for a fresh allocation, or None where it is not wanted;
-    ``options``: keyword arguments of ``operator_class``. A layout the native op refuses as strided runs on
+    the input whose dtype and device it takes) for a fresh allocation; ``wanted``: per output, whether it
+    is computed (all by default); ``options``: keyword arguments of ``operator_class``. A layout the native op refuses as strided runs on
     packed copies (see _launch_packed).
     """
     options = options or {}
-    fast_key = _fast_key(operator_class, inputs, out, options)
+    wanted = tuple(wanted or (True,) * len(output_names))
+    fast_key = _fast_key(operator_class, inputs, out, {**options, "wanted": wanted})
     fast_entry = _numpy_fast_path.get(fast_key) if fast_key is not None else None
     if fast_entry is not None:
         result = _run_fast(fast_entry, inputs, out)
         if result is not None:
             return result
     input_refs = {name: None if array is None else as_tensor(array, name) for name, array in inputs.items()}
-    specs = output_specs(input_refs)
+    specs = [spec if want else None for spec, want in zip(output_specs(input_refs), wanted)]
     if out is None:
         out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
     elif not isinstance(out, (tuple, list)) or len(out) != len(output_names):

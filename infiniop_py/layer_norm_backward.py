@@ -48,13 +48,12 @@ def layer_norm_backward(grad_output, weight, input_standardization, input_std_de
     def output_specs(refs):
         normalized = refs["grad_output"].shape[len(refs["input_std_deviation"].shape):]
         parameter = "weight" if refs["weight"] is not None else "input_std_deviation"
-        return ((refs["grad_output"].shape, "grad_output"),
-                (normalized, parameter) if need_grad_weight else None,
-                (normalized, parameter) if need_grad_bias else None)
+        return (refs["grad_output"].shape, "grad_output"), (normalized, parameter), (normalized, parameter)
 
     return _functional.run(
         LayerNormBackward,
         {"grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
          "input_std_deviation": input_std_deviation},
         ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
+        wanted=(True, bool(need_grad_weight), bool(need_grad_bias)),
     )

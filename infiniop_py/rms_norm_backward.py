@@ -39,6 +39,6 @@ def rms_norm_backward(grad_y, x, w, *, eps=0.0, rstd=None, need_grad_weight=True
     Layouts the native op refuses (e.g. a non-unit last stride) run on packed copies, at one extra copy each."""
     return _functional.run(
         RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w, "rstd": rstd}, ("grad_x", "grad_w"),
-        lambda refs: ((refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w") if need_grad_weight else None),
-        out, {"eps": float(eps)},
+        lambda refs: ((refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w")),
+        out, {"eps": float(eps)}, (True, bool(need_grad_weight)),
     )
