@@ -377,3 +377,40 @@ def test_without_ex_entry_points_seed_calls_run_and_ex_calls_name_what_is_missin
         with pytest.raises(errors.BadTensorDtypeError):  # the seed's own rule, mirrored
             infiniop_py.RMSNormBackward(handle, grad_x.astype(F64), grad_w.astype(F64), grad_y.astype(F64),
                                         x.astype(F64), w.astype(F64))
+
+
+# ---------------------------------------------------------------- determinism of the Ex paths across thread counts
+
+EX_DETERMINISM_SCRIPT = """
+import sys
+import numpy as np
+import infiniop_py
+
+data = np.load(sys.argv[1])
+rms = infiniop_py.rms_norm_backward(data["rms_grad_y"], data["rms_x"], data["rms_w"], eps=1e-5)
+rms_no_w = infiniop_py.rms_norm_backward(data["rms_grad_y"], data["rms_x"], data["rms_w"], need_grad_weight=False)
+ln = infiniop_py.layer_norm_backward(data["ln_grad_output"], None, data["ln_xhat"], data["ln_std"])
+mixed = infiniop_py.rms_norm_backward(data["mixed_grad_y"].view(np.float16), data["mixed_x"].view(np.float16),
+                                      data["mixed_w"])
+outputs = [o for o in (*rms, *rms_no_w, *ln, *mixed) if o is not None]
+sys.stdout.buffer.write(b"".join(np.ascontiguousarray(o).tobytes() for o in outputs))
+"""
+
+
+def test_ex_paths_give_identical_bits_with_one_and_two_threads(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(13)
+    rms_grad_y, rms_x, rms_w = rms_inputs(rng, (3, 700, 96), 1, F64)
+    ln_grad_output, _, ln_xhat, ln_std = layer_norm_inputs(rng, (2100, 96), 1, F64)
+    mixed_grad_y, mixed_x, mixed_w = rms_inputs(rng, (2100, 96), 1, F16, F32)
+    path = tmp_path / "inputs.npz"
+    np.savez(path, rms_grad_y=rms_grad_y, rms_x=rms_x, rms_w=rms_w, ln_grad_output=ln_grad_output, ln_xhat=ln_xhat,
+             ln_std=ln_std, mixed_grad_y=mixed_grad_y.view(np.uint16), mixed_x=mixed_x.view(np.uint16),
+             mixed_w=mixed_w)
+    results = [subprocess.run([sys.executable, "-c", EX_DETERMINISM_SCRIPT, str(path)], check=True, timeout=300,
+                              capture_output=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
+               for threads in (1, 2)]
+    assert len(results[0]) > 0 and results[0] == results[1]
