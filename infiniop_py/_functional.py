@@ -7,7 +7,9 @@ import numpy as np
 
 from . import dtypes
 from ._ffi import ffi
-from ._layout import TensorSpec, significant_strides
+from . import _layout
+from ._layout import TensorSpec, contiguous_strides, significant_strides
+from .errors import BadTensorStridesError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -30,17 +32,19 @@ def default_handle(device, device_id):
         return handle
 
 
-def cached_operator(operator_class, refs):
-    """The operator object for these TensorRefs' layouts (a dict in C order), created once per layout."""
-    first = next(iter(refs.values()))
-    key = (operator_class, first.device, first.device_id,
-           tuple((ref.dtype, ref.shape, significant_strides(ref.shape, ref.strides)) for ref in refs.values()))
+def cached_operator(operator_class, refs, options):
+    """The operator object for these TensorRefs' layouts (a dict in C order, None for absent tensors) and
+    constructor ``options``, created once per layout."""
+    first = next(ref for ref in refs.values() if ref is not None)
+    key = (operator_class, first.device, first.device_id, tuple(sorted(options.items())),
+           tuple(None if ref is None else (ref.dtype, ref.shape, significant_strides(ref.shape, ref.strides))
+                 for ref in refs.values()))
     with _lock:
         operator = _operators.get(key)
         if operator is None:
             handle = default_handle(first.device, first.device_id)
-            specs = [TensorSpec(ref.shape, ref.dtype, ref.strides) for ref in refs.values()]
-            operator = _operators[key] = operator_class(handle, *specs)
+            specs = [None if ref is None else TensorSpec(ref.shape, ref.dtype, ref.strides) for ref in refs.values()]
+            operator = _operators[key] = operator_class(handle, *specs, **options)
             # An evicted operator is not closed: another thread may be running it; the
             # garbage collector destroys it once nobody does.
             while len(_operators) > CACHE_SIZE:
@@ -62,14 +66,17 @@ def new_output(like, shape, like_name):
 
 
 def _layouts(arrays):
-    """(type, dtype, shape, byte strides) of each array; AttributeError for objects without numpy's attributes."""
-    return tuple([(type(array), array.dtype, array.shape, array.strides) for array in arrays])
+    """(type, dtype, shape, byte strides) of each array (None stays None); AttributeError for objects without
+    numpy's attributes."""
+    return tuple([None if array is None else (type(array), array.dtype, array.shape, array.strides)
+                  for array in arrays])
 
 
-def _fast_key(operator_class, inputs, out):
+def _fast_key(operator_class, inputs, out, options):
     """The fast-path key of a call; entries exist only for all-numpy calls (see run), so others never match."""
     try:
-        return operator_class, None if out is None else _layouts(out), _layouts(inputs.values())
+        return (operator_class, tuple(sorted(options.items())), None if out is None else _layouts(out),
+                _layouts(inputs.values()))
     except (AttributeError, TypeError):  # not numpy-like, or out not a sequence
         return None
 
@@ -79,40 +86,93 @@ def _run_fast(entry, inputs, out):
     checks everything and raises the precise error)."""
     operator, output_specs = entry
     if out is None:
-        out = tuple(np.empty(shape, dtype=dtype) for shape, dtype in output_specs)
+        out = tuple(None if spec is None else np.empty(spec[0], dtype=spec[1]) for spec in output_specs)
     try:
-        buffers = [ffi.from_buffer(array, require_writable=True) for array in out]
-        buffers += [ffi.from_buffer(array) for array in inputs.values()]
+        buffers = [ffi.NULL if array is None else ffi.from_buffer(array, require_writable=True) for array in out]
+        buffers += [ffi.NULL if array is None else ffi.from_buffer(array) for array in inputs.values()]
     except (BufferError, TypeError, ValueError):  # strided (not C-contiguous) or read-only
         return None
-    operator._run_buffers(buffers)
+    operator._run_buffers(buffers[:len(operator.layouts)])
     return tuple(out)
 
 
-def run(operator_class, inputs, output_names, output_shapes, out):
+def _packed(ref, name, writable):
+    """A packed (C-contiguous) copy of ref's array, or None where it is packed already or cannot be copied
+    (an output that overlaps itself has no one value per element to copy back)."""
+    if significant_strides(ref.shape, ref.strides) == significant_strides(ref.shape, contiguous_strides(ref.shape)):
+        return None
+    if writable and not _layout.non_overlapping(TensorSpec(ref.shape, ref.dtype, ref.strides)):
+        return None
+    owner = ref.owner
+    if isinstance(owner, np.ndarray):
+        copy = np.ascontiguousarray(owner)
+    elif hasattr(owner, "contiguous") and hasattr(owner, "copy_"):  # torch
+        copy = owner.contiguous()
+    else:
+        return None
+    return as_tensor(copy, name, writable=writable)
+
+
+def _launch_packed(operator_class, refs, output_names, options):
+    """Run on packed copies of the arrays whose layout the native op refused, then copy the outputs back.
+    Costs one extra read and write of each copied array."""
+    packed = {name: None if ref is None else _packed(ref, name, name in output_names) for name, ref in refs.items()}
+    if not any(packed.values()):
+        return False
+    run_refs = {name: packed[name] or ref for name, ref in refs.items()}
+    operator = cached_operator(operator_class, run_refs, options)
+    operator._launch([run_refs[name] for name in operator.layouts], None, None)
+    for name in output_names:
+        if packed.get(name) is not None:
+            target, source = refs[name].owner, packed[name].owner
+            if isinstance(target, np.ndarray):
+                np.copyto(target, source)
+            else:
+                target.copy_(source)
+    return True
+
+
+def run(operator_class, inputs, output_names, output_specs, out, options=None, wanted=None):
     """Convert the inputs, allocate (or take from ``out``) the outputs, run, and return the outputs.
 
-    ``inputs``: name -> array in C order; ``output_shapes``: the shapes of a fresh allocation.
+    ``inputs``: name -> array (None: absent) in C order; ``output_specs(refs)``: per output, (shape, name of
+    the input whose dtype and device it takes) for a fresh allocation; ``wanted``: per output, whether it
+    is computed (all by default); ``options``: keyword arguments of ``operator_class``. A layout the native op refuses as strided runs on
+    packed copies (see _launch_packed).
     """
-    fast_key = _fast_key(operator_class, inputs, out)
+    options = options or {}
+    wanted = tuple(wanted or (True,) * len(output_names))
+    fast_key = _fast_key(operator_class, inputs, out, {**options, "wanted": wanted})
     fast_entry = _numpy_fast_path.get(fast_key) if fast_key is not None else None
     if fast_entry is not None:
         result = _run_fast(fast_entry, inputs, out)
         if result is not None:
             return result
-    input_refs = {name: as_tensor(array, name) for name, array in inputs.items()}
+    input_refs = {name: None if array is None else as_tensor(array, name) for name, array in inputs.items()}
+    specs = [spec if want else None for spec, want in zip(output_specs(input_refs), wanted)]
     if out is None:
-        first_name, first = next(iter(input_refs.items()))
-        out = tuple(new_output(first, shape, first_name) for shape in output_shapes(input_refs))
+        out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
     elif not isinstance(out, (tuple, list)) or len(out) != len(output_names):
-        raise TypeError(f"out: expected a tuple of {len(output_names)} arrays ({', '.join(output_names)})")
-    output_refs = {name: as_tensor(array, name, writable=True) for name, array in zip(output_names, out)}
+        raise TypeError(f"out: expected a tuple of {len(output_names)} arrays ({', '.join(output_names)}), "
+                        f"None where an output is not wanted")
+    for name, spec, array in zip(output_names, specs, out):
+        if (spec is None) != (array is None):
+            raise ValueError(f"out: {name} is {'not ' if spec is None else ''}wanted, so pass "
+                             f"{'None' if spec is None else 'an array'} for it")
+    output_refs = {name: None if array is None else as_tensor(array, name, writable=True)
+                   for name, array in zip(output_names, out)}
     refs = {**output_refs, **input_refs}
-    operator = cached_operator(operator_class, refs)
-    operator._launch(list(refs.values()), None, None)
-    if fast_key is not None and all(type(array) is np.ndarray for array in (*out, *inputs.values())):
+    try:
+        operator = cached_operator(operator_class, refs, options)
+    except BadTensorStridesError:
+        if _launch_packed(operator_class, refs, output_names, options):
+            return tuple(out)
+        raise
+    operator._launch([refs[name] for name in operator.layouts], None, None)
+    arrays = [array for array in (*out, *inputs.values()) if array is not None]
+    if fast_key is not None and all(type(array) is np.ndarray for array in arrays):
         with _lock:
             if len(_numpy_fast_path) >= CACHE_SIZE:
                 _numpy_fast_path.clear()
-            _numpy_fast_path[fast_key] = (operator, [(array.shape, array.dtype) for array in out])
+            _numpy_fast_path[fast_key] = (operator, [None if a is None else (a.shape, a.dtype) for a in out])
     return tuple(out)

@@ -90,6 +90,15 @@ def _require_fully_contiguous(name, spec):
             )
 
 
+def non_overlapping(spec):
+    """No two elements share an address."""
+    try:
+        _require_no_self_overlap("tensor", spec)
+    except BadTensorStridesError:
+        return False
+    return True
+
+
 def _require_no_self_overlap(name, spec):
     shape, strides = tuple(spec.shape), strides_of(spec)
     if math.prod(shape) == 0:

@@ -14,7 +14,7 @@ from ._ffi import ffi, libraries
 from ._layout import TensorSpec, contiguous_strides, significant_strides
 from ._resource import NativeResource
 from .errors import (BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
-                     InsufficientWorkspaceError, check)
+                     InsufficientWorkspaceError, NotImplementedStatusError, check)
 from .handle import Handle
 from .tensors import TensorDesc, as_tensor, is_array
 
@@ -33,45 +33,88 @@ def _stream_pointer(stream):
     return ffi.cast("void *", stream)
 
 
+def _native_function(library, name):
+    """A C function of the loaded library, or None where it lacks it (an InfiniCore install has no ...Ex)."""
+    try:
+        return getattr(library, name)
+    except AttributeError:
+        return None
+
+
 class Operator(NativeResource):
     """Base of the operator classes. A subclass sets:
 
     _c_name       the C name between "infiniop" and "Descriptor", e.g. "RMSNormBackward"
     _outputs      names of the output tensors (written by the run)
-    _check_layout the _layout.check_* function
-    and passes the tensors to __init__ as a dict in the C argument order.
+    _check_layout the _layout.check_* function of the seed create (used without the Ex entry points)
+    _check_layout_ex  the _layout.check_*_ex function of the Ex create
+    _seed_count   how many of the leading tensors the seed create and run take
+    _has_ex_run   whether infiniop<_c_name>Ex exists (it takes every tensor; else the seed run does)
+    and passes the tensors to __init__ as a dict in the C argument order (None: an absent optional
+    tensor), with the Ex create's scalar arguments as ``options`` and their seed meaning as ``seed_options``.
     """
 
     _c_name = None
     _outputs = ()
     _check_layout = None
+    _check_layout_ex = None
+    _seed_count = None
+    _has_ex_run = False
 
-    def __init__(self, handle, tensors):
+    def __init__(self, handle, tensors, options=None, seed_options=None):
         if not isinstance(handle, Handle):
             raise TypeError(f"handle: expected a Handle, got {type(handle).__name__}")
+        options, seed_options = options or {}, seed_options or {}
         self._handle = handle  # kept alive as long as the descriptor
         handle_pointer = handle.native
         op = libraries().op
+        create_ex = _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
         temporaries = []
         try:
-            descs = {name: self._descriptor_for(name, tensor, temporaries) for name, tensor in tensors.items()}
-            self._check_layout(**descs)
+            descs = {name: None if tensor is None else self._descriptor_for(name, tensor, temporaries)
+                     for name, tensor in tensors.items()}
             pointer = ffi.new(f"infiniop{self._c_name}Descriptor_t *")
-            create = f"infiniopCreate{self._c_name}Descriptor"
-            check(getattr(op, create)(handle_pointer, pointer, *(desc.native for desc in descs.values())), create)
+            if create_ex is not None:
+                self._check_layout_ex(**descs, **options)
+                natives = [ffi.NULL if desc is None else desc.native for desc in descs.values()]
+                status = create_ex(handle_pointer, pointer, *natives, *options.values())
+                check(status, f"infiniopCreate{self._c_name}DescriptorEx")
+            else:
+                self._require_seed_call(descs, options, seed_options)
+                seed_descs = dict(list(descs.items())[:self._seed_count])
+                self._check_layout(**seed_descs)
+                create = f"infiniopCreate{self._c_name}Descriptor"
+                check(getattr(op, create)(handle_pointer, pointer, *(d.native for d in seed_descs.values())), create)
         finally:
             for desc in temporaries:  # the op descriptor copied what it needs
                 desc.close()
         destroy = f"infiniopDestroy{self._c_name}Descriptor"
         self._own(pointer[0], getattr(op, destroy), destroy)
-        self.layouts = {name: TensorSpec(desc.shape, desc.dtype, desc.strides) for name, desc in descs.items()}
+        # name -> TensorSpec, or None for an absent tensor; in the run function's argument order.
+        run_count = len(descs) if (create_ex is not None and self._has_ex_run) else self._seed_count
+        self.layouts = {name: None if desc is None else TensorSpec(desc.shape, desc.dtype, desc.strides)
+                        for name, desc in list(descs.items())[:run_count]}
         size = ffi.new("size_t *")
         query = f"infiniopGet{self._c_name}WorkspaceSize"
         check(getattr(op, query)(pointer[0], size), query)
         self.workspace_size = int(size[0])
-        self._run_native = getattr(op, f"infiniop{self._c_name}")
+        run_name = f"infiniop{self._c_name}Ex" if run_count > self._seed_count else f"infiniop{self._c_name}"
+        self._run_native = getattr(op, run_name)
         # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
         self._spare_workspaces = []
+
+    def _require_seed_call(self, descs, options, seed_options):
+        """Without the Ex entry points only what the seed create expresses can run."""
+        names = list(descs)
+        missing = [name for name in names[:self._seed_count] if descs[name] is None]
+        extra = [name for name in names[self._seed_count:] if descs[name] is not None]
+        changed = [name for name, value in options.items() if value != seed_options.get(name)]
+        if missing or extra or changed:
+            asked = ", ".join([f"{n}=None" for n in missing] + extra + [f"{n}={options[n]!r}" for n in changed])
+            raise NotImplementedStatusError(
+                f"{asked}: needs infiniopCreate{self._c_name}DescriptorEx, which the loaded library "
+                f"({libraries().op_path}) does not have (an InfiniCore install offers only the seed functions)"
+            )
 
     def _descriptor_for(self, name, tensor, temporaries):
         if isinstance(tensor, TensorDesc):
@@ -139,10 +182,15 @@ class Operator(NativeResource):
         return owner, ffi.cast("void *", owner.address)
 
     def _launch(self, refs, workspace, stream):
-        """Run on TensorRefs given in C order."""
+        """Run on TensorRefs given in C order (None where the operator was created without that tensor)."""
         pointer = self._open_pointer()
         for name, ref in zip(self.layouts, refs):
-            self._require_created_layout(name, ref)
+            if (ref is None) != (self.layouts[name] is None):
+                state = "without" if self.layouts[name] is None else "with"
+                raise ValueError(f"{name}: the operator was created {state} it, so pass "
+                                 f"{'None' if state == 'without' else 'an array'}")
+            if ref is not None:
+                self._require_created_layout(name, ref)
         stream_pointer = _stream_pointer(stream)
         own_workspace = None  # (owner, address) taken from the spares
         if workspace is not None:
@@ -157,7 +205,8 @@ class Operator(NativeResource):
         try:
             # cffi releases the GIL for the duration of the native call.
             status = self._run_native(pointer, ffi.cast("void *", address), nbytes,
-                                      *(ffi.cast("void *", ref.data) for ref in refs), stream_pointer)
+                                      *(ffi.NULL if ref is None else ffi.cast("void *", ref.data) for ref in refs),
+                                      stream_pointer)
         finally:
             if own_workspace is not None:
                 self._spare_workspaces.append(own_workspace)
@@ -179,7 +228,8 @@ class Operator(NativeResource):
             check(status, f"infiniop{self._c_name}")
 
     def _call(self, arrays, workspace, stream):
-        refs = [as_tensor(array, name, writable=name in self._outputs) for name, array in arrays.items()]
+        refs = [None if arrays[name] is None else as_tensor(arrays[name], name, writable=name in self._outputs)
+                for name in self.layouts]
         self._launch(refs, workspace, stream)
 
     @property
@@ -188,6 +238,6 @@ class Operator(NativeResource):
 
     def __repr__(self):
         state = ", closed" if self.closed else ""
-        shapes = ", ".join(f"{name}={layout.shape}" for name, layout in self.layouts.items())
+        shapes = ", ".join(f"{name}={layout.shape if layout else None}" for name, layout in self.layouts.items())
         return f"{type(self).__name__}({shapes}{state})"
 

@@ -16,6 +16,7 @@ class BatchNormBackward(Operator):
     _c_name = "BatchNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
     _check_layout = staticmethod(_layout.check_batch_norm_backward)
+    _seed_count = 8
 
     def __init__(self, handle, grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,
                  running_var):
@@ -42,6 +43,7 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
         {"input": input, "grad_output": grad_output, "weight": weight, "running_mean": running_mean,
          "running_var": running_var},
         ("grad_input", "grad_weight", "grad_bias"),
-        lambda refs: (refs["input"].shape, refs["input"].shape[1:2], refs["input"].shape[1:2]),
+        lambda refs: ((refs["input"].shape, "input"), (refs["input"].shape[1:2], "weight"),
+                      (refs["input"].shape[1:2], "weight")),
         out,
     )

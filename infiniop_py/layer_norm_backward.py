@@ -1,5 +1,6 @@
-"""LayerNorm backward: grad_input, grad_weight, grad_bias from grad_output, weight, xhat, std
-(design.md section 2)."""
+"""LayerNorm backward: grad_input, grad_weight, grad_bias from grad_output, weight, xhat, std (design.md
+section 2), with the Ex options: no weight (no affine), gradients not wanted, F32 parameters for F16/BF16
+data, F64, and normalized shapes of several trailing dims."""
 
 from . import _functional, _layout
 from ._operator import Operator
@@ -8,14 +9,17 @@ from ._operator import Operator
 class LayerNormBackward(Operator):
     """Stateful LayerNorm backward for one layout.
 
-    Each tensor argument is a TensorDesc, an array, or a (shape, dtype[, strides]) tuple:
-    grad_input, grad_output, input_standardization of shape (N, L) or (N1, N2, L);
-    grad_weight, grad_bias, weight of shape (L,); input_std_deviation of shape grad_input.shape[:-1].
+    Each tensor argument is a TensorDesc, an array, a (shape, dtype[, strides]) tuple, or None where optional:
+    grad_input, grad_output, input_standardization of any rank 1..8; input_std_deviation of shape
+    grad_input.shape[:s], whose rank s leaves the trailing dims normalized; weight, grad_weight, grad_bias of
+    shape grad_input.shape[s:]; weight None: all ones; grad_weight / grad_bias None: not computed.
     """
 
     _c_name = "LayerNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
     _check_layout = staticmethod(_layout.check_layer_norm_backward)
+    _check_layout_ex = staticmethod(_layout.check_layer_norm_backward_ex)
+    _seed_count = 7
 
     def __init__(self, handle, grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
                  input_std_deviation):
@@ -35,13 +39,21 @@ class LayerNormBackward(Operator):
         }, workspace, stream)
 
 
-def layer_norm_backward(grad_output, weight, input_standardization, input_std_deviation, *, out=None):
-    """(grad_input, grad_weight, grad_bias) of LayerNorm; ``out``: preallocated outputs in that order."""
+def layer_norm_backward(grad_output, weight, input_standardization, input_std_deviation, *, need_grad_weight=True,
+                        need_grad_bias=True, out=None):
+    """(grad_input, grad_weight, grad_bias) of LayerNorm, normalized over the dims after input_std_deviation's.
+    ``weight`` None: no affine (all ones). A gradient not wanted is returned as None. ``out``: preallocated
+    outputs in that order (None for those not wanted). Layouts the native op refuses (e.g. a non-unit last
+    stride) run on packed copies, at one extra copy each."""
+    def output_specs(refs):
+        normalized = refs["grad_output"].shape[len(refs["input_std_deviation"].shape):]
+        parameter = "weight" if refs["weight"] is not None else "input_std_deviation"
+        return (refs["grad_output"].shape, "grad_output"), (normalized, parameter), (normalized, parameter)
+
     return _functional.run(
         LayerNormBackward,
         {"grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
          "input_std_deviation": input_std_deviation},
-        ("grad_input", "grad_weight", "grad_bias"),
-        lambda refs: (refs["grad_output"].shape, refs["grad_output"].shape[-1:], refs["grad_output"].shape[-1:]),
-        out,
+        ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
+        wanted=(True, bool(need_grad_weight), bool(need_grad_bias)),
     )

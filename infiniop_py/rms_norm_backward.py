@@ -1,4 +1,5 @@
-"""RMSNorm backward: grad_x, grad_w from grad_y, x, w (design.md section 2)."""
+"""RMSNorm backward: grad_x, grad_w from grad_y, x, w (design.md section 2), with the Ex options: epsilon, a
+saved rstd, no grad_w, F32 weights for F16/BF16 data, F64, and normalized shapes of several trailing dims."""
 
 from . import _functional, _layout
 from ._operator import Operator
@@ -7,25 +8,37 @@ from ._operator import Operator
 class RMSNormBackward(Operator):
     """Stateful RMSNorm backward for one layout.
 
-    Each tensor argument is a TensorDesc, an array, or a (shape, dtype[, strides]) tuple:
-    grad_x, grad_y, x of shape (N, D) or (N1, N2, D); grad_w, w of shape (D,).
+    Each tensor argument is a TensorDesc, an array, a (shape, dtype[, strides]) tuple, or None where optional:
+    grad_x, grad_y, x of any rank 1..8; w (and grad_w) of shape x.shape[-k:] for the k normalized dims;
+    grad_w None: not computed; rstd (F32, or F64 for F64 data) of shape x.shape[:-k]: the forward's
+    1/sqrt(mean(x^2) + eps), used instead of recomputing it (eps is then unused).
     """
 
     _c_name = "RMSNormBackward"
     _outputs = ("grad_x", "grad_w")
     _check_layout = staticmethod(_layout.check_rms_norm_backward)
+    _check_layout_ex = staticmethod(_layout.check_rms_norm_backward_ex)
+    _seed_count = 5
+    _has_ex_run = True
 
-    def __init__(self, handle, grad_x, grad_w, grad_y, x, w):
-        super().__init__(handle, {"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w})
+    def __init__(self, handle, grad_x, grad_w, grad_y, x, w, rstd=None, *, eps=0.0):
+        super().__init__(handle, {"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w,
+                                  "rstd": rstd},
+                         options={"epsilon": float(eps)}, seed_options={"epsilon": 0.0})
 
-    def __call__(self, grad_x, grad_w, grad_y, x, w, *, workspace=None, stream=None):
+    def __call__(self, grad_x, grad_w, grad_y, x, w, rstd=None, *, workspace=None, stream=None):
         """Write grad_x and grad_w. ``workspace``: an array of >= workspace_size bytes, or None."""
-        self._call({"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w}, workspace, stream)
+        self._call({"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w, "rstd": rstd},
+                   workspace, stream)
 
 
-def rms_norm_backward(grad_y, x, w, *, out=None):
-    """(grad_x, grad_w) of RMSNorm; ``out``: preallocated (grad_x, grad_w), else fresh C-contiguous ones."""
+def rms_norm_backward(grad_y, x, w, *, eps=0.0, rstd=None, need_grad_weight=True, out=None):
+    """(grad_x, grad_w) of RMSNorm y = x * w / sqrt(mean(x^2) + eps), normalized over w's dims (the last w.ndim
+    of x). ``rstd``: the forward's saved 1/sqrt(mean(x^2) + eps) (then eps is unused). grad_w is None when
+    ``need_grad_weight`` is False. ``out``: preallocated (grad_x, grad_w or None), else fresh C-contiguous ones.
+    Layouts the native op refuses (e.g. a non-unit last stride) run on packed copies, at one extra copy each."""
     return _functional.run(
-        RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w}, ("grad_x", "grad_w"),
-        lambda refs: (refs["x"].shape, refs["x"].shape[-1:]), out,
+        RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w, "rstd": rstd}, ("grad_x", "grad_w"),
+        lambda refs: ((refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w")),
+        out, {"eps": float(eps)}, (True, bool(need_grad_weight)),
     )

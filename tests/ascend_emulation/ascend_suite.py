@@ -39,6 +39,12 @@ infiniStatus_t infiniopCreateRMSNormBackwardDescriptor(infiniopHandle_t, D*, inf
 infiniStatus_t infiniopGetRMSNormBackwardWorkspaceSize(D, size_t*);
 infiniStatus_t infiniopRMSNormBackward(D, void*, size_t, void*, void*, const void*, const void*, const void*, void*);
 infiniStatus_t infiniopDestroyRMSNormBackwardDescriptor(D);
+infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, double);
+infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
 infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
@@ -254,6 +260,33 @@ def runtime_case(lib):
     return out
 
 
+def ex_statuses(runner):
+    """Create statuses of the Ex functions on Ascend: seed features build, the others are NOT_IMPLEMENTED (2)."""
+    lib, null = runner.lib, ffi.NULL
+    matrix, vector, rows = np.zeros((4, 8), np.float32), np.zeros(8, np.float32), np.zeros(4, np.float32)
+
+    def create(op, arrays, *scalars):
+        function = getattr(lib, f"infiniopCreate{op}BackwardDescriptorEx")
+        tensors = [null if a is None else runner.descriptor(a, 13) for a in arrays]
+        desc = ffi.new("D*")
+        status = function(runner.handle, desc, *tensors, *scalars)
+        for t in tensors:
+            if t != null:
+                lib.infiniopDestroyTensorDescriptor(t)
+        if status == 0:
+            getattr(lib, f"infiniopDestroy{op}BackwardDescriptor")(desc[0])
+        return status
+
+    rms, ln = "RMSNorm", "LayerNorm"
+    return {
+        "rms_seed_features": create(rms, [matrix, vector, matrix, matrix, vector, None], 0.0),
+        "rms_epsilon": create(rms, [matrix, vector, matrix, matrix, vector, None], 1e-5),
+        "rms_rstd": create(rms, [matrix, vector, matrix, matrix, vector, rows], 0.0),
+        "ln_seed_features": create(ln, [matrix, vector, vector, matrix, vector, matrix, rows]),
+        "ln_no_weight": create(ln, [matrix, vector, vector, matrix, None, matrix, rows]),
+    }
+
+
 def cases():
     """(name, run(runner, rng) -> {"status", "err"}, expected status) for every operator case."""
     out = []
@@ -295,6 +328,7 @@ def main():
         rng = np.random.default_rng(0)
         for name, run, _ in cases():
             results[name] = run(runner, rng)
+        results["ex_statuses"] = ex_statuses(runner)
     print(json.dumps(results))
 
 
