@@ -55,10 +55,34 @@ def new_output(like, shape, like_name):
     numpy_dtype = dtypes.to_numpy(like.dtype, like_name)
     if hasattr(like.owner, "new_empty"):  # torch tensor or DeviceArray: same dtype and device
         return like.owner.new_empty(shape)
+    if _library_of(like.owner) == "cupy":
+        import cupy
+        with cupy.cuda.Device(like.device_id):
+            return cupy.empty(shape, dtype=numpy_dtype)
     if like.device != "cpu":
         raise TypeError(f"{like_name}: cannot allocate outputs on {like.device} for "
                         f"{type(like.owner).__name__}; pass out=")
     return np.empty(shape, dtype=numpy_dtype)
+
+
+def _library_of(array):
+    return type(array).__module__.split(".")[0]
+
+
+def library_stream(ref):
+    """The stream torch or cupy is using on the array's GPU, so the run is ordered after the work that made its
+    inputs (torch's side streams do not wait for the default stream); None (the default stream) otherwise."""
+    if ref.device != "nvidia":
+        return None
+    library = _library_of(ref.owner)
+    if library == "torch":
+        import torch
+        return torch.cuda.current_stream(ref.device_id)
+    if library == "cupy":
+        import cupy
+        with cupy.cuda.Device(ref.device_id):
+            return cupy.cuda.get_current_stream()
+    return None
 
 
 def _layouts(arrays):
@@ -109,7 +133,7 @@ def run(operator_class, inputs, output_names, output_shapes, out):
     output_refs = {name: as_tensor(array, name, writable=True) for name, array in zip(output_names, out)}
     refs = {**output_refs, **input_refs}
     operator = cached_operator(operator_class, refs)
-    operator._launch(list(refs.values()), None, None)
+    operator._launch(list(refs.values()), None, library_stream(next(iter(refs.values()))))
     if fast_key is not None and all(type(array) is np.ndarray for array in (*out, *inputs.values())):
         with _lock:
             if len(_numpy_fast_path) >= CACHE_SIZE:
