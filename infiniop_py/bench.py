@@ -211,10 +211,12 @@ def functional_overhead(repeats, rounds=9):
 
 
 def native_call(operator, addresses, workspace_address, stream_address=0):
-    """The bare C call of an operator object on data addresses (C order), for timing without the Python layer."""
+    """The bare C call of an operator object on data addresses (C order; absent trailing tensors may be left
+    out), for timing without the Python layer."""
     from ._ffi import ffi
 
     pointers = [ffi.cast("void *", address) for address in addresses]
+    pointers += [ffi.NULL] * (len(operator.layouts) - len(pointers))
     native, run_native = operator._open_pointer(), operator._run_native
     workspace, size = ffi.cast("void *", workspace_address), operator.workspace_size
     stream = ffi.cast("void *", stream_address)
