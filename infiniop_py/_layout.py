@@ -298,6 +298,66 @@ def check_layer_norm_backward_ex(grad_input, grad_weight, grad_bias, grad_output
             _require_collapses_to_vector(name, spec)
 
 
+def _packed_in_order(spec, innermost_first):
+    """Packed with the dims visited innermost first (dims of size <= 1 never step; an empty tensor passes)."""
+    shape, strides = tuple(spec.shape), strides_of(spec)
+    if 0 in shape:
+        return True
+    expected = 1
+    for dim in innermost_first:
+        if shape[dim] > 1 and strides[dim] != expected:
+            return False
+        expected *= shape[dim]
+    return True
+
+
+def batch_norm_layout(specs):
+    """'channels_first' or 'channels_last': the packed layout every (N, C, *spatial) spec of ``specs`` has
+    (channels-first where both fit), or None."""
+    ndim = len(next(iter(specs)).shape)
+    first = tuple(range(ndim - 1, -1, -1))
+    last = (1,) + tuple(range(ndim - 1, 1, -1)) + (0,)
+    for name, order in (("channels_first", first), ("channels_last", last)):
+        if all(_packed_in_order(spec, order) for spec in specs):
+            return name
+    return None
+
+
+def check_batch_norm_backward_ex(grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,
+                                 running_var, save_mean=None, save_invstd=None, epsilon=0.0, training=1):
+    _require_present({"grad_input": grad_input, "input": input, "grad_output": grad_output})
+    _require_epsilon(epsilon)
+    if (save_mean is None) != (save_invstd is None):
+        raise BadParamError("save_mean, save_invstd: give both or neither")
+    if not training and save_mean is not None:
+        raise BadParamError("save_mean, save_invstd: eval mode (training=False) uses the running statistics; "
+                            "pass None")
+    if (not training or save_mean is None) and (running_mean is None or running_var is None):
+        raise NullPointerError("running_mean, running_var: needed in eval mode and in training without "
+                               "save_mean/save_invstd")
+    _require_ex_dtypes({"grad_input": grad_input, "input": input, "grad_output": grad_output},
+                       {"weight": weight, "grad_weight": grad_weight, "grad_bias": grad_bias,
+                        "running_mean": running_mean, "running_var": running_var},
+                       {"save_mean": save_mean, "save_invstd": save_invstd})
+    _require_ndim("grad_input", grad_input, (2, 3, 4, 5))
+    _require_shape("input", input, grad_input.shape, "grad_input.shape")
+    _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
+    channels = grad_input.shape[1]
+    for name, spec in (("grad_weight", grad_weight), ("grad_bias", grad_bias), ("weight", weight),
+                       ("running_mean", running_mean), ("running_var", running_var), ("save_mean", save_mean),
+                       ("save_invstd", save_invstd)):
+        if spec is not None:
+            _require_vector(name, spec, channels, "C", "grad_input.shape[1]")
+    if batch_norm_layout((grad_input, input, grad_output)) is None:
+        raise BadTensorStridesError(
+            f"grad_input, input, grad_output: strides {strides_of(grad_input)}, {strides_of(input)}, "
+            f"{strides_of(grad_output)} must all be channels-first packed (row-major) or all channels-last packed "
+            f"(C innermost, then the spatial dims, then N)")
+    for name, spec in (("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+        if spec is not None:
+            _require_no_self_overlap(name, spec)
+
+
 def status_of(check, **specs):
     """The status C would return for these specs: 0, or the status of the error ``check`` raises."""
     try:

@@ -10,10 +10,11 @@ import numpy as np
 F16 = np.dtype(np.float16)
 F32 = np.dtype(np.float32)
 BF16 = np.dtype(ml_dtypes.bfloat16)
+F64 = np.dtype(np.float64)
 SUPPORTED_DTYPES = (F16, F32, BF16)
 
-# Contract accuracy bound: max|err| / max|ref| per output, per dtype.
-TOLERANCE = {F32: 5e-5, F16: 2e-3, BF16: 1.6e-2}
+# Contract accuracy bound: max|err| / max|ref| per output, per dtype (F64: the ...Ex entry points only).
+TOLERANCE = {F32: 5e-5, F16: 2e-3, BF16: 1.6e-2, F64: 1e-12}
 
 # infiniStatus_t values (native/include/infinicore.h).
 SUCCESS = 0
@@ -104,18 +105,43 @@ def layer_norm_backward_reference(grad_output, weight, xhat, std):
     return grad_input, grad_weight, grad_bias
 
 
-def batch_norm_backward_reference(x, grad_output, weight, mean, var):
-    x, go, w, mean, var = f64(x), f64(grad_output), f64(weight), f64(mean), f64(var)
-    n, c, length = x.shape
-    m = n * length
-    inv = 1.0 / np.sqrt(var)
-    xhat = (x - mean[None, :, None]) * inv[None, :, None]
-    sum_go = go.sum(axis=(0, 2))
-    sum_go_xhat = (go * xhat).sum(axis=(0, 2))
+def batch_norm_statistics(mean, var, eps=0.0, save_mean=None, save_invstd=None, training=True):
+    """(mean, invstd) the backward uses: the saved ones in training when given, else the running ones."""
+    if training and save_mean is not None:
+        return f64(save_mean), f64(save_invstd)
+    with np.errstate(divide="ignore"):
+        return f64(mean), 1.0 / np.sqrt(f64(var) + eps)
+
+
+def batch_norm_backward_reference(x, grad_output, weight, mean, var, eps=0.0, save_mean=None, save_invstd=None,
+                                  training=True):
+    """x of shape (N, C, *spatial); weight None: ones (no affine). training=False: the statistics are constants."""
+    x, go = f64(x), f64(grad_output)
+    c = x.shape[1]
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    reduced = (0,) + tuple(range(2, x.ndim))
+    m = x.size // c if c else 0
+    mean, inv = (v.reshape(per_channel) for v in batch_norm_statistics(mean, var, eps, save_mean, save_invstd,
+                                                                       training))
+    w = (np.ones(c) if weight is None else f64(weight)).reshape(per_channel)
+    xhat = (x - mean) * inv
+    sum_go = go.sum(axis=reduced)
+    sum_go_xhat = (go * xhat).sum(axis=reduced)
+    if not training:
+        return go * w * inv, sum_go_xhat, sum_go
     if m == 0:
         return np.zeros(x.shape), sum_go_xhat, sum_go
-    grad_input = (w * inv)[None, :, None] * (go - (sum_go / m)[None, :, None] - xhat * (sum_go_xhat / m)[None, :, None])
+    grad_input = w * inv * (go - sum_go.reshape(per_channel) / m - xhat * sum_go_xhat.reshape(per_channel) / m)
     return grad_input, sum_go_xhat, sum_go
+
+
+def batch_norm_summed_terms(x, grad_output, mean, invstd):
+    """(grad_output * xhat, grad_output), each (N * spatial, C): the terms grad_weight and grad_bias sum."""
+    x, go = f64(x), f64(grad_output)
+    c = x.shape[1]
+    per_channel = (1, c) + (1,) * (x.ndim - 2)
+    xhat = (x - f64(mean).reshape(per_channel)) * f64(invstd).reshape(per_channel)
+    return tuple(np.moveaxis(t, 1, -1).reshape(-1, c) for t in (go * xhat, go))
 
 
 # ---------------------------------------------------------------- inputs (already rounded to dT)
@@ -155,19 +181,24 @@ def layer_norm_inputs(rng, shape, dtype, positive=False):
     return rounded(grad_output, dtype), rounded(weight, dtype), rounded(xhat, dtype), rounded(std[..., 0], dtype)
 
 
-def batch_norm_inputs(rng, shape, dtype, positive=False):
-    """(x, grad_output, weight, running_mean, running_var): mean/var are the batch statistics of the rounded x."""
-    n, c, length = shape
-    x = rng.standard_normal(shape) * rng.uniform(0.5, 3.0, (1, c, 1)) + rng.uniform(-2, 2, (1, c, 1))
+def batch_norm_inputs(rng, shape, dtype, positive=False, parameter_dtype=None):
+    """(x, grad_output, weight, running_mean, running_var) for x of shape (N, C, *spatial): mean/var are the
+    batch statistics of the rounded x. weight, mean and var are in parameter_dtype (default: dtype)."""
+    c = shape[1]
+    per_channel = (1, c) + (1,) * (len(shape) - 2)
+    reduced = (0,) + tuple(range(2, len(shape)))
+    x = rng.standard_normal(shape) * rng.uniform(0.5, 3.0, per_channel) + rng.uniform(-2, 2, per_channel)
     x = rounded(x, dtype)
-    if n * length > 0:
-        mean = f64(x).mean(axis=(0, 2))
-        var = f64(x).var(axis=(0, 2))
+    if c and x.size // c > 0:
+        mean = f64(x).mean(axis=reduced)
+        var = f64(x).var(axis=reduced)
     else:
         mean, var = np.zeros(c), np.ones(c)
     grad_output = rng.uniform(0.0, 1.0, shape) if positive else rng.standard_normal(shape)
     weight = rng.normal(1.0, 0.5, c)
-    return x, rounded(grad_output, dtype), rounded(weight, dtype), rounded(mean, dtype), rounded(var, dtype)
+    parameter_dtype = dtype if parameter_dtype is None else parameter_dtype
+    return (x, rounded(grad_output, dtype), rounded(weight, parameter_dtype), rounded(mean, parameter_dtype),
+            rounded(var, parameter_dtype))
 
 
 # ---------------------------------------------------------------- strided views with the same values
@@ -356,10 +387,10 @@ def _summed_terms(case, name, inputs):
         terms = grad_output * xhat if name == "grad_weight" else grad_output
         return terms.reshape(-1, terms.shape[-1])
     if case is BATCH_NORM and name in ("grad_weight", "grad_bias"):
-        x, grad_output, _, mean, var = (f64(a) for a in inputs)
-        xhat = (x - mean[None, :, None]) / np.sqrt(var)[None, :, None]
-        terms = grad_output * xhat if name == "grad_weight" else grad_output
-        return terms.transpose(0, 2, 1).reshape(-1, terms.shape[1])
+        x, grad_output, _, mean, var = inputs
+        with np.errstate(divide="ignore"):
+            terms = batch_norm_summed_terms(x, grad_output, mean, 1.0 / np.sqrt(f64(var)))
+        return terms[0] if name == "grad_weight" else terms[1]
     return None
 
 
@@ -494,3 +525,61 @@ def sentinel_outputs_and_inputs(case, shape, dtype=F32, seed=0):
 def untouched(array):
     """Still all GuardedOutput.SENTINEL."""
     return bool((array == np.array(GuardedOutput.SENTINEL, array.dtype)).all())
+
+
+# ---------------------------------------------------------------- BatchNorm ...Ex through C
+
+BATCH_NORM_EX_TENSORS = ("grad_input", "grad_weight", "grad_bias", "input", "grad_output", "weight", "running_mean",
+                         "running_var", "save_mean", "save_invstd")
+
+
+def channels_last(values):
+    """An array equal to `values` (N, C, *spatial) laid out channels-last: C innermost, then the spatial dims,
+    then N (NHWC for rank 4)."""
+    order = (0,) + tuple(range(2, values.ndim)) + (1,)
+    return np.ascontiguousarray(values.transpose(order)).transpose(np.argsort(order))
+
+
+def with_batch_layout(values, layout):
+    """`values` laid out 'channels_first' (row-major) or 'channels_last'."""
+    return np.ascontiguousarray(values) if layout == "channels_first" else channels_last(values)
+
+
+def element_strides(array):
+    return tuple(s // array.itemsize for s in array.strides)
+
+
+def batch_norm_ex_create_status(c_handle, specs, epsilon, training):
+    """Status of infiniopCreateBatchNormBackwardDescriptorEx; specs: name -> (shape, dtype, strides) or None."""
+    ffi, op, _ = native()
+    with CTensorDescriptors([specs.get(name) for name in BATCH_NORM_EX_TENSORS]) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        status = op.infiniopCreateBatchNormBackwardDescriptorEx(c_handle, desc_ptr, *descriptors, epsilon, training)
+        if status == SUCCESS:
+            assert op.infiniopDestroyBatchNormBackwardDescriptor(desc_ptr[0]) == SUCCESS
+    return status
+
+
+def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None):
+    """Create (Ex) from the arrays' shapes, dtypes and strides, run (Ex) on them and destroy; returns the run
+    status. arrays: name -> array, absent names are NULL descriptors; ignored: name -> array whose pointer is
+    passed with a NULL descriptor (it must not be touched)."""
+    ffi, op, _ = native()
+    ignored = ignored or {}
+    specs = {name: (a.shape, a.dtype, element_strides(a)) for name, a in arrays.items()}
+    with CTensorDescriptors([specs.get(name) for name in BATCH_NORM_EX_TENSORS]) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        status = op.infiniopCreateBatchNormBackwardDescriptorEx(c_handle, desc_ptr, *descriptors, epsilon, training)
+        assert status == SUCCESS, f"create -> {status}"
+    descriptor = desc_ptr[0]
+    try:
+        size = ffi.new("size_t *")
+        assert op.infiniopGetBatchNormBackwardWorkspaceSize(descriptor, size) == SUCCESS
+        workspace = np.empty(max(size[0], 1), np.uint8)
+        pointers = []
+        for name in BATCH_NORM_EX_TENSORS:
+            array = arrays.get(name, ignored.get(name))
+            pointers.append(ffi.NULL if array is None else data_pointer(array))
+        return op.infiniopBatchNormBackwardEx(descriptor, data_pointer(workspace), size[0], *pointers, ffi.NULL)
+    finally:
+        assert op.infiniopDestroyBatchNormBackwardDescriptor(descriptor) == SUCCESS

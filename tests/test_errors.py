@@ -122,11 +122,13 @@ LAYOUT_CASES = [pytest.param(*c, id=f"{c[0].name}: {c[1]}") for c in layout_case
 
 
 # Where the Ex create (which the operator classes use when the library has it) accepts more than the seed's:
-# F64, any rank for RMS/LN, and an input_std_deviation of lower rank (more dims normalized, so the vectors
-# no longer fit). Devices other than the CPU implement only the seed's features (F64 is not one).
+# F64, any rank for RMS/LN, ranks 2..5 for BN, and an input_std_deviation of lower rank (more dims
+# normalized, so the vectors no longer fit). Devices other than the CPU implement only the seed's features
+# (F64 is not one).
 EX_VERDICTS = {
     **{(op, description): (SUCCESS, None) for op in ("rms_norm_backward", "layer_norm_backward")
        for description in ("all float64", "rank 1", "rank 4")},
+    **{("batch_norm_backward", description): (SUCCESS, None) for description in ("all float64", "rank 2", "rank 4")},
     ("layer_norm_backward", "input_std_deviation (4,)"): (BAD_TENSOR_SHAPE, "weight"),
 }
 NOT_IMPLEMENTED = 2

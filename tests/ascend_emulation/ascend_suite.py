@@ -45,6 +45,12 @@ infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(infiniopHandle_t, D*, i
 infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
+infiniStatus_t infiniopCreateBatchNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, double, int);
+infiniStatus_t infiniopBatchNormBackwardEx(D, void*, size_t, void*, void*, void*, const void*, const void*,
+    const void*, const void*, const void*, const void*, const void*, void*);
 infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
@@ -277,8 +283,19 @@ def ex_statuses(runner):
             getattr(lib, f"infiniopDestroy{op}BackwardDescriptor")(desc[0])
         return status
 
-    rms, ln = "RMSNorm", "LayerNorm"
+    rms, ln, bn = "RMSNorm", "LayerNorm", "BatchNorm"
+    images = np.zeros((2, 8, 3, 5), np.float32)
+    nhwc = np.zeros((2, 3, 5, 8), np.float32).transpose(0, 3, 1, 2)
+    parameters = [vector] * 3  # weight, running_mean, running_var
     return {
+        "bn_seed_features_rank4": create(bn, [images, vector, vector, images, images, *parameters, None, None],
+                                         0.0, 1),
+        "bn_epsilon": create(bn, [images, vector, vector, images, images, *parameters, None, None], 1e-5, 1),
+        "bn_eval": create(bn, [images, vector, vector, images, images, *parameters, None, None], 0.0, 0),
+        "bn_channels_last": create(bn, [nhwc, vector, vector, nhwc, nhwc, *parameters, None, None], 0.0, 1),
+        "bn_saved_statistics": create(bn, [images, vector, vector, images, images, vector, None, None, vector,
+                                           vector], 0.0, 1),
+        "bn_no_grad_bias": create(bn, [images, vector, None, images, images, *parameters, None, None], 0.0, 1),
         "rms_seed_features": create(rms, [matrix, vector, matrix, matrix, vector, None], 0.0),
         "rms_epsilon": create(rms, [matrix, vector, matrix, matrix, vector, None], 1e-5),
         "rms_rstd": create(rms, [matrix, vector, matrix, matrix, vector, rows], 0.0),

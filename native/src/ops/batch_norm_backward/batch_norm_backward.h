@@ -13,10 +13,12 @@ class Descriptor : public InfiniopDescriptor {
         : InfiniopDescriptor(device, device_id), info(info) {}
 
     virtual size_t workspaceSize() const = 0;
-    // Arguments already checked: workspace is large enough, data pointers are non-null where needed.
+    // Arguments already checked: workspace is large enough, data pointers are non-null where needed (the
+    // optional ones only when info says they are used).
     virtual infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                                      const void *input, const void *grad_output, const void *weight,
-                                     const void *running_mean, const void *running_var, void *stream) const = 0;
+                                     const void *running_mean, const void *running_var, const void *save_mean,
+                                     const void *save_invstd, void *stream) const = 0;
 
     const Info info;
 };

@@ -5,41 +5,143 @@
 #include "common/layout.h"
 #include "common/status.h"
 
+#include <cmath>
+
 namespace op::batch_norm_backward {
 
-struct Info {
-    infiniDtype_t dtype;
-    size_t batch, channels, length; // (N, C, L), fully contiguous
-    ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride, running_mean_stride, running_var_stride;
+// How the three big tensors lie in memory, seen as (N, C, L) with L = the spatial dims flattened.
+enum class Layout {
+    channels_first, // (N, C, L) row-major: each (n, c) is a run of L elements
+    channels_last,  // (N, L, C) row-major (NHWC): N*L rows of C contiguous channels
+};
 
+struct Info {
+    infiniDtype_t dtype;           // grad_input, input, grad_output
+    infiniDtype_t parameter_dtype; // weight, grad_weight, grad_bias, running_mean, running_var
+    infiniDtype_t statistic_dtype; // save_mean, save_invstd
+    size_t batch, channels, length; // (N, C, L)
+    Layout layout;
+    ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride, running_mean_stride, running_var_stride,
+        save_mean_stride, save_invstd_stride;
+    bool has_grad_weight, has_grad_bias, has_weight, has_save;
+    bool training;
+    double epsilon;
+
+    size_t elements() const { return batch * channels * length; }
+    // mean and invstd come from running_mean / running_var (otherwise from save_mean / save_invstd).
+    bool usesRunning() const { return !(training && has_save); }
+
+    // Nothing beyond what the seed entry point can ask for (any rank collapses to the seed's (N, C, L)).
+    bool seedFeatures() const {
+        return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && layout == Layout::channels_first &&
+               has_grad_weight && has_grad_bias && has_weight && !has_save && training && epsilon == 0.0;
+    }
+
+    // infiniopCreateBatchNormBackwardDescriptor: one dtype of F16/F32/BF16, rank 3, fully contiguous.
     static infiniStatus_t create(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
                                  infini::Tensor grad_bias, infini::Tensor input, infini::Tensor grad_output,
                                  infini::Tensor weight, infini::Tensor running_mean, infini::Tensor running_var) {
         INFINI_CHECK(infini::checkSameNormFloat(
             {grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean, running_var}));
-
         if (grad_input->ndim() != 3) return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        size_t channels = grad_input->shape[1];
-        if (!infini::sameShape(input, grad_input) || !infini::sameShape(grad_output, grad_input) ||
-            !infini::isVector(grad_weight, channels) || !infini::isVector(grad_bias, channels) ||
-            !infini::isVector(weight, channels) || !infini::isVector(running_mean, channels) ||
-            !infini::isVector(running_var, channels)) {
+        INFINI_CHECK(createEx(info, grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,
+                              running_var, nullptr, nullptr, 0.0, 1));
+        return info->layout == Layout::channels_first ? INFINI_STATUS_SUCCESS : INFINI_STATUS_BAD_TENSOR_STRIDES;
+    }
+
+    // infiniopCreateBatchNormBackwardDescriptorEx (rules in the public header), checked in the order
+    // NULL / parameters, dtypes, shapes, strides.
+    static infiniStatus_t createEx(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
+                                   infini::Tensor grad_bias, infini::Tensor input, infini::Tensor grad_output,
+                                   infini::Tensor weight, infini::Tensor running_mean, infini::Tensor running_var,
+                                   infini::Tensor save_mean, infini::Tensor save_invstd, double epsilon,
+                                   int training) {
+        if (grad_input == nullptr || input == nullptr || grad_output == nullptr) return INFINI_STATUS_NULL_POINTER;
+        if (!std::isfinite(epsilon) || epsilon < 0.0) return INFINI_STATUS_BAD_PARAM;
+        const bool has_save = save_mean != nullptr;
+        if (has_save != (save_invstd != nullptr) || (training == 0 && has_save)) return INFINI_STATUS_BAD_PARAM;
+        if ((training == 0 || !has_save) && (running_mean == nullptr || running_var == nullptr)) {
+            return INFINI_STATUS_NULL_POINTER;
+        }
+        INFINI_CHECK(infini::checkNormDtypesEx({grad_input, input, grad_output},
+                                               {weight, grad_weight, grad_bias, running_mean, running_var},
+                                               {save_mean, save_invstd}));
+
+        const size_t ndim = grad_input->ndim();
+        if (ndim < 2 || ndim > kMaxRank) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        const size_t channels = grad_input->shape[1];
+        if (!infini::sameShape(input, grad_input) || !infini::sameShape(grad_output, grad_input)) {
             return INFINI_STATUS_BAD_TENSOR_SHAPE;
         }
+        for (infini::Tensor vector : {grad_weight, grad_bias, weight, running_mean, running_var, save_mean, save_invstd}) {
+            if (vector != nullptr && !infini::isVector(vector, channels)) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        }
 
-        if (!infini::fullyContiguous(grad_input) || !infini::fullyContiguous(input) ||
-            !infini::fullyContiguous(grad_output) || !infini::nonOverlapping(grad_weight) ||
-            !infini::nonOverlapping(grad_bias)) {
+        Layout layout;
+        if (!sharedLayout({grad_input, input, grad_output}, &layout) ||
+            (grad_weight != nullptr && !infini::nonOverlapping(grad_weight)) ||
+            (grad_bias != nullptr && !infini::nonOverlapping(grad_bias))) {
             return INFINI_STATUS_BAD_TENSOR_STRIDES;
         }
 
-        *info = Info{grad_input->dtype,     grad_input->shape[0],   channels,
-                     grad_input->shape[2],  grad_weight->strides[0], grad_bias->strides[0],
-                     weight->strides[0],    running_mean->strides[0], running_var->strides[0]};
+        const infiniDtype_t dtype = grad_input->dtype;
+        auto strideOf = [](infini::Tensor vector) { return vector != nullptr ? vector->strides[0] : 0; };
+        *info = Info{dtype,
+                     infini::dtypeOfFirst({weight, grad_weight, grad_bias, running_mean, running_var}, dtype),
+                     dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32,
+                     grad_input->shape[0],
+                     channels,
+                     infini::countOf(grad_input, 2, ndim),
+                     layout,
+                     strideOf(grad_weight),
+                     strideOf(grad_bias),
+                     strideOf(weight),
+                     strideOf(running_mean),
+                     strideOf(running_var),
+                     strideOf(save_mean),
+                     strideOf(save_invstd),
+                     grad_weight != nullptr,
+                     grad_bias != nullptr,
+                     weight != nullptr,
+                     has_save,
+                     training != 0,
+                     epsilon};
         return INFINI_STATUS_SUCCESS;
     }
 
-    size_t elements() const { return batch * channels * length; }
+  private:
+    static constexpr size_t kMaxRank = 5;
+
+    // Packed with the dims visited innermost first in order[0..ndim) (dims of size <= 1 never step; empty t
+    // passes).
+    static bool packedInOrder(infini::Tensor t, const size_t *order) {
+        if (t->numel() == 0) return true;
+        ptrdiff_t expected = 1;
+        for (size_t i = 0; i < t->ndim(); ++i) {
+            const size_t dim = order[i];
+            if (t->shape[dim] > 1 && t->strides[dim] != expected) return false;
+            expected *= static_cast<ptrdiff_t>(t->shape[dim]);
+        }
+        return true;
+    }
+
+    // The one layout all tensors (of one rank <= kMaxRank) have, channels-first preferred where both fit
+    // (e.g. L == 1); false if none. Fixed arrays, not vectors: this header is compiled into the shared library.
+    static bool sharedLayout(std::initializer_list<infini::Tensor> tensors, Layout *layout) {
+        const size_t ndim = (*tensors.begin())->ndim();
+        size_t first[kMaxRank], last[kMaxRank]; // innermost first: (..., 2, 1, 0) and (1, ..., 2, 0)
+        last[0] = 1;
+        for (size_t i = 0; i < ndim; ++i) first[i] = ndim - 1 - i;
+        for (size_t i = 1; i + 1 < ndim; ++i) last[i] = ndim - i;
+        last[ndim - 1] = 0;
+        bool all_first = true, all_last = true;
+        for (infini::Tensor t : tensors) {
+            all_first = all_first && packedInOrder(t, first);
+            all_last = all_last && packedInOrder(t, last);
+        }
+        *layout = all_first ? Layout::channels_first : Layout::channels_last;
+        return all_first || all_last;
+    }
 };
 
 } // namespace op::batch_norm_backward

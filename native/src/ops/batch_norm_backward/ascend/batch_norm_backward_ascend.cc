@@ -24,7 +24,8 @@ class AscendDescriptor final : public Descriptor {
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *input, const void *grad_output, const void *weight,
-                             const void *running_mean, const void *running_var, void *stream) const override {
+                             const void *running_mean, const void *running_var, const void * /*save_mean*/,
+                             const void * /*save_invstd: seedFeatures only*/, void *stream) const override {
         return plan_->run(workspace, {grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,
                                       running_var},
                           stream);
@@ -102,6 +103,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     if (info.weight_stride < 0 || info.running_mean_stride < 0 || info.running_var_stride < 0 ||

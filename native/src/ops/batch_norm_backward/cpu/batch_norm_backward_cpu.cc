@@ -1,51 +1,108 @@
-// BatchNorm backward on the CPU, in two passes over fixed tiles of (batch block, length chunk):
-// pass 1 sums grad_output and grad_output*(x - mean) per channel into each tile's F64 partials, which are
-// then added in tile order; pass 2 writes grad_input = a*grad_output + b*(x - mean) + c per channel.
+// BatchNorm backward on the CPU, in two passes over fixed tiles: pass 1 sums grad_output and
+// grad_output*(x - mean) per channel into each tile's F64 partials, which are then added in tile order;
+// pass 2 writes grad_input = scale_grad*grad_output + scale_centered*(x - mean) + shift per channel.
+// Tiles depend on the shape only, so results do not depend on the thread count. Channels-first tensors
+// are tiled as (batch block, length chunk); channels-last ones (and L == 1) as blocks of rows of C
+// channels. F64 takes a scalar path of its own (batch_norm_backward_f64.h).
 #include "../batch_norm_backward.h"
 
+#include "batch_norm_backward_channels.h"
+#include "batch_norm_backward_f64.h"
 #include "batch_norm_backward_simd.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
 
 #include <algorithm>
-#include <cmath>
+#include <numeric>
 
 namespace op::batch_norm_backward {
 namespace {
 
 constexpr size_t kMaxTiles = 64;
-constexpr size_t kMinChunk = 4096; // elements of a row per tile, so tiles stay worth a task
+constexpr size_t kMinChunk = 4096;        // elements of a row per channels-first tile, so tiles stay worth a task
+constexpr size_t kMinRowTile = 16384;     // elements per rows-of-channels tile
+constexpr size_t kMaxShortPeriod = 4096;  // longest period kept a multiple of kPeriodAlign (floats per array)
+
+// The rows-of-channels period for C channels: C rounded up to a common multiple with kPeriodAlign when that
+// stays short, so every period holds whole vectors; else C itself (a scalar tail per row).
+size_t periodOf(size_t channels) {
+    const size_t common = channels / std::gcd(channels, kPeriodAlign) * kPeriodAlign;
+    return common <= kMaxShortPeriod ? common : channels;
+}
+
+// Where each piece of a float-path call lives in the workspace.
+struct Workspace {
+    ChannelStatistics *statistics; // per channel
+    double *sums;                  // [tile][channel][2]
+    float *mean, *scale_grad, *scale_centered, *shift; // per position: position p is channel p % C
+    float *scratch;                // per tile
+};
 
 class CpuDescriptor final : public Descriptor {
   public:
-    CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info),
-          batch_blocks_(cpu::Blocks::split(info.batch, kMaxTiles)),
-          length_chunks_(cpu::Blocks::split(
-              info.length, std::max<size_t>(1, std::min(kMaxTiles / std::max<size_t>(1, batch_blocks_.count),
-                                                        (info.length + kMinChunk - 1) / kMinChunk)))) {}
+    CpuDescriptor(int device_id, const Info &info) : Descriptor(INFINI_DEVICE_CPU, device_id, info) {
+        if (rowsOfChannels()) {
+            const size_t rows = info.batch * info.length;
+            if (rows == 0 || info.channels == 0) return; // no tiles
+            period_ = periodOf(info.channels);
+            const size_t rows_per_period = period_ / info.channels;
+            const size_t tiles = std::clamp<size_t>(rows * info.channels / kMinRowTile, 1, kMaxTiles);
+            const size_t per_tile = (rows + tiles - 1) / tiles;
+            row_blocks_ = cpu::Blocks::ofSize(rows, (per_tile + rows_per_period - 1) / rows_per_period * rows_per_period);
+        } else {
+            batch_blocks_ = cpu::Blocks::split(info.batch, kMaxTiles);
+            length_chunks_ = cpu::Blocks::split(
+                info.length, std::max<size_t>(1, std::min(kMaxTiles / std::max<size_t>(1, batch_blocks_.count),
+                                                          (info.length + kMinChunk - 1) / kMinChunk)));
+        }
+    }
 
-    // Per tile: F64 sums and F32 lane scratch for every channel; then the per-channel coefficients.
     size_t workspaceSize() const override {
-        return tiles() * info.channels * (2 * sizeof(double) + kChannelScratchFloats * sizeof(float)) +
-               info.channels * sizeof(ChannelCoefficients);
+        if (info.dtype == INFINI_DTYPE_F64) return 0;
+        return info.channels * sizeof(ChannelStatistics) + sumsCount() * sizeof(double) +
+               (4 * positions() + scratchFloats()) * sizeof(float);
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *input, const void *grad_output, const void *weight,
-                             const void *running_mean, const void *running_var, void *) const override {
+                             const void *running_mean, const void *running_var, const void *save_mean,
+                             const void *save_invstd, void *) const override {
+        const ChannelVectors vectors{grad_weight, grad_bias, weight, running_mean, running_var, save_mean, save_invstd};
+        if (info.dtype == INFINI_DTYPE_F64) {
+            runF64(info, vectors, static_cast<double *>(grad_input), static_cast<const double *>(input),
+                   static_cast<const double *>(grad_output));
+            return INFINI_STATUS_SUCCESS;
+        }
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_input), static_cast<T *>(grad_weight), static_cast<T *>(grad_bias),
-                static_cast<const T *>(input), static_cast<const T *>(grad_output), static_cast<const T *>(weight),
-                static_cast<const T *>(running_mean), static_cast<const T *>(running_var));
+            run(layout(workspace), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
+                static_cast<const T *>(grad_output));
             return 0;
         });
         return INFINI_STATUS_SUCCESS;
     }
 
   private:
-    size_t tiles() const { return batch_blocks_.count * length_chunks_.count; }
+    bool rowsOfChannels() const { return info.layout == Layout::channels_last || info.length == 1; }
+    size_t tiles() const { return rowsOfChannels() ? row_blocks_.count : batch_blocks_.count * length_chunks_.count; }
+    size_t positions() const { return rowsOfChannels() ? period_ : info.channels; }
+    size_t sumsCount() const { return needsSums(info) ? tiles() * info.channels * 2 : 0; }
+    size_t scratchFloats() const {
+        if (!needsSums(info)) return 0;
+        return tiles() * (rowsOfChannels() ? 2 * period_ : info.channels * kChannelScratchFloats);
+    }
+
+    Workspace layout(void *workspace) const {
+        Workspace w;
+        w.statistics = static_cast<ChannelStatistics *>(workspace);
+        w.sums = reinterpret_cast<double *>(w.statistics + info.channels);
+        w.mean = reinterpret_cast<float *>(w.sums + sumsCount());
+        w.scale_grad = w.mean + positions();
+        w.scale_centered = w.scale_grad + positions();
+        w.shift = w.scale_centered + positions();
+        w.scratch = w.shift + positions();
+        return w;
+    }
 
     Tile tile(size_t index) const {
         size_t batch_block = index / length_chunks_.count, chunk = index % length_chunks_.count;
@@ -54,52 +111,68 @@ class CpuDescriptor final : public Descriptor {
                     length_chunks_.begin(chunk),      length_chunks_.end(chunk, info.length)};
     }
 
-    template <typename T>
-    void run(void *workspace, T *grad_input, T *grad_weight, T *grad_bias, const T *input, const T *grad_output,
-             const T *weight, const T *running_mean, const T *running_var) const {
-        const size_t channels = info.channels;
-        double *sums = static_cast<double *>(workspace); // [tile][channel][2]
-        float *scratch = reinterpret_cast<float *>(sums + tiles() * channels * 2);
-        auto *coefficients = reinterpret_cast<ChannelCoefficients *>(scratch + tiles() * channels * kChannelScratchFloats);
-        auto channelValue = [](const T *vector, ptrdiff_t stride, size_t c) {
-            return cpu::toFloat(vector[static_cast<ptrdiff_t>(c) * stride]);
-        };
-        for (size_t c = 0; c < channels; ++c) {
-            coefficients[c].mean = channelValue(running_mean, info.running_mean_stride, c);
-        }
-        const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
-
-        cpu::parallelFor(tiles(), [&](size_t t) {
-            double *tile_sums = sums + t * channels * 2;
-            std::fill(tile_sums, tile_sums + channels * 2, 0.0);
-            kernels.sums(tile(t), grad_output, input, coefficients, scratch + t * channels * kChannelScratchFloats,
-                         tile_sums);
-        });
-
-        const double count = static_cast<double>(info.batch * info.length);
-        for (size_t c = 0; c < channels; ++c) {
-            double sum_grad = 0.0, sum_grad_centered = 0.0;
-            for (size_t t = 0; t < tiles(); ++t) {
-                sum_grad += sums[(t * channels + c) * 2];
-                sum_grad_centered += sums[(t * channels + c) * 2 + 1];
-            }
-            const double inv_std = 1.0 / std::sqrt(static_cast<double>(channelValue(running_var, info.running_var_stride, c)));
-            const double scale = channelValue(weight, info.weight_stride, c) * inv_std;
-            grad_bias[static_cast<ptrdiff_t>(c) * info.grad_bias_stride] = cpu::fromFloat<T>(static_cast<float>(sum_grad));
-            grad_weight[static_cast<ptrdiff_t>(c) * info.grad_weight_stride] =
-                cpu::fromFloat<T>(count > 0 ? static_cast<float>(sum_grad_centered * inv_std) : 0.0f);
-            if (count > 0) {
-                coefficients[c].scale_grad = static_cast<float>(scale);
-                coefficients[c].scale_centered = static_cast<float>(-scale * inv_std * inv_std * sum_grad_centered / count);
-                coefficients[c].shift = static_cast<float>(-scale * sum_grad / count);
-            }
-        }
-
-        cpu::parallelFor(tiles(), [&](size_t t) { kernels.apply(tile(t), grad_output, input, coefficients, grad_input); });
+    RowTile rowTile(size_t index) const {
+        const size_t rows = info.batch * info.length;
+        return RowTile{row_blocks_.begin(index), row_blocks_.end(index, rows), info.channels, period_};
     }
 
-    cpu::Blocks batch_blocks_;
-    cpu::Blocks length_chunks_;
+    // Sets positions p = c, c + C, ... < positions() of `array` to value.
+    void fillChannel(float *array, size_t c, double value) const {
+        for (size_t p = c; p < positions(); p += info.channels) array[p] = static_cast<float>(value);
+    }
+
+    template <typename T>
+    void run(const Workspace &w, const ChannelVectors &vectors, T *grad_input, const T *input,
+             const T *grad_output) const {
+        const size_t channels = info.channels;
+        for (size_t c = 0; c < channels; ++c) {
+            w.statistics[c] = channelStatistics(info, vectors, c);
+            fillChannel(w.mean, c, w.statistics[c].mean);
+        }
+        if (needsSums(info)) {
+            cpu::parallelFor(tiles(), [&](size_t t) {
+                double *tile_sums = w.sums + t * channels * 2;
+                std::fill(tile_sums, tile_sums + channels * 2, 0.0);
+                if (rowsOfChannels()) {
+                    cpu::selectedTable<RowKernels<T>>().sums(rowTile(t), grad_output, input, w.mean,
+                                                             w.scratch + t * 2 * period_, tile_sums);
+                } else {
+                    cpu::selectedTable<Kernels<T>>().sums(tile(t), grad_output, input, w.mean,
+                                                          w.scratch + t * channels * kChannelScratchFloats, tile_sums);
+                }
+            });
+        }
+        const size_t summed_tiles = needsSums(info) ? tiles() : 0;
+        for (size_t c = 0; c < channels; ++c) {
+            double sum_grad = 0.0, sum_grad_centered = 0.0;
+            for (size_t t = 0; t < summed_tiles; ++t) {
+                sum_grad += w.sums[(t * channels + c) * 2];
+                sum_grad_centered += w.sums[(t * channels + c) * 2 + 1];
+            }
+            const GradInputTerms k = finishChannel(info, vectors, c, w.statistics[c], sum_grad, sum_grad_centered);
+            fillChannel(w.scale_grad, c, k.scale_grad);
+            fillChannel(w.scale_centered, c, k.scale_centered);
+            fillChannel(w.shift, c, k.shift);
+        }
+        const Coefficients coefficients{w.mean, w.scale_grad, w.scale_centered, w.shift};
+        cpu::parallelFor(tiles(), [&](size_t t) {
+            if (rowsOfChannels()) {
+                const RowKernels<T> &kernels = cpu::selectedTable<RowKernels<T>>();
+                info.training ? kernels.apply(rowTile(t), grad_output, input, coefficients, grad_input)
+                              : kernels.scale(rowTile(t), grad_output, w.scale_grad, grad_input);
+            } else {
+                const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
+                info.training ? kernels.apply(tile(t), grad_output, input, coefficients, grad_input)
+                              : kernels.scale(tile(t), grad_output, w.scale_grad, grad_input);
+            }
+        });
+    }
+
+    // Channels-first tiles.
+    cpu::Blocks batch_blocks_{1, 0}, length_chunks_{1, 0};
+    // Rows-of-channels tiles.
+    cpu::Blocks row_blocks_{1, 0};
+    size_t period_ = 0;
 };
 
 } // namespace

@@ -1,5 +1,6 @@
-// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
-// Both passes walk a tile in memory order (batch, channel, length) so small-L shapes stream too.
+// The channels-first kernels. Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags);
+// see devices/cpu/simd.h. Every pass walks a tile in memory order (batch, channel, length) so small-L shapes
+// stream too.
 #include "batch_norm_backward_simd.h"
 
 #include "devices/cpu/simd.h"
@@ -42,8 +43,8 @@ void flush(size_t channels, float *scratch, double *sums) {
 }
 
 template <typename T>
-void sums(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
-          float *scratch, double *sums) {
+void sums(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
+          double *sums) {
     for (size_t k = 0; k < tile.channels * kChannelScratchFloats; ++k) scratch[k] = 0.0f;
     size_t pending = 0; // elements per channel in the lanes since the last flush
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
@@ -51,7 +52,7 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const ChannelC
             size_t width = tile.end - piece < simd::kChunk ? tile.end - piece : simd::kChunk;
             for (size_t c = 0; c < tile.channels; ++c) {
                 size_t offset = (n * tile.channels + c) * tile.length + piece;
-                accumulate(grad_output + offset, input + offset, coefficients[c].mean, width,
+                accumulate(grad_output + offset, input + offset, mean[c], width,
                            scratch + c * kChannelScratchFloats);
             }
             pending += width;
@@ -65,13 +66,14 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const ChannelC
 }
 
 template <typename T>
-void apply(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
+void apply(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
            T *grad_input) {
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t c = 0; c < tile.channels; ++c) {
-            const ChannelCoefficients k = coefficients[c];
-            const f32v mean = simd::splat(k.mean), scale_grad = simd::splat(k.scale_grad),
-                       scale_centered = simd::splat(k.scale_centered), shift = simd::splat(k.shift);
+            const float k_mean = coefficients.mean[c], k_scale_grad = coefficients.scale_grad[c],
+                        k_scale_centered = coefficients.scale_centered[c], k_shift = coefficients.shift[c];
+            const f32v mean = simd::splat(k_mean), scale_grad = simd::splat(k_scale_grad),
+                       scale_centered = simd::splat(k_scale_centered), shift = simd::splat(k_shift);
             size_t offset = (n * tile.channels + c) * tile.length + tile.begin, count = tile.end - tile.begin;
             const T *go = grad_output + offset, *x = input + offset;
             T *gi = grad_input + offset;
@@ -80,16 +82,31 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Channel
                 simd::store(gi + j, scale_grad * simd::load(go + j) + scale_centered * (simd::load(x + j) - mean) + shift);
             }
             for (; j < count; ++j) {
-                float centered = cpu::toFloat(x[j]) - k.mean;
-                gi[j] = cpu::fromFloat<T>(k.scale_grad * cpu::toFloat(go[j]) + k.scale_centered * centered + k.shift);
+                float centered = cpu::toFloat(x[j]) - k_mean;
+                gi[j] = cpu::fromFloat<T>(k_scale_grad * cpu::toFloat(go[j]) + k_scale_centered * centered + k_shift);
             }
         }
     }
 }
 
 template <typename T>
+void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input) {
+    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
+        for (size_t c = 0; c < tile.channels; ++c) {
+            const f32v factor = simd::splat(scale_grad[c]);
+            size_t offset = (n * tile.channels + c) * tile.length + tile.begin, count = tile.end - tile.begin;
+            const T *go = grad_output + offset;
+            T *gi = grad_input + offset;
+            size_t j = 0;
+            for (; j + simd::kWidth <= count; j += simd::kWidth) simd::store(gi + j, factor * simd::load(go + j));
+            for (; j < count; ++j) gi[j] = cpu::fromFloat<T>(scale_grad[c] * cpu::toFloat(go[j]));
+        }
+    }
+}
+
+template <typename T>
 const Kernels<T> &table() {
-    static const Kernels<T> table{sums<T>, apply<T>};
+    static const Kernels<T> table{sums<T>, apply<T>, scale<T>};
     return table;
 }
 

@@ -1,4 +1,8 @@
-// BatchNorm backward CPU leaf kernels over one tile (a block of the batch x a chunk of the length), per ISA.
+// BatchNorm backward CPU leaf kernels, per ISA, for the two layouts of the big tensors:
+// - channels-first (N, C, L): over one Tile (a block of the batch x a chunk of the length), all channels;
+// - rows of channels (N*L rows of C contiguous channels, i.e. channels-last, or channels-first with L == 1):
+//   over one RowTile (a block of rows), with the channel pattern repeating every `period` elements.
+// In both, grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift, per channel.
 #ifndef INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_SIMD_H
 #define INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_SIMD_H
 
@@ -14,23 +18,49 @@ struct Tile {
     size_t batch_begin, batch_end, channels, length, begin, end;
 };
 
-// grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift, per channel.
-struct ChannelCoefficients {
-    float mean, scale_grad, scale_centered, shift;
+// Per-channel F32 arrays of the grad_input terms (for rows of channels: per position in the period).
+struct Coefficients {
+    const float *mean, *scale_grad, *scale_centered, *shift;
 };
 
-// Per-channel F32 lane accumulators a tile's sums pass keeps in the workspace.
+// Per-channel F32 lane accumulators a channels-first sums pass keeps in the workspace.
 constexpr size_t kChannelScratchFloats = 48;
 
 template <typename T>
 struct Kernels {
-    // sums[2c] += sum of grad_output, sums[2c+1] += sum of grad_output*(x - mean_c) over the tile, F32 lanes
+    // sums[2c] += sum of grad_output, sums[2c+1] += sum of grad_output*(x - mean[c]) over the tile, F32 lanes
     // flushed into F64 every 4096 elements of a channel. scratch: kChannelScratchFloats per channel.
-    void (*sums)(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
-                 float *scratch, double *sums);
-    // grad_input over the tile from the per-channel coefficients; grad_input may be grad_output.
-    void (*apply)(const Tile &tile, const T *grad_output, const T *input, const ChannelCoefficients *coefficients,
+    void (*sums)(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
+                 double *sums);
+    // grad_input over the tile; grad_input may be grad_output.
+    void (*apply)(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
                   T *grad_input);
+    // grad_input = scale_grad[c] * grad_output over the tile (eval mode: x is not read).
+    void (*scale)(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input);
+};
+
+// Rows [begin, end) of `channels` elements each. The element at flat offset i (from row 0) has channel
+// i % channels and period position i % period, where period is a multiple of channels; begin * channels
+// is a multiple of period.
+struct RowTile {
+    size_t begin, end, channels, period;
+};
+
+// Periods are multiples of this (a multiple of every ISA's vector width) when they can be kept short.
+constexpr size_t kPeriodAlign = 16;
+
+template <typename T>
+struct RowKernels {
+    // sums[2c] += sum of grad_output, sums[2c+1] += sum of grad_output*(x - mean) over the tile's channel-c
+    // elements; `mean` holds period values. F32 accumulators per period position (scratch: 2 * period
+    // floats), flushed into F64 at least every 256 rows.
+    void (*sums)(const RowTile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
+                 double *sums);
+    // grad_input over the tile; the coefficient arrays hold period values; grad_input may be grad_output.
+    void (*apply)(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
+                  T *grad_input);
+    // grad_input = scale_grad * grad_output over the tile (eval mode: x is not read).
+    void (*scale)(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input);
 };
 
 } // namespace op::batch_norm_backward

@@ -146,7 +146,8 @@ class NvidiaDescriptor final : public Descriptor {
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *input, const void *grad_output, const void *weight,
-                             const void *running_mean, const void *running_var, void *stream) const override {
+                             const void *running_mean, const void *running_var, const void * /*save_mean*/,
+                             const void * /*save_invstd: seedFeatures only*/, void *stream) const override {
         if (info.channels == 0) return INFINI_STATUS_SUCCESS;
         INFINI_CHECK(nvidia::useDevice(device_id));
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
@@ -219,6 +220,7 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
+    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
     size_t tiles = 1, tile_elements = kTileAlign;
     const size_t per_channel = info.batch * info.length;
     if (info.channels > 0 && per_channel > 0) {

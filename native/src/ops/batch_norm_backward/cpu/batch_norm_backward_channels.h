@@ -1,0 +1,38 @@
+// BatchNorm backward on the CPU: the per-channel step shared by every path, in F64. It reads the channel's
+// statistics and weight (any parameter dtype), writes grad_weight / grad_bias from the channel's sums, and
+// gives the terms of grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift.
+#ifndef INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_CHANNELS_H
+#define INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_CHANNELS_H
+
+#include "../info.h"
+
+namespace op::batch_norm_backward {
+
+// The caller's per-channel vectors; those the Info marks absent or unused are never touched.
+struct ChannelVectors {
+    void *grad_weight, *grad_bias;
+    const void *weight, *running_mean, *running_var, *save_mean, *save_invstd;
+};
+
+struct ChannelStatistics {
+    double mean, invstd, weight;
+};
+
+struct GradInputTerms {
+    double scale_grad, scale_centered, shift;
+};
+
+// mean and invstd (from the saved or the running statistics, see the public header) and weight of channel c.
+ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vectors, size_t c);
+
+// Writes grad_weight[c] and grad_bias[c] (those asked for) from sum(grad_output) and
+// sum(grad_output * (x - mean)) over the channel; returns the channel's grad_input terms.
+GradInputTerms finishChannel(const Info &info, const ChannelVectors &vectors, size_t c,
+                             const ChannelStatistics &statistics, double sum_grad, double sum_grad_centered);
+
+// Whether the sums pass is needed: training's grad_input needs it, eval's only for grad_weight / grad_bias.
+inline bool needsSums(const Info &info) { return info.training || info.has_grad_weight || info.has_grad_bias; }
+
+} // namespace op::batch_norm_backward
+
+#endif

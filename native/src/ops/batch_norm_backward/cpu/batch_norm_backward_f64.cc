@@ -1,0 +1,36 @@
+#include "batch_norm_backward_f64.h"
+
+#include "devices/cpu/parallel.h"
+
+namespace op::batch_norm_backward {
+
+void runF64(const Info &info, const ChannelVectors &vectors, double *grad_input, const double *input,
+            const double *grad_output) {
+    const size_t batch = info.batch, channels = info.channels, length = info.length;
+    const bool channels_last = info.layout == Layout::channels_last;
+    cpu::parallelFor(channels, [&](size_t c) {
+        // Offset of (n, c, l) is base(n) + l * step.
+        const size_t step = channels_last ? channels : 1;
+        auto base = [&](size_t n) { return channels_last ? n * length * channels + c : (n * channels + c) * length; };
+        const ChannelStatistics statistics = channelStatistics(info, vectors, c);
+        double sum_grad = 0.0, sum_grad_centered = 0.0;
+        if (needsSums(info)) {
+            for (size_t n = 0; n < batch; ++n) {
+                for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
+                    sum_grad += grad_output[i];
+                    sum_grad_centered += grad_output[i] * (input[i] - statistics.mean);
+                }
+            }
+        }
+        const GradInputTerms k = finishChannel(info, vectors, c, statistics, sum_grad, sum_grad_centered);
+        for (size_t n = 0; n < batch; ++n) {
+            for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
+                grad_input[i] = info.training ? k.scale_grad * grad_output[i] +
+                                                    k.scale_centered * (input[i] - statistics.mean) + k.shift
+                                              : k.scale_grad * grad_output[i];
+            }
+        }
+    });
+}
+
+} // namespace op::batch_norm_backward
