@@ -14,6 +14,15 @@ from .errors import check
 from .handle import selected_device
 
 
+def _free_on(device, device_id):
+    """infinirtFree for memory of (device, device_id): it frees through the thread's current device, which may
+    be another one (the CPU's free() on a GPU pointer would corrupt the heap)."""
+    def free(pointer):
+        with selected_device(device, device_id):
+            return libraries().rt.infinirtFree(pointer)
+    return free
+
+
 class DeviceBuffer(NativeResource):
     """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int."""
 
@@ -22,7 +31,7 @@ class DeviceBuffer(NativeResource):
         pointer = ffi.new("void **")
         with selected_device(device, device_id):
             check(rt.infinirtMalloc(pointer, max(nbytes, 1)), f"infinirtMalloc({nbytes})")
-        self._own(pointer[0], rt.infinirtFree, "infinirtFree")
+        self._own(pointer[0], _free_on(device, device_id), "infinirtFree")
         self.device = device
         self.device_id = device_id
         self.nbytes = nbytes

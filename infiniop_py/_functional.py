@@ -32,10 +32,14 @@ def default_handle(device, device_id):
         return handle
 
 
+def _first_present(refs):
+    return next(ref for ref in refs.values() if ref is not None)
+
+
 def cached_operator(operator_class, refs, options):
     """The operator object for these TensorRefs' layouts (a dict in C order, None for absent tensors) and
     constructor ``options``, created once per layout."""
-    first = next(ref for ref in refs.values() if ref is not None)
+    first = _first_present(refs)
     key = (operator_class, first.device, first.device_id, tuple(sorted(options.items())),
            tuple(None if ref is None else (ref.dtype, ref.shape, significant_strides(ref.shape, ref.strides))
                  for ref in refs.values()))
@@ -59,10 +63,34 @@ def new_output(like, shape, like_name):
     numpy_dtype = dtypes.to_numpy(like.dtype, like_name)
     if hasattr(like.owner, "new_empty"):  # torch tensor or DeviceArray: same dtype and device
         return like.owner.new_empty(shape)
+    if _library_of(like.owner) == "cupy":
+        import cupy
+        with cupy.cuda.Device(like.device_id):
+            return cupy.empty(shape, dtype=numpy_dtype)
     if like.device != "cpu":
         raise TypeError(f"{like_name}: cannot allocate outputs on {like.device} for "
                         f"{type(like.owner).__name__}; pass out=")
     return np.empty(shape, dtype=numpy_dtype)
+
+
+def _library_of(array):
+    return type(array).__module__.split(".")[0]
+
+
+def library_stream(ref):
+    """The stream torch or cupy is using on the array's GPU, so the run is ordered after the work that made its
+    inputs (torch's side streams do not wait for the default stream); None (the default stream) otherwise."""
+    if ref.device != "nvidia":
+        return None
+    library = _library_of(ref.owner)
+    if library == "torch":
+        import torch
+        return torch.cuda.current_stream(ref.device_id)
+    if library == "cupy":
+        import cupy
+        with cupy.cuda.Device(ref.device_id):
+            return cupy.cuda.get_current_stream()
+    return None
 
 
 def _layouts(arrays):
@@ -121,7 +149,7 @@ def _launch_packed(operator_class, refs, output_names, options):
         return False
     run_refs = {name: packed[name] or ref for name, ref in refs.items()}
     operator = cached_operator(operator_class, run_refs, options)
-    operator._launch([run_refs[name] for name in operator.layouts], None, None)
+    operator._launch([run_refs[name] for name in operator.layouts], None, library_stream(_first_present(refs)))
     for name in output_names:
         if packed.get(name) is not None:
             target, source = refs[name].owner, packed[name].owner
@@ -168,7 +196,7 @@ def run(operator_class, inputs, output_names, output_specs, out, options=None, w
         if _launch_packed(operator_class, refs, output_names, options):
             return tuple(out)
         raise
-    operator._launch([refs[name] for name in operator.layouts], None, None)
+    operator._launch([refs[name] for name in operator.layouts], None, library_stream(_first_present(refs)))
     arrays = [array for array in (*out, *inputs.values()) if array is not None]
     if fast_key is not None and all(type(array) is np.ndarray for array in arrays):
         with _lock:

@@ -5,6 +5,7 @@ workspace, check that the arrays of each call match the layout it was created fo
 """
 
 import math
+import operator
 
 import numpy as np
 
@@ -28,9 +29,12 @@ def _stream_pointer(stream):
         stream = stream.cuda_stream
     elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
         stream = stream.ptr
-    if not isinstance(stream, int):
-        raise TypeError(f"stream: expected None, an int address or a cffi pointer, got {type(stream).__name__}")
-    return ffi.cast("void *", stream)
+    try:
+        address = operator.index(stream)  # also numpy integers
+    except TypeError:
+        raise TypeError(f"stream: expected None, an int address, a torch or cupy stream or a cffi pointer, "
+                        f"got {type(stream).__name__}") from None
+    return ffi.cast("void *", address)
 
 
 def _native_function(library, name):

@@ -1,4 +1,5 @@
-"""Benchmark: our operators vs PyTorch on the same data and threads, against a copy measured in the same run.
+"""Benchmark: our operators vs PyTorch on the same data and threads, against a copy measured in the same run
+(this module: the CPU, the command line and the table; bench_nvidia.py: the GPU).
 
 Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
 O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians.
@@ -202,21 +203,24 @@ def functional_overhead(repeats, rounds=9):
     functional = lambda: ip.rms_norm_backward(grad_y, x, w, out=(grad_x, grad_w))  # noqa: E731
     differences = []
     with ip.Handle("cpu") as handle, ip.RMSNormBackward(handle, grad_x, grad_w, grad_y, x, w) as operator:
-        native = native_call(operator, (grad_x, grad_w, grad_y, x, w))
+        workspace = np.empty(max(operator.workspace_size, 1), np.uint8)
+        native = native_call(operator, [a.ctypes.data for a in (grad_x, grad_w, grad_y, x, w)], workspace.ctypes.data)
         for _ in range(rounds):
             differences.append(median_seconds(functional, 300, 0.05) - median_seconds(native, 300, 0.05))
     return statistics.median(differences)
 
 
-def native_call(operator, arrays):
-    """The bare C call of an operator object, for measuring what the Python layer adds."""
+def native_call(operator, addresses, workspace_address, stream_address=0):
+    """The bare C call of an operator object on data addresses (C order; absent trailing tensors may be left
+    out), for timing without the Python layer."""
     from ._ffi import ffi
 
-    workspace = np.empty(max(operator.workspace_size, 1), np.uint8)
-    pointers = [ffi.cast("void *", a.ctypes.data) for a in arrays]
+    pointers = [ffi.cast("void *", address) for address in addresses]
+    pointers += [ffi.NULL] * (len(operator.layouts) - len(pointers))
     native, run_native = operator._open_pointer(), operator._run_native
-    ws, size = ffi.cast("void *", workspace.ctypes.data), operator.workspace_size
-    return lambda: run_native(native, ws, size, *pointers, ffi.NULL)
+    workspace, size = ffi.cast("void *", workspace_address), operator.workspace_size
+    stream = ffi.cast("void *", stream_address)
+    return lambda: run_native(native, workspace, size, *pointers, stream)
 
 
 def machine_description():
@@ -234,9 +238,10 @@ def machine_description():
 
 def format_table(report):
     copy = report["copy_bandwidth"]
+    threads = f"; threads: {report['threads']}" if report["threads"] else ""
     lines = [
-        f"machine: {report['machine']}; threads: {report['threads']}; torch {report['torch_version']}",
-        f"copy bandwidth (best of numpy/torch copy, same run): {copy / 1e9:.1f} GB/s",
+        f"machine: {report['machine']}{threads}; torch {report['torch_version']}",
+        f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
         "| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
@@ -258,7 +263,8 @@ def format_table(report):
         lines.append("")
         lines.append(f"median speedup over torch: {statistics.median(speedups):.2f}x; "
                      f"slowest case: {min(speedups):.2f}x")
-    lines.append(f"functional API Python overhead per cached call: {report['functional_overhead_s'] * 1e6:.1f} us")
+    if report["functional_overhead_s"] is not None:
+        lines.append(f"functional API Python overhead per cached call: {report['functional_overhead_s'] * 1e6:.1f} us")
     return "\n".join(lines)
 
 
@@ -279,7 +285,7 @@ def plot(report, path):
     axes.axhline(1.0, color="gray", linestyle="--", linewidth=1)
     axes.set_xticks(positions, labels, fontsize=6)
     axes.set_ylabel("effective bandwidth / copy bandwidth")
-    axes.set_title(f"{report['machine']}, {report['threads']} threads")
+    axes.set_title(report["machine"] + (f", {report['threads']} threads" if report["threads"] else ""))
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -287,7 +293,9 @@ def plot(report, path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="infiniop-py bench", description=__doc__)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
+                        help="nvidia: on the GPU against PyTorch CUDA, timed with CUDA events")
+    parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
                         choices=["rms_norm", "layer_norm", "batch_norm"])
     parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
@@ -296,7 +304,15 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
     args = parser.parse_args(argv)
-    report = run(args)
+    if args.device == "nvidia":
+        from . import bench_nvidia
+        try:
+            report = bench_nvidia.run(args)
+        except bench_nvidia.Unavailable as why:
+            print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
+            return 2
+    else:
+        report = run(args)
     print(format_table(report))
     if args.json:
         with open(args.json, "w") as out:

@@ -5,7 +5,7 @@ import operator
 
 from ._ffi import ffi, libraries
 from ._resource import NativeResource
-from .errors import check
+from .errors import DeviceTypeNotSupportedError, check, status_name
 
 _DEVICE_PREFIX = "INFINI_DEVICE_"
 DEVICE_NAMES = tuple(
@@ -32,16 +32,30 @@ def selected_device(device, device_id):
     previous_id = ffi.new("int *")
     check(rt.infinirtGetDevice(previous_device, previous_id), "infinirtGetDevice")
     status = rt.infinirtSetDevice(device_code(device), device_id)
-    what = f"infinirtSetDevice({device}, {device_id})"
-    if status != 0 and device == "ascend":
-        from ._ascend import missing_cann_reason  # names the CANN library that could not be loaded
-        reason = missing_cann_reason()
-        what += f" ({reason})" if reason else ""
-    check(status, what)
+    if status != 0:
+        check(status, f"infinirtSetDevice({device}, {device_id}) ({_why_not_selectable(device)})")
     try:
         yield
     finally:
         rt.infinirtSetDevice(previous_device[0], previous_id[0])
+
+
+def _why_not_selectable(device):
+    """Why a device of this type could not be selected, for error messages."""
+    count = ffi.new("int *")
+    status = libraries().rt.infinirtGetDeviceCount(device_code(device), count)
+    if status == DeviceTypeNotSupportedError.status:
+        return f"this library was built without the {device} backend"
+    if status != 0:
+        return f"infinirtGetDeviceCount: {status_name(status)}"
+    if count[0] == 0 and device == "ascend":
+        from ._ascend import missing_cann_reason  # names the CANN library that could not be loaded
+        reason = missing_cann_reason()
+        if reason:
+            return reason
+    if count[0] == 0:
+        return f"no {device} device found"
+    return f"{device} has devices 0..{count[0] - 1}"
 
 
 class Handle(NativeResource):

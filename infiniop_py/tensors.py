@@ -96,6 +96,8 @@ def as_tensor(obj, name, writable=False):
         ref = _from_torch(obj, name)
     elif hasattr(obj, "__cuda_array_interface__"):
         ref = _from_cuda_array_interface(obj, name)
+        if writable and obj.__cuda_array_interface__["data"][1]:
+            raise ValueError(f"{name}: the output array is read-only")
     elif hasattr(obj, "__dlpack__"):
         device_type, _ = obj.__dlpack_device__()
         if device_type != _DLPACK_CPU:

@@ -15,6 +15,19 @@ settings.register_profile("thorough", settings.get_profile("suite"), max_example
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "nvidia: runs on an NVIDIA GPU (skipped, saying why, where none is usable)")
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("nvidia"):
+        from _devices import nvidia_unusable_reason
+
+        reason = nvidia_unusable_reason()
+        if reason:
+            pytest.skip(reason)
+
+
 @pytest.fixture(scope="module")
 def cpu_handle():
     import infiniop_py
@@ -33,3 +46,12 @@ def c_handle():
     assert rt.infinirtSetDevice(0, 0) == 0 and op.infiniopCreateHandle(pointer) == 0
     yield pointer[0]
     assert op.infiniopDestroyHandle(pointer[0]) == 0
+
+
+@pytest.fixture
+def device_handle(device):
+    """A Handle on the test's `device` parameter (see _devices.DEVICES)."""
+    import infiniop_py
+
+    with infiniop_py.Handle(device) as handle:
+        yield handle

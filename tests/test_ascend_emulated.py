@@ -118,6 +118,13 @@ def test_without_cann_no_device_and_a_reason(tmp_path):
     assert "libascendcl.so" in probe.stdout and str(empty / "lib64" / "libascendcl.so") in probe.stdout
 
 
+def test_cann_without_devices_counts_zero(emulated_cann):
+    """CANN loads but reports no NPU: the count is 0 and not an error; selecting a device is DEVICE_NOT_FOUND (6)."""
+    results = run_suite({"ASCEND_TOOLKIT_HOME": str(emulated_cann), "ASCEND_EMULATION_DEVICE_COUNT": "0"})
+    assert results["device_count"] == [0, 0]
+    assert results["set_device"] == 6
+
+
 def test_probe_finds_the_emulation(emulated_cann):
     probe = subprocess.run(
         [sys.executable, "-c", "from infiniop_py._ascend import missing_cann_reason; print(missing_cann_reason())"],

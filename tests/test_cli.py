@@ -43,3 +43,16 @@ def test_smoke_on_a_missing_device_gives_one_line_and_fails():
     assert result.returncode == 2
     lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and "nvidia" in lines[0], lines
+
+
+def test_gpu_bench_without_a_usable_gpu_fails_fast_and_says_why():
+    from _devices import nvidia_unusable_reason
+
+    if nvidia_unusable_reason() is None:
+        pytest.skip("an NVIDIA GPU is usable here: bench --device nvidia would run")
+    result = run_cli("bench", "--device", "nvidia")
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "nvidia" in lines[0] and ": " in lines[0].split("nvidia:0", 1)[1], lines
+    assert result.stdout == ""

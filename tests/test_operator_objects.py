@@ -6,6 +6,7 @@ import pytest
 
 import infiniop_py
 from infiniop_py import errors
+from _devices import DEVICES, DeviceData
 from _helpers import (
     BF16, F16, F32, OPS, SUPPORTED_DTYPES, WORKSPACE_SHAPES, COperator, GuardedOutput, assert_matches_reference,
     sentinel_outputs_and_inputs, untouched, with_free_layout,
@@ -26,25 +27,36 @@ def test_workspace_size_is_the_c_query(cpu_handle, c_handle, case):
         assert operator.workspace_size == c_operator.workspace_size
 
 
+def on_device(data, outputs, inputs):
+    """outputs + inputs as handed to the operator on data's device."""
+    return [data.put(a, output=True) for a in outputs] + [data.put(a) for a in inputs]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", OPS, ids=str)
 @pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)
-def test_explicit_workspace_exact_and_larger(cpu_handle, case, dtype):
+def test_explicit_workspace_exact_and_larger(device, device_handle, case, dtype):
     outputs, inputs = outputs_and_inputs(case, dtype)
-    with case.operator_class()(cpu_handle, *outputs, *inputs) as operator:
+    with case.operator_class()(device_handle, *on_device(DeviceData(device), outputs, inputs)) as operator:
         for extra in (0, 4096):
-            for output in outputs:
-                output[...] = GuardedOutput.SENTINEL
-            operator(*outputs, *inputs, workspace=np.empty(operator.workspace_size + extra, np.uint8))
+            outputs, inputs = outputs_and_inputs(case, dtype)  # outputs full of sentinels again
+            data = DeviceData(device)
+            operator(*on_device(data, outputs, inputs),
+                     workspace=data.put(np.empty(operator.workspace_size + extra, np.uint8)))
+            data.write_back()
             assert_matches_reference(case, outputs, inputs, dtype)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", OPS, ids=str)
-def test_one_object_serves_new_data(cpu_handle, case):
+def test_one_object_serves_new_data(device, device_handle, case):
     outputs, first_inputs = outputs_and_inputs(case, F32, seed=1)
-    with case.operator_class()(cpu_handle, *outputs, *first_inputs) as operator:
+    with case.operator_class()(device_handle, *on_device(DeviceData(device), outputs, first_inputs)) as operator:
         for seed in (1, 2, 3):
-            _, inputs = outputs_and_inputs(case, F32, seed=seed)
-            operator(*outputs, *inputs)
+            outputs, inputs = outputs_and_inputs(case, F32, seed=seed)
+            data = DeviceData(device)
+            operator(*on_device(data, outputs, inputs))
+            data.write_back()
             assert_matches_reference(case, outputs, inputs, F32)
 
 

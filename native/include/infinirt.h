@@ -14,6 +14,7 @@ typedef enum {
 } infinirtMemcpyKind_t;
 
 __C __export infiniStatus_t infinirtInit(void);
+/* SUCCESS with *count = 0 when a built-in backend finds no device (no driver, no toolkit). */
 __C __export infiniStatus_t infinirtGetDeviceCount(infiniDevice_t device, int *count);
 /* Selects the device for this thread; infiniopCreateHandle uses the last one set. */
 __C __export infiniStatus_t infinirtSetDevice(infiniDevice_t device, int device_id);

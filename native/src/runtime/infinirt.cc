@@ -46,7 +46,11 @@ __C infiniStatus_t infinirtGetDeviceCount(infiniDevice_t device, int *count) {
         if (!isDeviceEnum(device)) return INFINI_STATUS_BAD_PARAM;
         const infinirt::Backend *backend = backendOf(device);
         if (backend == nullptr) return INFINI_STATUS_DEVICE_TYPE_NOT_SUPPORTED;
-        return backend->getDeviceCount(count);
+        infiniStatus_t status = backend->getDeviceCount(count);
+        // Asking how many is not an error: a backend that finds no device (no driver, no toolkit) counts 0.
+        if (status != INFINI_STATUS_DEVICE_NOT_FOUND) return status;
+        *count = 0;
+        return INFINI_STATUS_SUCCESS;
     });
 }
 

@@ -27,6 +27,16 @@ void withDataAndParameterTypes(infiniDtype_t dtype, infiniDtype_t parameter_dtyp
     }
 }
 
+// An op's leaf kernels for T: the per-ISA table for F16/BF16/F32, the op's scalar `f64` table for F64.
+template <template <typename> class Kernels, typename T>
+const Kernels<T> &kernelsFor(const Kernels<double> &f64) {
+    if constexpr (std::is_same_v<T, double>) {
+        return f64;
+    } else {
+        return selectedTable<Kernels<T>>();
+    }
+}
+
 // One stored value as double (F16/BF16 go through their exact float value).
 template <typename W>
 double toDouble(W value) {

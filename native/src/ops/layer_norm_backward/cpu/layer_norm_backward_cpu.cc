@@ -35,15 +35,7 @@ void applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const
     }
 }
 
-template <typename T>
-const Kernels<T> &kernelsFor() {
-    if constexpr (std::is_same_v<T, double>) {
-        static const Kernels<double> f64{sumsF64, applyF64};
-        return f64;
-    } else {
-        return cpu::selectedTable<Kernels<T>>();
-    }
-}
+const Kernels<double> kF64Kernels{sumsF64, applyF64};
 
 class CpuDescriptor final : public Descriptor {
   public:
@@ -84,7 +76,7 @@ class CpuDescriptor final : public Descriptor {
         C *bias_partials = info.has_grad_bias ? next_partials : nullptr;
         cpu::widenVector(dim, weight, info.weight_stride, weight_c);
         cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
-        const Kernels<T> &kernels = kernelsFor<T>();
+        const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
         };

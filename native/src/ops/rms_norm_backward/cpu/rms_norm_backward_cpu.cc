@@ -31,15 +31,7 @@ void applyF64(size_t n, double r, double x_coef, const double *grad_y, const dou
     }
 }
 
-template <typename T>
-const Kernels<T> &kernelsFor() {
-    if constexpr (std::is_same_v<T, double>) {
-        static const Kernels<double> f64{sumsF64, applyF64};
-        return f64;
-    } else {
-        return cpu::selectedTable<Kernels<T>>();
-    }
-}
+const Kernels<double> kF64Kernels{sumsF64, applyF64};
 
 class CpuDescriptor final : public Descriptor {
   public:
@@ -74,7 +66,7 @@ class CpuDescriptor final : public Descriptor {
         C *partials = info.has_grad_w ? w_c + dim : nullptr;
         cpu::widenVector(dim, w, info.w_stride, w_c);
         if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
-        const Kernels<T> &kernels = kernelsFor<T>();
+        const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];

@@ -1,0 +1,182 @@
+"""The suite on every device: the `device` parameter, why a device is unusable, and numpy test data moved to a
+device and back.
+
+Tests keep building numpy inputs and float64 references; `DeviceData(device)` puts each array on the device with
+its layout (strides, padding, offsets, broadcast and negative strides) and writes device outputs back into the
+numpy arrays they came from, so the checks after a call are the same on every device. On the CPU nothing moves.
+"""
+
+import ctypes
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+NVIDIA = 1  # infiniDevice_t
+DEVICE_TYPE_NOT_SUPPORTED = 5
+
+# Parametrize a test (or a module, through pytestmark) over this; conftest.py skips "nvidia" with the reason
+# nvidia_unusable_reason() gives.
+DEVICES = ("cpu", pytest.param("nvidia", marks=pytest.mark.nvidia))
+
+
+@functools.lru_cache(maxsize=None)
+def nvidia_unusable_reason():
+    """Why the NVIDIA variants cannot run here, or None when they can."""
+    from infiniop_py._ffi import ffi, libraries
+
+    count = ffi.new("int *")
+    status = libraries().rt.infinirtGetDeviceCount(NVIDIA, count)
+    if status == DEVICE_TYPE_NOT_SUPPORTED:
+        return "no NVIDIA GPU: the library was built without the CUDA backend (no nvcc at build time)"
+    if status != 0:
+        return f"no NVIDIA GPU: infinirtGetDeviceCount(NVIDIA) fails with status {status}"
+    if count[0] == 0:
+        return "no NVIDIA GPU: the CUDA runtime finds no device (no GPU or no driver)"
+    try:
+        import torch
+    except ImportError:
+        return "no NVIDIA GPU for the tests: torch is not installed (they move data with torch.cuda)"
+    if not torch.cuda.is_available():
+        return f"no NVIDIA GPU for the tests: torch {torch.__version__} cannot use CUDA"
+    return None
+
+
+def _byte_span(array):
+    """(lowest address, byte count) of the memory an array's elements occupy."""
+    low = high = array.__array_interface__["data"][0]
+    if array.size == 0:
+        return low, 0
+    for extent, stride in zip(array.shape, array.strides):
+        reach = (extent - 1) * stride
+        low, high = (low + reach, high) if reach < 0 else (low, high + reach)
+    return low, high - low + array.itemsize
+
+
+def _host_bytes(address, nbytes):
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address)) if nbytes else np.empty(0, np.uint8)
+
+
+class CudaArrayView:
+    """A strided view of torch device bytes, seen through __cuda_array_interface__ (torch refuses negative strides).
+    ``new_empty`` lets the functional API allocate outputs like it, as it does for torch tensors."""
+
+    def __init__(self, storage, byte_offset, shape, byte_strides, dtype):
+        self.storage, self.byte_offset = storage, byte_offset
+        self.shape, self.byte_strides, self.dtype = tuple(shape), tuple(byte_strides), np.dtype(dtype)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"version": 3, "shape": self.shape, "typestr": self.dtype.str, "strides": self.byte_strides,
+                "data": (self.storage.data_ptr() + self.byte_offset, False), "stream": None}
+
+    def new_empty(self, shape):
+        import torch
+        return torch.empty(shape, dtype=_torch_dtype(self.dtype), device=self.storage.device)
+
+
+def _torch_dtype(dtype):
+    import torch
+    return {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16,
+            "uint8": torch.uint8}[np.dtype(dtype).name]  # uint8: workspaces
+
+
+class _Placed:
+    """One host array put on the device: what the package gets, and how to copy results back."""
+
+    def __init__(self, host, device_array, write_back):
+        self.host, self.device_array, self.write_back, self.output = host, device_array, write_back, False
+
+
+def _place(array, torch_device):
+    """The device copy of a numpy array on torch_device ("cuda"; "cpu" lets tests check this helper anywhere)."""
+    import torch
+
+    torch_dtype = _torch_dtype(array.dtype)
+    if array.dtype.name == "bfloat16" and min(array.strides, default=0) < 0:
+        # No device array protocol carries BF16 with negative strides (torch refuses them, and
+        # __cuda_array_interface__ has no BF16 type), so this layout goes over packed; F16 and F32
+        # cover negative strides on the device.
+        packed = torch.from_numpy(array.copy(order="C").view(np.int16)).to(torch_device).view(torch_dtype)
+
+        def write_back():
+            array[...] = _to_numpy(packed)
+        return _Placed(array, packed, write_back)
+
+    low, nbytes = _byte_span(array)
+    storage = torch.from_numpy(_host_bytes(low, nbytes).copy()).to(torch_device)  # the whole span, gaps included
+    start = array.__array_interface__["data"][0] - low
+    if min(array.strides, default=0) < 0:
+        device_array = CudaArrayView(storage, start, array.shape, array.strides, array.dtype)
+    else:
+        typed = storage.view(torch_dtype) if nbytes else torch.empty(0, dtype=torch_dtype, device=storage.device)
+        device_array = typed.as_strided(array.shape, [s // array.itemsize for s in array.strides],
+                                        start // array.itemsize)
+
+    def write_back():
+        if nbytes:
+            _host_bytes(low, nbytes)[...] = storage.cpu().numpy()
+    return _Placed(array, device_array, write_back)
+
+
+def _to_numpy(tensor):
+    """A numpy copy of a C-contiguous torch device tensor (BF16 through its bits: numpy cannot take it from torch)."""
+    import torch
+
+    dtype = {torch.float16: np.float16, torch.float32: np.float32, torch.bfloat16: ml_dtypes.bfloat16}[tensor.dtype]
+    bits = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
+    return bits.cpu().numpy().view(dtype)
+
+
+class DeviceData:
+    """Numpy arrays on one device. ``put`` returns what to hand to the package (the array itself on the CPU);
+    after the call, ``write_back`` copies every output into the host memory it was put from (the whole span, so
+    a GuardedOutput still sees writes between the elements), and ``fetch`` copies an output the package
+    allocated into a new numpy array."""
+
+    def __init__(self, device):
+        self.device = device
+        self._placed = {}  # id(host array) -> _Placed; the same array twice (in place) is one device array
+
+    def put(self, array, output=False):
+        if self.device == "cpu":
+            return array
+        placed = self._placed.get(id(array))
+        if placed is None:
+            placed = self._placed[id(array)] = _place(array, "cuda")
+        placed.output |= output
+        return placed.device_array
+
+    def write_back(self):
+        if self.device == "cpu":
+            return
+        import torch
+
+        torch.cuda.synchronize()
+        for placed in self._placed.values():
+            if placed.output:
+                placed.write_back()
+
+    def fetch(self, device_array):
+        if self.device == "cpu":
+            return device_array
+        import torch
+
+        assert device_array.is_cuda and device_array.is_contiguous(), "outputs are allocated C-contiguous on the device"
+        torch.cuda.synchronize()
+        return _to_numpy(device_array)
+
+
+def call_on(device, function, *inputs, out=None):
+    """``function(*inputs, out=out)`` run on ``device`` with numpy ``inputs`` and ``out``; returns numpy arrays:
+    ``out`` itself (written back) when given, else fresh ones."""
+    data = DeviceData(device)
+    device_inputs = [data.put(array) for array in inputs]
+    device_out = None if out is None else tuple(data.put(array, output=True) for array in out)
+    results = function(*device_inputs, out=device_out)
+    if out is None:
+        return tuple(data.fetch(result) for result in results)
+    assert all(result is given for result, given in zip(results, device_out)), "out= arrays must be returned"
+    data.write_back()
+    return tuple(out)
