@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import infiniop_py
 from infiniop_py import _layout, _operator, errors
 from _helpers import (
-    BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BF16, F16, F32, F64, NULL_POINTER, SUCCESS,
-    TOLERANCE, GuardedOutput, assert_close, assert_close_on_scale, batch_norm_backward_reference,
+    BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BATCH_NORM_EX_TENSORS, BF16, F16, F32, F64,
+    NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, GuardedOutput, element_strides, assert_close, assert_close_on_scale, batch_norm_backward_reference,
     batch_norm_ex_create_status, batch_norm_inputs, batch_norm_statistics, batch_norm_summed_terms, channels_last,
     data_pointer, f64, native, rounded, run_batch_norm_ex, untouched, with_batch_layout,
 )
@@ -378,7 +378,6 @@ def test_ex_statuses_in_c_and_python(c_handle, description, specs, epsilon, trai
 ])
 def test_seed_create_keeps_its_own_rules(c_handle, description, specs, expected):
     ffi, op, _ = native()
-    from _helpers import CTensorDescriptors
     with CTensorDescriptors(list(specs.values())) as descriptors:
         desc_ptr = ffi.new("infiniopDescriptor_t *")
         assert op.infiniopCreateBatchNormBackwardDescriptor(c_handle, desc_ptr, *descriptors) == expected
@@ -462,7 +461,6 @@ def test_random_layouts_reach_every_verdict():
 # ---------------------------------------------------------------- seed and Ex functions on each other's descriptors
 
 def _descriptor(c_handle, arrays, seed, epsilon=0.0, training=1):
-    from _helpers import BATCH_NORM_EX_TENSORS, CTensorDescriptors, element_strides
     ffi, op, _ = native()
     names = BATCH_NORM_EX_TENSORS[:8] if seed else BATCH_NORM_EX_TENSORS
     specs = [None if arrays.get(n) is None else (arrays[n].shape, arrays[n].dtype, element_strides(arrays[n]))
@@ -480,7 +478,6 @@ def _descriptor(c_handle, arrays, seed, epsilon=0.0, training=1):
 
 
 def _run(descriptor, workspace, size, arrays, seed):
-    from _helpers import BATCH_NORM_EX_TENSORS
     ffi, op, _ = native()
     names = BATCH_NORM_EX_TENSORS[:8] if seed else BATCH_NORM_EX_TENSORS
     pointers = [ffi.NULL if arrays.get(n) is None else data_pointer(arrays[n]) for n in names]
