@@ -8,6 +8,7 @@ import numpy as np
 from . import dtypes
 from ._ffi import ffi
 from ._layout import TensorSpec, significant_strides
+from .errors import BadParamError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -85,7 +86,10 @@ def _run_fast(entry, inputs, out):
         buffers += [ffi.from_buffer(array) for array in inputs.values()]
     except (BufferError, TypeError, ValueError):  # strided (not C-contiguous) or read-only
         return None
-    operator._run_buffers(buffers)
+    try:
+        operator._run_buffers(buffers)
+    except BadParamError:  # tensors sharing memory: the checked path raises the error naming them
+        return None
     return tuple(out)
 
 

@@ -15,6 +15,7 @@ class BatchNormBackward(Operator):
 
     _c_name = "BatchNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
+    _in_place = ("grad_input", "grad_output")
     _check_layout = staticmethod(_layout.check_batch_norm_backward)
 
     def __init__(self, handle, grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,

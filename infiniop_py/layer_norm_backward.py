@@ -15,6 +15,7 @@ class LayerNormBackward(Operator):
 
     _c_name = "LayerNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
+    _in_place = ("grad_input", "grad_output")
     _check_layout = staticmethod(_layout.check_layer_norm_backward)
 
     def __init__(self, handle, grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,

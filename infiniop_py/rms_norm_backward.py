@@ -13,6 +13,7 @@ class RMSNormBackward(Operator):
 
     _c_name = "RMSNormBackward"
     _outputs = ("grad_x", "grad_w")
+    _in_place = ("grad_x", "grad_y")
     _check_layout = staticmethod(_layout.check_rms_norm_backward)
 
     def __init__(self, handle, grad_x, grad_w, grad_y, x, w):

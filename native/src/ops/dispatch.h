@@ -39,8 +39,10 @@ infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **de
         INFINI_CHECK(Op::Info::create(&info, tensors...));
         Factory<Op> factory = factoryOf<Op>(handle->device);
         if (factory == nullptr) return INFINI_STATUS_DEVICE_TYPE_NOT_SUPPORTED;
+        std::vector<infini::Footprint> footprints{infini::footprintOf(tensors)...}; // before desc: may throw
         typename Op::Descriptor *desc = nullptr;
         INFINI_CHECK(factory(info, handle->device_id, &desc));
+        desc->footprints = std::move(footprints);
         *desc_ptr = desc;
         return INFINI_STATUS_SUCCESS;
     });

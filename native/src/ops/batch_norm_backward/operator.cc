@@ -39,6 +39,10 @@ __C infiniStatus_t infiniopBatchNormBackward(infiniopBatchNormBackwardDescriptor
                                            {weight, info.channels},
                                            {running_mean, info.channels},
                                            {running_var, info.channels}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_input, grad_weight, grad_bias, input, grad_output, weight,
+                                              running_mean, running_var},
+                                             3, {{0, 4}})); // grad_input is grad_output
         return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, input, grad_output, weight,
                                   running_mean, running_var, stream);
     });

@@ -39,6 +39,10 @@ __C infiniStatus_t infiniopLayerNormBackward(infiniopLayerNormBackwardDescriptor
                                            {weight, info.dim},
                                            {input_standardization, elements},
                                            {input_std_deviation, info.rows}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_input, grad_weight, grad_bias, grad_output, weight,
+                                              input_standardization, input_std_deviation},
+                                             3, {{0, 3}})); // grad_input is grad_output
         return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, grad_output, weight,
                                   input_standardization, input_std_deviation, stream);
     });

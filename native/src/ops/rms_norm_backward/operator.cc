@@ -27,6 +27,8 @@ __C infiniStatus_t infiniopRMSNormBackward(infiniopRMSNormBackwardDescriptor_t d
         INFINI_CHECK(infini::checkRunArgs(workspace, workspace_size, op_desc->workspaceSize(),
                                           {{grad_x, elements}, {grad_w, info.dim}, {grad_y, elements},
                                            {x, elements}, {w, info.dim}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_x, grad_w, grad_y, x, w}, 2, {{0, 2}})); // grad_x is grad_y
         return op_desc->calculate(workspace, grad_x, grad_w, grad_y, x, w, stream);
     });
 }
