@@ -10,7 +10,8 @@ import sys
 import pytest
 
 TESTS = pathlib.Path(__file__).parent
-NUMERIC_SUITES = ["test_rms_norm_backward.py", "test_layer_norm_backward.py", "test_batch_norm_backward.py"]
+NUMERIC_SUITES = ["test_rms_norm_backward.py", "test_layer_norm_backward.py", "test_batch_norm_backward.py",
+                  "test_non_finite.py"]
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")
