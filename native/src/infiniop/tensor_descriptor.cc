@@ -1,5 +1,6 @@
 #include "infiniop/tensor_descriptor.h"
 
+#include "common/enum_value.h"
 #include "common/status.h"
 #include "common/tensor.h"
 
@@ -32,7 +33,9 @@ bool fitsInt64(size_t ndim, const size_t *shape, const ptrdiff_t *strides, size_
     return true;
 }
 
-bool isDtypeCode(infiniDtype_t dtype) { return dtype >= INFINI_DTYPE_BYTE && dtype <= INFINI_DTYPE_BF16; }
+bool isDtypeCode(const infiniDtype_t &dtype) { // by reference: copying an invalid enum is a load too
+    return infini::rawValue(dtype) >= INFINI_DTYPE_BYTE && infini::rawValue(dtype) <= INFINI_DTYPE_BF16;
+}
 
 } // namespace
 
