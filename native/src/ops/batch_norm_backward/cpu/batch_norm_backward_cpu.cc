@@ -6,6 +6,7 @@
 #include "batch_norm_backward_simd.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
+#include "devices/cpu/workspace.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,8 +28,9 @@ class CpuDescriptor final : public Descriptor {
 
     // Per tile: F64 sums and F32 lane scratch for every channel; then the per-channel coefficients.
     size_t workspaceSize() const override {
-        return tiles() * info.channels * (2 * sizeof(double) + kChannelScratchFloats * sizeof(float)) +
-               info.channels * sizeof(ChannelCoefficients);
+        return cpu::withAlignmentSlack(
+            tiles() * info.channels * (2 * sizeof(double) + kChannelScratchFloats * sizeof(float)) +
+            info.channels * sizeof(ChannelCoefficients));
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
@@ -36,9 +38,10 @@ class CpuDescriptor final : public Descriptor {
                              const void *running_mean, const void *running_var, void *) const override {
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_input), static_cast<T *>(grad_weight), static_cast<T *>(grad_bias),
-                static_cast<const T *>(input), static_cast<const T *>(grad_output), static_cast<const T *>(weight),
-                static_cast<const T *>(running_mean), static_cast<const T *>(running_var));
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_input), static_cast<T *>(grad_weight),
+                static_cast<T *>(grad_bias), static_cast<const T *>(input), static_cast<const T *>(grad_output),
+                static_cast<const T *>(weight), static_cast<const T *>(running_mean),
+                static_cast<const T *>(running_var));
             return 0;
         });
         return INFINI_STATUS_SUCCESS;

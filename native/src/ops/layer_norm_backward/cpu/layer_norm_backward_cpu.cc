@@ -6,6 +6,7 @@
 
 #include "devices/cpu/half.h"
 #include "devices/cpu/row_driver.h"
+#include "devices/cpu/workspace.h"
 #include "layer_norm_backward_simd.h"
 
 namespace op::layer_norm_backward {
@@ -18,7 +19,8 @@ class CpuDescriptor final : public Descriptor {
 
     // Chunk sums, weight as F32, then per row block one grad_weight and one grad_bias F32 partial of length L.
     size_t workspaceSize() const override {
-        return plan_.scratchBytes() + (1 + 2 * plan_.blocks.count) * info.dim * sizeof(float);
+        return cpu::withAlignmentSlack(plan_.scratchBytes() +
+                                       (1 + 2 * plan_.blocks.count) * info.dim * sizeof(float));
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
@@ -26,8 +28,8 @@ class CpuDescriptor final : public Descriptor {
                              const void *input_std_deviation, void *) const override {
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_input), static_cast<T *>(grad_weight), static_cast<T *>(grad_bias),
-                static_cast<const T *>(grad_output), static_cast<const T *>(weight),
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_input), static_cast<T *>(grad_weight),
+                static_cast<T *>(grad_bias), static_cast<const T *>(grad_output), static_cast<const T *>(weight),
                 static_cast<const T *>(input_standardization), static_cast<const T *>(input_std_deviation));
             return 0;
         });

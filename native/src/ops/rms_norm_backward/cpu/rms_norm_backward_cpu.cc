@@ -5,6 +5,7 @@
 
 #include "devices/cpu/half.h"
 #include "devices/cpu/row_driver.h"
+#include "devices/cpu/workspace.h"
 #include "rms_norm_backward_simd.h"
 
 #include <cmath>
@@ -19,15 +20,15 @@ class CpuDescriptor final : public Descriptor {
 
     // Chunk sums, w as F32, then one F32 grad_w partial of length D per row block.
     size_t workspaceSize() const override {
-        return plan_.scratchBytes() + (1 + plan_.blocks.count) * info.dim * sizeof(float);
+        return cpu::withAlignmentSlack(plan_.scratchBytes() + (1 + plan_.blocks.count) * info.dim * sizeof(float));
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
                              const void *w, void *) const override {
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(workspace, static_cast<T *>(grad_x), static_cast<T *>(grad_w), static_cast<const T *>(grad_y),
-                static_cast<const T *>(x), static_cast<const T *>(w));
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_x), static_cast<T *>(grad_w),
+                static_cast<const T *>(grad_y), static_cast<const T *>(x), static_cast<const T *>(w));
             return 0;
         });
         return INFINI_STATUS_SUCCESS;
