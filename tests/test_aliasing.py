@@ -10,7 +10,7 @@ import pytest
 import infiniop_py
 from _helpers import (
     BAD_PARAM, F32, OPS, SUCCESS, WORKSPACE_SHAPES, COperator, CTensorDescriptors, assert_matches_reference,
-    c_function, contiguous_strides, native, sentinel_outputs_and_inputs, untouched,
+    c_function, native, sentinel_outputs_and_inputs, untouched,
 )
 
 SHAPE = (2, 3, 8)
