@@ -67,6 +67,29 @@ def packed_offsets(case, shape=SHAPE):
     return offsets
 
 
+def assert_runs_correctly_at(case, c_handle, offsets, outputs, inputs):
+    """The run with tensors at these arena offsets succeeds, and its outputs match the float64 reference."""
+    status, _, arena = run_at_offsets(case, c_handle, offsets, arrays=outputs + inputs)
+    assert status == SUCCESS
+    results = [arena.view(offset, o.shape) for offset, o in zip(offsets, outputs)]
+    assert_matches_reference(case, results, inputs, F32)
+
+
+def run_with_specs(case, c_handle, specs, pointers):
+    """Status of a run of a descriptor made from (shape, dtype, strides) specs, on these data pointers."""
+    ffi, _, _ = native()
+    with CTensorDescriptors(specs) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        assert c_function(case, "Create")(c_handle, desc_ptr, *descriptors) == SUCCESS
+    try:
+        size = ffi.new("size_t *")
+        assert c_function(case, "GetWorkspaceSize")(desc_ptr[0], size) == SUCCESS
+        workspace = np.empty(max(size[0], 1), np.uint8)
+        return c_function(case, "Run")(desc_ptr[0], ffi.from_buffer(workspace), size[0], *pointers, ffi.NULL)
+    finally:
+        assert c_function(case, "Destroy")(desc_ptr[0]) == SUCCESS
+
+
 def argument_pairs():
     for case in OPS:
         for output in case.output_names:
@@ -98,10 +121,7 @@ def test_c_tensors_packed_back_to_back_run_correctly(c_handle, case):
     """Adjacent tensors share no byte: the footprint's last byte is exact, not one too far."""
     outputs, inputs = sentinel_outputs_and_inputs(case, SHAPE)
     offsets = packed_offsets(case)
-    status, _, arena = run_at_offsets(case, c_handle, offsets, arrays=outputs + inputs)
-    assert status == SUCCESS
-    results = [arena.view(offset, o.shape) for offset, o in zip(offsets, outputs)]
-    assert_matches_reference(case, results, inputs, F32)
+    assert_runs_correctly_at(case, c_handle, offsets, outputs, inputs)
 
 
 @pytest.mark.parametrize("case", OPS, ids=str)
@@ -110,10 +130,7 @@ def test_c_in_place_pair_at_one_pointer_runs_correctly(c_handle, case):
     output, source = IN_PLACE[case.name]
     offsets = packed_offsets(case)
     offsets[case.tensor_names.index(output)] = offsets[case.tensor_names.index(source)]
-    status, _, arena = run_at_offsets(case, c_handle, offsets, arrays=outputs + inputs)
-    assert status == SUCCESS
-    results = [arena.view(offset, o.shape) for offset, o in zip(offsets, outputs)]
-    assert_matches_reference(case, results, inputs, F32)
+    assert_runs_correctly_at(case, c_handle, offsets, outputs, inputs)
 
 
 @pytest.mark.parametrize("case", OPS, ids=str)
@@ -128,7 +145,6 @@ def test_c_in_place_pair_shifted_by_one_element_is_refused(c_handle, case):
 @pytest.mark.parametrize("case", [c for c in OPS if c.row_tensors], ids=str)
 def test_c_in_place_pair_with_another_layout_is_refused(c_handle, case):
     """Same pointer, but grad_x's rows padded while grad_y's are packed: they overlap without being one tensor."""
-    ffi, _, _ = native()
     output, source = IN_PLACE[case.name]
     shapes = case.tensor_shapes(SHAPE)
     specs = [(shape, F32, None) for shape in shapes]
@@ -137,25 +153,15 @@ def test_c_in_place_pair_with_another_layout_is_refused(c_handle, case):
     arena = Arena(64 * 1024)
     pointers = [arena.pointer(4096 * k) for k in range(len(shapes))]
     pointers[out_index] = pointers[source_index]
-    with CTensorDescriptors(specs) as descriptors:
-        desc_ptr = ffi.new("infiniopDescriptor_t *")
-        assert c_function(case, "Create")(c_handle, desc_ptr, *descriptors) == SUCCESS
-    size = ffi.new("size_t *")
-    assert c_function(case, "GetWorkspaceSize")(desc_ptr[0], size) == SUCCESS
-    workspace = np.empty(max(size[0], 1), np.uint8)
     before = arena.bytes.copy()
-    try:
-        status = c_function(case, "Run")(desc_ptr[0], ffi.from_buffer(workspace), size[0], *pointers, ffi.NULL)
-    finally:
-        assert c_function(case, "Destroy")(desc_ptr[0]) == SUCCESS
-    assert status == BAD_PARAM and np.array_equal(before, arena.bytes)
+    assert run_with_specs(case, c_handle, specs, pointers) == BAD_PARAM
+    assert np.array_equal(before, arena.bytes)
 
 
 @pytest.mark.parametrize("case", OPS, ids=str)
 def test_c_negative_strides_footprint_lies_below_the_pointer(c_handle, case):
     """A reversed output vector touches the bytes *below* its pointer: an input right above the pointer's element
     is clear of it, one whose last element is the output's lowest element is not."""
-    ffi, _, _ = native()
     vector_out = case.output_names[1]
     vector_in = "w" if "w" in case.input_names else "weight"
     shapes = case.tensor_shapes(SHAPE)
@@ -170,17 +176,7 @@ def test_c_negative_strides_footprint_lies_below_the_pointer(c_handle, case):
         pointers = [arena.pointer(4096 * k) for k in range(len(shapes))]
         pointers[out_index] = arena.pointer(base)
         pointers[in_index] = arena.pointer(in_offset)
-        with CTensorDescriptors(specs) as descriptors:
-            desc_ptr = ffi.new("infiniopDescriptor_t *")
-            assert c_function(case, "Create")(c_handle, desc_ptr, *descriptors) == SUCCESS
-        size = ffi.new("size_t *")
-        assert c_function(case, "GetWorkspaceSize")(desc_ptr[0], size) == SUCCESS
-        workspace = np.empty(max(size[0], 1), np.uint8)
-        try:
-            statuses[where] = c_function(case, "Run")(desc_ptr[0], ffi.from_buffer(workspace), size[0], *pointers,
-                                                      ffi.NULL)
-        finally:
-            assert c_function(case, "Destroy")(desc_ptr[0]) == SUCCESS
+        statuses[where] = run_with_specs(case, c_handle, specs, pointers)
     assert statuses == {"above": SUCCESS, "below": BAD_PARAM}
 
 
@@ -213,10 +209,7 @@ def test_c_inputs_sharing_memory_are_fine(c_handle, case):
     arrays[second] = arrays[first]  # the same values, so the reference sees what the kernel reads
     offsets = packed_offsets(case)
     offsets[second] = offsets[first]
-    status, _, arena = run_at_offsets(case, c_handle, offsets, arrays=arrays)
-    assert status == SUCCESS
-    results = [arena.view(offset, o.shape) for offset, o in zip(offsets, outputs)]
-    assert_matches_reference(case, results, arrays[len(outputs):], F32)
+    assert_runs_correctly_at(case, c_handle, offsets, outputs, arrays[len(outputs):])
 
 
 @pytest.mark.parametrize("case", OPS, ids=str)
