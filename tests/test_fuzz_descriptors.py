@@ -85,3 +85,12 @@ def _fuzz_op(case):
 
 for _case in OPS:
     globals()[f"test_fuzz_create_and_run_{_case.name}"] = _fuzz_op(_case)
+
+
+def test_rows_of_no_elements_with_null_data_and_negative_strides(c_handle):
+    """Found by the op fuzzer under UBSan: rows of length 0 (their data NULL) must not be stepped through."""
+    for case in OPS:
+        if case.row_tensors:
+            specs = [(shape, 13, (-1,) * len(shape) if len(shape) == 2 else None)
+                     for shape in case.tensor_shapes((300, 0))]
+            assert check_op_create_and_run(case, c_handle, specs) == ["create status 0", "ran"]
