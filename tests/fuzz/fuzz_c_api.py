@@ -6,8 +6,9 @@ created descriptor runs. Coverage guides the search over the Python harness and 
 not instrumented: no clang here); crashes and sanitizer reports in the native code are caught when run against
 the sanitized libraries (.ci/fuzz does).
 
-    python tests/fuzz/fuzz_c_api.py NEW_DIR tests/fuzz/corpus -max_total_time=600    # fuzz longer
-    python tests/fuzz/fuzz_c_api.py tests/fuzz/corpus -runs=0 -merge=1 NEW_DIR        # keep what it found
+    python tests/fuzz/fuzz_c_api.py NEW_DIR tests/fuzz/corpus -max_total_time=3600   # fuzz longer
+    cp NEW_DIR/* tests/fuzz/corpus/                                                   # keep what it found
+(libFuzzer's -merge=1 sees no coverage through atheris here, so new inputs are copied, not merged.)
 """
 
 import os
