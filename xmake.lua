@@ -30,6 +30,18 @@ option("ascend-npu")
     set_description("Build the Huawei Ascend backend (CANN is loaded at run time)")
 option_end()
 
+option("sanitize")
+    set_default(false)
+    set_showmenu(true)
+    set_description("AddressSanitizer + UndefinedBehaviorSanitizer, any UB fatal (for .ci/sanitize; not with nv-gpu)")
+option_end()
+
+if has_config("sanitize") then
+    add_cxflags("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g")
+    add_ldflags("-fsanitize=address,undefined")
+    add_shflags("-fsanitize=address,undefined")
+end
+
 -- Everything but the C API stays hidden; backends are static libraries linked into the two shared ones.
 set_symbols("hidden")
 add_cxflags("-fvisibility=hidden", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter")

@@ -9,7 +9,7 @@ from . import dtypes
 from ._ffi import ffi
 from . import _layout
 from ._layout import TensorSpec, contiguous_strides, significant_strides
-from .errors import BadTensorStridesError
+from .errors import BadParamError, BadTensorStridesError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -120,7 +120,10 @@ def _run_fast(entry, inputs, out):
         buffers += [ffi.NULL if array is None else ffi.from_buffer(array) for array in inputs.values()]
     except (BufferError, TypeError, ValueError):  # strided (not C-contiguous) or read-only
         return None
-    operator._run_buffers(buffers[:len(operator.layouts)])
+    try:
+        operator._run_buffers(buffers[:len(operator.layouts)])
+    except BadParamError:  # tensors sharing memory: the checked path raises the error naming them
+        return None
     return tuple(out)
 
 
@@ -160,12 +163,13 @@ def _launch_packed(operator_class, refs, output_names, options):
     return True
 
 
-def run(operator_class, inputs, output_names, output_specs, out, options=None, wanted=None):
+def run(operator_class, inputs, output_names, output_specs, out, options=None, wanted=None, optional=()):
     """Convert the inputs, allocate (or take from ``out``) the outputs, run, and return the outputs.
 
     ``inputs``: name -> array (None: absent) in C order; ``output_specs(refs)``: per output, (shape, name of
     the input whose dtype and device it takes) for a fresh allocation; ``wanted``: per output, whether it
-    is computed (all by default); ``options``: keyword arguments of ``operator_class``. A layout the native op refuses as strided runs on
+    is computed (all by default); ``options``: keyword arguments of ``operator_class``; ``optional``: the
+    inputs that may be None (absent). A layout the native op refuses as strided runs on
     packed copies (see _launch_packed).
     """
     options = options or {}
@@ -176,6 +180,9 @@ def run(operator_class, inputs, output_names, output_specs, out, options=None, w
         result = _run_fast(fast_entry, inputs, out)
         if result is not None:
             return result
+    for name, array in inputs.items():
+        if array is None and name not in optional:
+            raise TypeError(f"{name}: expected an array, got None")
     input_refs = {name: None if array is None else as_tensor(array, name) for name, array in inputs.items()}
     specs = [spec if want else None for spec, want in zip(output_specs(input_refs), wanted)]
     if out is None:
@@ -184,9 +191,10 @@ def run(operator_class, inputs, output_names, output_specs, out, options=None, w
         raise TypeError(f"out: expected a tuple of {len(output_names)} arrays ({', '.join(output_names)}), "
                         f"None where an output is not wanted")
     for name, spec, array in zip(output_names, specs, out):
-        if (spec is None) != (array is None):
-            raise ValueError(f"out: {name} is {'not ' if spec is None else ''}wanted, so pass "
-                             f"{'None' if spec is None else 'an array'} for it")
+        if spec is not None and array is None:
+            raise TypeError(f"{name}: expected an array in out=, got None (this output is wanted)")
+        if spec is None and array is not None:
+            raise ValueError(f"out: {name} is not wanted, so pass None for it")
     output_refs = {name: None if array is None else as_tensor(array, name, writable=True)
                    for name, array in zip(output_names, out)}
     refs = {**output_refs, **input_refs}

@@ -10,6 +10,7 @@ import operator
 import numpy as np
 
 from . import dtypes
+from ._aliasing import require_no_aliasing
 from ._device_memory import DeviceBuffer
 from ._ffi import ffi, libraries
 from ._layout import TensorSpec, contiguous_strides, significant_strides
@@ -50,6 +51,7 @@ class Operator(NativeResource):
 
     _c_name       the C name between "infiniop" and "Descriptor", e.g. "RMSNormBackward"
     _outputs      names of the output tensors (written by the run)
+    _in_place     (output, input) names of the one pair that may be the same memory with the same layout
     _check_layout the _layout.check_* function of the seed create (used without the Ex entry points)
     _check_layout_ex  the _layout.check_*_ex function of the Ex create
     _seed_count   how many of the leading tensors the seed create and run take
@@ -60,6 +62,7 @@ class Operator(NativeResource):
 
     _c_name = None
     _outputs = ()
+    _in_place = ()
     _check_layout = None
     _check_layout_ex = None
     _seed_count = None
@@ -196,10 +199,13 @@ class Operator(NativeResource):
             if ref is not None:
                 self._require_created_layout(name, ref)
         stream_pointer = _stream_pointer(stream)
+        caller_workspace = None if workspace is None else self._workspace_from(workspace)
+        present = {name: ref for name, ref in zip(self.layouts, refs) if ref is not None}
+        require_no_aliasing(present, self._outputs, self._in_place,
+                            caller_workspace and (caller_workspace[0].data, self.workspace_size))
         own_workspace = None  # (owner, address) taken from the spares
-        if workspace is not None:
-            workspace_ref, nbytes = self._workspace_from(workspace)
-            address = workspace_ref.data
+        if caller_workspace is not None:
+            address, nbytes = caller_workspace[0].data, caller_workspace[1]
         elif self.workspace_size == 0:
             address, nbytes = 0, 0
         else:

@@ -27,6 +27,7 @@ class BatchNormBackward(Operator):
 
     _c_name = "BatchNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
+    _in_place = ("grad_input", "grad_output")
     _check_layout = staticmethod(_layout.check_batch_norm_backward)
     _check_layout_ex = staticmethod(_layout.check_batch_norm_backward_ex)
     _seed_count = 8
@@ -80,6 +81,7 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
          "running_var": running_var, "save_mean": save_mean, "save_invstd": save_invstd},
         ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
         {"eps": float(eps), "training": bool(training)}, wanted,
+        optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"),
     )
 
 

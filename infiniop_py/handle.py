@@ -64,7 +64,10 @@ class Handle(NativeResource):
     def __init__(self, device="cpu", device_id=0):
         self.device = device.lower() if isinstance(device, str) else device
         device_code(self.device)
-        self.device_id = operator.index(device_id)
+        try:
+            self.device_id = operator.index(device_id)
+        except TypeError:
+            raise TypeError(f"device_id must be an int, got {type(device_id).__name__}") from None
         op = libraries().op
         pointer = ffi.new("infiniopHandle_t *")
         with selected_device(self.device, self.device_id):

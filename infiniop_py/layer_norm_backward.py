@@ -17,6 +17,7 @@ class LayerNormBackward(Operator):
 
     _c_name = "LayerNormBackward"
     _outputs = ("grad_input", "grad_weight", "grad_bias")
+    _in_place = ("grad_input", "grad_output")
     _check_layout = staticmethod(_layout.check_layer_norm_backward)
     _check_layout_ex = staticmethod(_layout.check_layer_norm_backward_ex)
     _seed_count = 7
@@ -55,5 +56,5 @@ def layer_norm_backward(grad_output, weight, input_standardization, input_std_de
         {"grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
          "input_std_deviation": input_std_deviation},
         ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
-        wanted=(True, bool(need_grad_weight), bool(need_grad_bias)),
+        wanted=(True, bool(need_grad_weight), bool(need_grad_bias)), optional=("weight",),
     )

@@ -16,6 +16,7 @@ class RMSNormBackward(Operator):
 
     _c_name = "RMSNormBackward"
     _outputs = ("grad_x", "grad_w")
+    _in_place = ("grad_x", "grad_y")
     _check_layout = staticmethod(_layout.check_rms_norm_backward)
     _check_layout_ex = staticmethod(_layout.check_rms_norm_backward_ex)
     _seed_count = 5
@@ -40,5 +41,5 @@ def rms_norm_backward(grad_y, x, w, *, eps=0.0, rstd=None, need_grad_weight=True
     return _functional.run(
         RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w, "rstd": rstd}, ("grad_x", "grad_w"),
         lambda refs: ((refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w")),
-        out, {"eps": float(eps)}, (True, bool(need_grad_weight)),
+        out, {"eps": float(eps)}, (True, bool(need_grad_weight)), optional=("rstd",),
     )

@@ -13,6 +13,7 @@ from ._resource import NativeResource
 from .errors import BadTensorShapeError, BadTensorStridesError, check
 
 _DLPACK_CPU = 1  # DLDeviceType kDLCPU
+_SIZE_MAX, _PTRDIFF_MIN, _PTRDIFF_MAX = 2**64 - 1, -(2**63), 2**63 - 1  # the C types of extents and strides
 _DEVICE_BY_TORCH_TYPE = {"cpu": "cpu", "cuda": "nvidia", "npu": "ascend", "mlu": "cambricon", "musa": "moore"}
 
 
@@ -54,7 +55,10 @@ def _from_numpy(array, name, owner):
 def _from_torch(tensor, name):
     # Read through the tensor's own attributes: works for bfloat16 and device memory alike.
     dtype_name = str(tensor.dtype).replace("torch.", "")
-    device = _DEVICE_BY_TORCH_TYPE.get(tensor.device.type, tensor.device.type)
+    device = _DEVICE_BY_TORCH_TYPE.get(tensor.device.type)
+    if device is None:
+        raise ValueError(f"{name}: the torch tensor is on {tensor.device}, which no infiniop device is; "
+                         f"use one of the torch devices {', '.join(sorted(_DEVICE_BY_TORCH_TYPE))}")
     return TensorRef(
         data=tensor.data_ptr(), device=device, device_id=tensor.device.index or 0,
         dtype=dtypes.code_of(dtype_name, name), itemsize=tensor.element_size(),
@@ -139,6 +143,8 @@ class TensorDesc(NativeResource):
         self.shape = _extents(shape, f"{name}: shape")
         if any(extent < 0 for extent in self.shape):
             raise BadTensorShapeError(f"{name}: shape {self.shape} has a negative extent")
+        if any(extent > _SIZE_MAX for extent in self.shape):
+            raise BadTensorShapeError(f"{name}: shape {self.shape} has an extent beyond 2**64 - 1 (size_t)")
         self.dtype = dtypes.code_of(dtype, name)
         if strides is None:
             self.strides = contiguous_strides(self.shape)
@@ -146,12 +152,18 @@ class TensorDesc(NativeResource):
             self.strides = _extents(strides, f"{name}: strides")
             if len(self.strides) != len(self.shape):
                 raise ValueError(f"{name}: strides {self.strides} must have one entry per dim of shape {self.shape}")
+            if any(not _PTRDIFF_MIN <= stride <= _PTRDIFF_MAX for stride in self.strides):
+                raise BadTensorStridesError(f"{name}: strides {self.strides} has one outside int64 (ptrdiff_t)")
         op = libraries().op
         pointer = ffi.new("infiniopTensorDescriptor_t *")
         native_strides = ffi.NULL if strides is None else ffi.new("ptrdiff_t[]", self.strides)
-        check(op.infiniopCreateTensorDescriptor(pointer, len(self.shape), ffi.new("size_t[]", self.shape),
-                                                native_strides, self.dtype),
-              f"infiniopCreateTensorDescriptor({name})")
+        status = op.infiniopCreateTensorDescriptor(pointer, len(self.shape), ffi.new("size_t[]", self.shape),
+                                                   native_strides, self.dtype)
+        if status == BadTensorShapeError.status:  # the one shape rule of tensor descriptors C checks itself
+            raise BadTensorShapeError(
+                f"{name}: shape {self.shape} with strides {self.strides} of {dtypes.name(self.dtype)} reaches byte "
+                f"offsets beyond 2**63 - 1; infiniopCreateTensorDescriptor failed: BAD_TENSOR_SHAPE")
+        check(status, f"infiniopCreateTensorDescriptor({name})")
         self._own(pointer[0], op.infiniopDestroyTensorDescriptor, "infiniopDestroyTensorDescriptor")
 
     @classmethod

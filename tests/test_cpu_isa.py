@@ -11,7 +11,7 @@ import pytest
 
 TESTS = pathlib.Path(__file__).parent
 NUMERIC_SUITES = ["test_rms_norm_backward.py", "test_layer_norm_backward.py", "test_batch_norm_backward.py",
-                  "test_batch_norm_backward_ex.py"]
+                  "test_batch_norm_backward_ex.py", "test_non_finite.py"]
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")

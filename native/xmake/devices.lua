@@ -19,10 +19,10 @@ end
 -- Called inside a target: the ENABLE_*_API macros tell the dispatch code which backends exist.
 function add_runtime_defines()
     if has_config("cpu") then add_defines("ENABLE_CPU_API") end
-    -- Nothing of the static backend libraries is exported but the C API: not the static CUDA runtime (never
-    -- exported or interposed), nor the std:: template instances their code makes.
-    add_shflags("-Wl,--exclude-libs,ALL")
     if has_config("nv-gpu") then add_defines("ENABLE_NVIDIA_API") end
+    -- Each shared library keeps what its static backends hold (the static CUDA runtime, the std templates
+    -- the backends instantiate) to itself, never exporting or interposing it.
+    add_shflags("-Wl,--exclude-libs,ALL")
     if has_config("ascend-npu") then add_defines("ENABLE_ASCEND_API") end
     if has_config("omp") then
         add_shflags("-fopenmp")

@@ -2,6 +2,7 @@
 #ifndef INFINIOP_OPERATOR_DESCRIPTOR_IMPL_H
 #define INFINIOP_OPERATOR_DESCRIPTOR_IMPL_H
 
+#include "common/footprint.h"
 #include "infiniop/operator_descriptor.h"
 
 #include <cstddef>
@@ -11,6 +12,9 @@
 struct InfiniopDescriptor {
     infiniDevice_t device_type;
     int device_id;
+    // Bytes each tensor argument touches, in C argument order: set by op::createDescriptor, read by
+    // infini::checkNoAliasing at run.
+    std::vector<infini::Footprint> footprints;
 
     InfiniopDescriptor(infiniDevice_t device_type, int device_id) : device_type(device_type), device_id(device_id) {}
     virtual ~InfiniopDescriptor() = default;

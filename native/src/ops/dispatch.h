@@ -30,16 +30,21 @@ Factory<Op> factoryOf(infiniDevice_t device) {
 }
 
 // make_info(Info *) validates the tensors (the seed or the Ex rules); then the handle's backend builds.
+// `tensors`: every tensor argument in C order (NULL for an absent one), for the run's aliasing check.
 template <typename Op, typename MakeInfo>
-infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, MakeInfo &&make_info) {
+infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr,
+                              std::initializer_list<infini::Tensor> tensors, MakeInfo &&make_info) {
     return infini::guarded([&] {
         if (handle == nullptr || desc_ptr == nullptr) return INFINI_STATUS_NULL_POINTER;
         typename Op::Info info;
         INFINI_CHECK(make_info(&info));
         Factory<Op> factory = factoryOf<Op>(handle->device);
         if (factory == nullptr) return INFINI_STATUS_DEVICE_TYPE_NOT_SUPPORTED;
+        std::vector<infini::Footprint> footprints; // before desc: may throw
+        for (infini::Tensor t : tensors) footprints.push_back(infini::footprintOf(t));
         typename Op::Descriptor *desc = nullptr;
         INFINI_CHECK(factory(info, handle->device_id, &desc));
+        desc->footprints = std::move(footprints);
         *desc_ptr = desc;
         return INFINI_STATUS_SUCCESS;
     });
@@ -49,7 +54,8 @@ infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc
 template <typename Op, typename... Tensors>
 infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, Tensors... tensors) {
     if (((tensors == nullptr) || ...)) return INFINI_STATUS_NULL_POINTER;
-    return createFromInfo<Op>(handle, desc_ptr, [&](typename Op::Info *info) { return Op::Info::create(info, tensors...); });
+    return createFromInfo<Op>(handle, desc_ptr, {tensors...},
+                              [&](typename Op::Info *info) { return Op::Info::create(info, tensors...); });
 }
 
 // The op descriptor behind a C handle; BAD_PARAM when it belongs to another operator.

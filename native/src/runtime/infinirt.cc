@@ -1,6 +1,7 @@
 // Entry points of libinfinirt: argument checks, the per-thread current device, dispatch to its backend.
 #include "backend.h"
 
+#include "common/enum_value.h"
 #include "common/status.h"
 
 namespace {
@@ -8,7 +9,13 @@ namespace {
 thread_local infiniDevice_t current_device = INFINI_DEVICE_CPU;
 thread_local int current_device_id = 0;
 
-bool isDeviceEnum(infiniDevice_t device) { return device >= INFINI_DEVICE_CPU && device < INFINI_DEVICE_TYPE_COUNT; }
+bool isDeviceEnum(const infiniDevice_t &device) { // by reference: copying an invalid enum is a load too
+    return infini::rawValue(device) >= INFINI_DEVICE_CPU && infini::rawValue(device) < INFINI_DEVICE_TYPE_COUNT;
+}
+
+bool isCopyKind(const infinirtMemcpyKind_t &kind) {
+    return infini::rawValue(kind) >= INFINIRT_MEMCPY_H2H && infini::rawValue(kind) <= INFINIRT_MEMCPY_D2D;
+}
 
 // The backend of a device, or nullptr when this build has none for it.
 const infinirt::Backend *backendOf(infiniDevice_t device) {
@@ -113,14 +120,14 @@ __C infiniStatus_t infinirtFreeHost(void *ptr) {
 
 __C infiniStatus_t infinirtMemcpy(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind) {
     if (size > 0 && (dst == nullptr || src == nullptr)) return INFINI_STATUS_NULL_POINTER;
-    if (kind < INFINIRT_MEMCPY_H2H || kind > INFINIRT_MEMCPY_D2D) return INFINI_STATUS_BAD_PARAM;
+    if (!isCopyKind(kind)) return INFINI_STATUS_BAD_PARAM;
     return onCurrent([&](const infinirt::Backend &b) { return b.memcpy(dst, src, size, kind); });
 }
 
 __C infiniStatus_t infinirtMemcpyAsync(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind,
                                        infinirtStream_t stream) {
     if (size > 0 && (dst == nullptr || src == nullptr)) return INFINI_STATUS_NULL_POINTER;
-    if (kind < INFINIRT_MEMCPY_H2H || kind > INFINIRT_MEMCPY_D2D) return INFINI_STATUS_BAD_PARAM;
+    if (!isCopyKind(kind)) return INFINI_STATUS_BAD_PARAM;
     return onCurrent([&](const infinirt::Backend &b) { return b.memcpyAsync(dst, src, size, kind, stream); });
 }
 

@@ -30,6 +30,7 @@ struct RowPlan {
 // apply(block, row, total, begin, n) finishes those elements given the row's total sums.
 template <typename Sums, typename Apply>
 void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&apply) {
+    if (plan.dim == 0) return; // rows of no elements: nothing to reduce or write (and their data may be NULL)
     if (plan.blocks.count >= 2 * maxThreads()) {
         parallelFor(plan.blocks.count, [&](size_t block) {
             for (size_t row = plan.blocks.begin(block); row < plan.blocks.end(block, plan.rows); ++row) {

@@ -23,7 +23,10 @@ __C infiniStatus_t infiniopCreateBatchNormBackwardDescriptorEx(
     infiniopTensorDescriptor_t running_mean_desc, infiniopTensorDescriptor_t running_var_desc,
     infiniopTensorDescriptor_t save_mean_desc, infiniopTensorDescriptor_t save_invstd_desc, double epsilon,
     int training) {
-    return op::createFromInfo<Op>(handle, desc_ptr, [&](Op::Info *info) {
+    return op::createFromInfo<Op>(handle, desc_ptr,
+                                  {grad_input_desc, grad_weight_desc, grad_bias_desc, input_desc, grad_output_desc,
+                                   weight_desc, running_mean_desc, running_var_desc, save_mean_desc, save_invstd_desc},
+                                  [&](Op::Info *info) {
         return Op::Info::createEx(info, grad_input_desc, grad_weight_desc, grad_bias_desc, input_desc,
                                   grad_output_desc, weight_desc, running_mean_desc, running_var_desc, save_mean_desc,
                                   save_invstd_desc, epsilon, training);
@@ -59,6 +62,10 @@ __C infiniStatus_t infiniopBatchNormBackwardEx(infiniopBatchNormBackwardDescript
                                            {running_var, channelsIf(info.usesRunning())},
                                            {save_mean, channelsIf(info.has_save)},
                                            {save_invstd, channelsIf(info.has_save)}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_input, grad_weight, grad_bias, input, grad_output, weight,
+                                              running_mean, running_var, save_mean, save_invstd},
+                                             3, {{0, 4}})); // grad_input is grad_output
         return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, input, grad_output, weight,
                                   running_mean, running_var, save_mean, save_invstd, stream);
     });

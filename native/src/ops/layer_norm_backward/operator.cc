@@ -22,7 +22,10 @@ __C infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(
     infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
     infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
     infiniopTensorDescriptor_t input_std_deviation_desc) {
-    return op::createFromInfo<Op>(handle, desc_ptr, [&](Op::Info *info) {
+    return op::createFromInfo<Op>(handle, desc_ptr,
+                                  {grad_input_desc, grad_weight_desc, grad_bias_desc, grad_output_desc, weight_desc,
+                                   input_standardization_desc, input_std_deviation_desc},
+                                  [&](Op::Info *info) {
         return Op::Info::createEx(info, grad_input_desc, grad_weight_desc, grad_bias_desc, grad_output_desc,
                                   weight_desc, input_standardization_desc, input_std_deviation_desc);
     });
@@ -52,6 +55,10 @@ __C infiniStatus_t infiniopLayerNormBackward(infiniopLayerNormBackwardDescriptor
                                            {weight, info.has_weight ? info.dim : 0},
                                            {input_standardization, elements},
                                            {input_std_deviation, info.rows}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_input, grad_weight, grad_bias, grad_output, weight,
+                                              input_standardization, input_std_deviation},
+                                             3, {{0, 3}})); // grad_input is grad_output
         return op_desc->calculate(workspace, grad_input, grad_weight, grad_bias, grad_output, weight,
                                   input_standardization, input_std_deviation, stream);
     });

@@ -16,7 +16,8 @@ __C infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(
     infiniopHandle_t handle, infiniopRMSNormBackwardDescriptor_t *desc_ptr, infiniopTensorDescriptor_t grad_x_desc,
     infiniopTensorDescriptor_t grad_w_desc, infiniopTensorDescriptor_t grad_y_desc, infiniopTensorDescriptor_t x_desc,
     infiniopTensorDescriptor_t w_desc, infiniopTensorDescriptor_t rstd_desc, double epsilon) {
-    return op::createFromInfo<Op>(handle, desc_ptr, [&](Op::Info *info) {
+    return op::createFromInfo<Op>(handle, desc_ptr, {grad_x_desc, grad_w_desc, grad_y_desc, x_desc, w_desc, rstd_desc},
+                                  [&](Op::Info *info) {
         return Op::Info::createEx(info, grad_x_desc, grad_w_desc, grad_y_desc, x_desc, w_desc, rstd_desc, epsilon);
     });
 }
@@ -41,6 +42,8 @@ __C infiniStatus_t infiniopRMSNormBackwardEx(infiniopRMSNormBackwardDescriptor_t
                                            {x, elements},
                                            {w, info.dim},
                                            {rstd, info.has_rstd ? info.rows : 0}}));
+        INFINI_CHECK(infini::checkNoAliasing(op_desc->footprints, workspace, op_desc->workspaceSize(),
+                                             {grad_x, grad_w, grad_y, x, w, rstd}, 2, {{0, 2}})); // grad_x is grad_y
         return op_desc->calculate(workspace, grad_x, grad_w, grad_y, x, w, rstd, stream);
     });
 }

@@ -11,6 +11,7 @@
 #include "batch_norm_backward_simd.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
+#include "devices/cpu/workspace.h"
 
 #include <algorithm>
 #include <numeric>
@@ -59,8 +60,8 @@ class CpuDescriptor final : public Descriptor {
 
     size_t workspaceSize() const override {
         if (info.dtype == INFINI_DTYPE_F64) return 0;
-        return info.channels * sizeof(ChannelStatistics) + sumsCount() * sizeof(double) +
-               (4 * positions() + scratchFloats()) * sizeof(float);
+        return cpu::withAlignmentSlack(info.channels * sizeof(ChannelStatistics) + sumsCount() * sizeof(double) +
+                                       (4 * positions() + scratchFloats()) * sizeof(float));
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
@@ -75,7 +76,7 @@ class CpuDescriptor final : public Descriptor {
         }
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(layout(workspace), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
+            run(layout(cpu::alignedWorkspace(workspace)), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
                 static_cast<const T *>(grad_output));
             return 0;
         });

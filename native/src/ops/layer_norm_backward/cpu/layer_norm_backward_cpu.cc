@@ -6,6 +6,7 @@
 
 #include "devices/cpu/row_driver.h"
 #include "devices/cpu/types.h"
+#include "devices/cpu/workspace.h"
 #include "layer_norm_backward_simd.h"
 
 #include <utility>
@@ -45,7 +46,7 @@ class CpuDescriptor final : public Descriptor {
     // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient.
     size_t workspaceSize() const override {
         const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
-        return plan_.scratchBytes() + (1 + partialCount() * plan_.blocks.count) * info.dim * compute;
+        return cpu::withAlignmentSlack(plan_.scratchBytes() + (1 + partialCount() * plan_.blocks.count) * info.dim * compute);
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
@@ -54,7 +55,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
-            run(workspace, static_cast<T *>(grad_input), static_cast<W *>(grad_weight), static_cast<W *>(grad_bias),
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_input), static_cast<W *>(grad_weight), static_cast<W *>(grad_bias),
                 static_cast<const T *>(grad_output), info.has_weight ? static_cast<const W *>(weight) : nullptr,
                 static_cast<const T *>(input_standardization), static_cast<const W *>(input_std_deviation));
         });

@@ -5,6 +5,7 @@
 
 #include "devices/cpu/row_driver.h"
 #include "devices/cpu/types.h"
+#include "devices/cpu/workspace.h"
 #include "rms_norm_backward_simd.h"
 
 #include <cmath>
@@ -41,7 +42,7 @@ class CpuDescriptor final : public Descriptor {
     // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
     size_t workspaceSize() const override {
         const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
-        return plan_.scratchBytes() + (1 + (info.has_grad_w ? plan_.blocks.count : 0)) * info.dim * compute;
+        return cpu::withAlignmentSlack(plan_.scratchBytes() + (1 + (info.has_grad_w ? plan_.blocks.count : 0)) * info.dim * compute);
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
@@ -49,7 +50,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
-            run(workspace, static_cast<T *>(grad_x), static_cast<W *>(grad_w), static_cast<const T *>(grad_y),
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_x), static_cast<W *>(grad_w), static_cast<const T *>(grad_y),
                 static_cast<const T *>(x), static_cast<const W *>(w), rstd);
         });
         return INFINI_STATUS_SUCCESS;

@@ -1,0 +1,192 @@
+"""Every public function of the package refuses a wrong type, device or dtype in any argument position with an
+error naming that argument, and failing calls leak nothing: neither Python objects (tracemalloc) nor native
+memory or objects (the C heap's in-use bytes, and the package's live native resources)."""
+
+import ctypes
+import gc
+import tracemalloc
+import weakref
+
+import numpy as np
+import pytest
+
+import infiniop_py
+from infiniop_py import _resource
+from _helpers import F32, OPS, WORKSPACE_SHAPES, sentinel_outputs_and_inputs
+
+torch = pytest.importorskip("torch")  # a meta-device tensor is the portable "array on another device"
+
+SHAPE = (2, 3, 8)
+
+
+def wrong_arguments():
+    """(kind, replacement, expected error, message pattern given the argument name)."""
+    yield "type", lambda a: "not an array", TypeError, r"{name}: expected an array"
+    # None means an absent tensor to the Ex entry points: for a required one the error still names it.
+    yield "none", lambda a: None, (TypeError, ValueError, infiniop_py.InfiniopError), r"{name}\b"
+    yield "type", lambda a: a.tolist(), TypeError, r"{name}: expected an array"
+    # F64 is supported, but not mixed with F32: the message names the F64 tensor, or (when it is the first
+    # data tensor, which sets dT) names it as the one the others must equal.
+    yield "dtype", lambda a: a.astype(np.float64), infiniop_py.BadTensorDtypeError, r"{name}(: |'s )dtype F64"
+    yield "dtype", lambda a: a.astype(np.int32), infiniop_py.BadTensorDtypeError, r"{name}: dtype I32"
+    yield "dtype", lambda a: a.astype(np.complex64), infiniop_py.BadTensorDtypeError, r"{name}: dtype complex64"
+    yield "device", lambda a: torch.empty(a.shape, device="meta"), ValueError, r"{name}: .*meta"
+
+
+# Tensors the Ex entry points take as absent (None): leaving them out is no error.
+OPTIONAL = {"grad_w", "rstd", "grad_weight", "grad_bias", "weight", "running_mean", "running_var"}
+
+
+def argument_cases():
+    for case in OPS:
+        for position, name in enumerate(case.tensor_names):
+            for kind, replace, error, pattern in wrong_arguments():
+                if kind == "none" and name in OPTIONAL:
+                    continue
+                yield pytest.param(case, position, replace, error, pattern.format(name=name),
+                                   id=f"{case.name}: {kind} of {name} ({pattern.split(': ')[-1]})")
+
+
+ARGUMENT_CASES = list(argument_cases())
+
+
+def _arrays(case):
+    outputs, inputs = sentinel_outputs_and_inputs(case, SHAPE)
+    return outputs + inputs
+
+
+@pytest.mark.parametrize("case, position, replace, error, pattern", ARGUMENT_CASES)
+def test_functional_names_the_wrong_argument(case, position, replace, error, pattern):
+    arrays = _arrays(case)
+    arrays[position] = replace(arrays[position])
+    outputs, inputs = arrays[:len(case.output_names)], arrays[len(case.output_names):]
+    with pytest.raises(error, match=pattern):
+        case.function()(*inputs, out=tuple(outputs))
+
+
+@pytest.mark.parametrize("case, position, replace, error, pattern", ARGUMENT_CASES)
+def test_operator_call_names_the_wrong_argument(cpu_handle, case, position, replace, error, pattern):
+    arrays = _arrays(case)
+    with case.operator_class()(cpu_handle, *arrays) as operator:
+        arrays[position] = replace(arrays[position])
+        with pytest.raises(error, match=pattern):
+            operator(*arrays)
+
+
+@pytest.mark.parametrize("case, position, replace, error, pattern", ARGUMENT_CASES)
+def test_operator_constructor_names_the_wrong_argument(cpu_handle, case, position, replace, error, pattern):
+    arrays = _arrays(case)
+    arrays[position] = replace(arrays[position])
+    if error is TypeError:  # the constructor also takes TensorDescs and (shape, dtype) tuples
+        pattern = pattern.replace("expected an array", "expected a TensorDesc, an array")
+    with pytest.raises(error, match=pattern):
+        case.operator_class()(cpu_handle, *arrays)
+
+
+@pytest.mark.parametrize("call, error, pattern", [
+    (lambda: infiniop_py.Handle(0), TypeError, "device must be a name"),
+    (lambda: infiniop_py.Handle("gpu"), ValueError, "device 'gpu' is unknown"),
+    (lambda: infiniop_py.Handle("cpu", "0"), TypeError, "device_id must be an int, got str"),
+    (lambda: infiniop_py.Handle("cpu", 1.0), TypeError, "device_id must be an int, got float"),
+    (lambda: infiniop_py.RMSNormBackward("cpu", *_arrays(OPS[0])), TypeError, "handle: expected a Handle, got str"),
+    (lambda: infiniop_py.TensorDesc("ab", "float32"), TypeError, "tensor: shape must be a sequence of ints"),
+    (lambda: infiniop_py.TensorDesc((2, 3), "float32", (1.0, 1)), TypeError, "strides must be a sequence of ints"),
+    (lambda: infiniop_py.TensorDesc((2, 3), 99), infiniop_py.BadTensorDtypeError, "99 is not a valid"),
+    (lambda: infiniop_py.TensorDesc((2, 3), "nonsense"), infiniop_py.BadTensorDtypeError, "'nonsense' is not a dtype"),
+    (lambda: infiniop_py.TensorDesc((2**64, 3), "float32"), infiniop_py.BadTensorShapeError, r"beyond 2\*\*64 - 1"),
+    (lambda: infiniop_py.TensorDesc((2, 3), "float32", (2**63, 1)), infiniop_py.BadTensorStridesError,
+     "outside int64"),
+    (lambda: infiniop_py.TensorDesc((2**62, 3), "float32"), infiniop_py.BadTensorShapeError,
+     r"tensor: shape \(4611686018427387904, 3\) .* beyond 2\*\*63 - 1"),
+    (lambda: infiniop_py.TensorDesc.from_array("x", name="x"), TypeError, "x: expected an array"),
+    (lambda: infiniop_py.rms_norm_backward(*_arrays(OPS[0])[2:], out=5), TypeError, "out: expected a tuple of 2"),
+    (lambda: infiniop_py.RMSNormBackward(infiniop_py.Handle("cpu"), *_arrays(OPS[0]))(
+        *_arrays(OPS[0]), workspace="w"), TypeError, "workspace: expected an array"),
+    (lambda: infiniop_py.RMSNormBackward(infiniop_py.Handle("cpu"), *_arrays(OPS[0]))(
+        *_arrays(OPS[0]), stream="s"), TypeError, "stream: expected None"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_other_public_functions_refuse_precisely(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+# ---------------------------------------------------------------- nothing leaks on error paths
+
+def _malloc_in_use():
+    """Bytes the C heap has handed out (glibc mallinfo2), or None where that is not available."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(field, ctypes.c_size_t) for field in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")]
+
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def _live_native_resources():
+    """NativeResource objects (handles, descriptors) whose native object has not been destroyed."""
+    return sum(1 for info in list(weakref.finalize._registry.values()) if info.func is _resource._destroy_quietly)
+
+
+def failing_calls(handle):
+    """Calls that fail at each stage: Python checks, the native create, the native run, the fast path."""
+    case = OPS[0]
+    arrays = _arrays(case)
+    inputs = arrays[2:]
+    operator = case.operator_class()(handle, *arrays)
+    shape = WORKSPACE_SHAPES[case.name]
+    big = sum(sentinel_outputs_and_inputs(case, shape), [])
+    with_workspace = case.operator_class()(handle, *big)
+    fresh = (np.empty(SHAPE, F32), np.empty(SHAPE[-1], F32))
+    aliased = (np.empty(SHAPE, F32), inputs[-1])
+    yield lambda: case.function()(*inputs[:-1], "w")
+    yield lambda: case.function()(*inputs[:-1], inputs[-1].astype(np.float64))
+    yield lambda: case.function()(*inputs[:-1], torch.empty(SHAPE[-1:], device="meta"))
+    yield lambda: case.function()(*inputs[:-1], np.ones(SHAPE[-1] + 1, F32))
+    yield lambda: case.operator_class()(handle, *arrays[:-1], ((SHAPE[-1],), np.float16))
+    yield lambda: infiniop_py.TensorDesc((2**62, 3), "float32")  # refused by the native create
+    yield lambda: infiniop_py.Handle("cpu", 1)  # refused by the native runtime
+    yield lambda: operator(*arrays[:-1], arrays[-1][::-1])
+    yield lambda: with_workspace(*big, workspace=np.empty(with_workspace.workspace_size - 1, np.uint8))
+    yield lambda: case.function()(*inputs, out=fresh) and case.function()(*inputs, out=aliased)  # C's BAD_PARAM
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_failing_calls_leak_nothing(cpu_handle, index):
+    """Memory after each of three batches of N failing calls: a leak grows in every batch alike, while what a
+    batch fills once (caches, allocator pools, objects the collector frees later) does not grow in the next
+    ones. The C heap is measured without tracemalloc, whose own tables live there."""
+    call = list(failing_calls(cpu_handle))[index]
+    repeats = 500
+    bound = 16 * repeats  # one leaked object per call is >= 16 bytes of Python or C heap per call
+
+    def fail_many(measure):
+        for _ in range(repeats):
+            with pytest.raises(Exception):
+                call()
+        gc.collect()
+        return measure()
+
+    def least_growth(measure):
+        sizes = [fail_many(measure) for _ in range(3)]
+        return min(later - earlier for earlier, later in zip(sizes, sizes[1:]))
+
+    fail_many(lambda: None)  # warm up
+    resources = _live_native_resources()
+    if _malloc_in_use() is not None:
+        native_growth = least_growth(_malloc_in_use)
+        assert native_growth < bound, f"the C heap grew by {native_growth} bytes per {repeats} failing calls"
+    assert _live_native_resources() == resources, "native objects were left alive"
+    tracemalloc.start()
+    try:
+        python_growth = least_growth(lambda: tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    assert python_growth < bound, f"Python memory grew by {python_growth} bytes per {repeats} failing calls"
