@@ -39,12 +39,19 @@ bool intersect(Range a, Range b) { return a.first <= b.last && b.first <= a.last
 
 bool touches(const void *data, const Footprint &footprint) { return data != nullptr && !footprint.empty; }
 
+// A seed-made descriptor run through an Ex run function gets trailing arguments it has no footprint for:
+// those tensors are absent, so they touch nothing.
+const Footprint &footprintAt(const std::vector<Footprint> &footprints, size_t index) {
+    static const Footprint absent;
+    return index < footprints.size() ? footprints[index] : absent;
+}
+
 bool isAllowedInPlace(size_t output, size_t other, const void *const *data, const std::vector<Footprint> &footprints,
                       std::initializer_list<InPlacePair> in_place) {
     bool named = std::any_of(in_place.begin(), in_place.end(), [&](InPlacePair pair) {
         return (pair.first == output && pair.second == other) || (pair.first == other && pair.second == output);
     });
-    const Footprint &a = footprints[output], &b = footprints[other];
+    const Footprint &a = footprintAt(footprints, output), &b = footprintAt(footprints, other);
     return named && data[output] == data[other] && a.stepped == b.stepped && a.itemsize == b.itemsize;
 }
 
@@ -53,24 +60,21 @@ bool isAllowedInPlace(size_t output, size_t other, const void *const *data, cons
 infiniStatus_t checkNoAliasing(const std::vector<Footprint> &footprints, const void *workspace,
                                size_t workspace_bytes, std::initializer_list<const void *> data, size_t outputs,
                                std::initializer_list<InPlacePair> in_place) {
-    // A seed-made descriptor run through an Ex run function gets trailing arguments it has no footprint for:
-    // those tensors are absent, so they touch nothing.
     if (data.size() < footprints.size() || outputs > data.size()) return INFINI_STATUS_INTERNAL_ERROR;
-    std::vector<Footprint> padded(footprints);
-    padded.resize(data.size());
     const void *const *pointers = data.begin();
     const bool has_workspace = workspace != nullptr && workspace_bytes > 0;
     const auto workspace_base = static_cast<__int128>(reinterpret_cast<uintptr_t>(workspace));
     const Range workspace_range{workspace_base, workspace_base + static_cast<__int128>(workspace_bytes) - 1};
     for (size_t i = 0; i < data.size(); ++i) {
-        if (!touches(pointers[i], padded[i])) continue;
-        Range range = rangeOf(pointers[i], padded[i]);
+        const Footprint &footprint = footprintAt(footprints, i);
+        if (!touches(pointers[i], footprint)) continue;
+        Range range = rangeOf(pointers[i], footprint);
         if (has_workspace && intersect(range, workspace_range)) return INFINI_STATUS_BAD_PARAM;
         if (i >= outputs) continue;
         for (size_t j = 0; j < data.size(); ++j) {
-            if (j == i || !touches(pointers[j], padded[j])) continue;
-            if (intersect(range, rangeOf(pointers[j], padded[j])) &&
-                !isAllowedInPlace(i, j, pointers, padded, in_place)) {
+            if (j == i || !touches(pointers[j], footprintAt(footprints, j))) continue;
+            if (intersect(range, rangeOf(pointers[j], footprintAt(footprints, j))) &&
+                !isAllowedInPlace(i, j, pointers, footprints, in_place)) {
                 return INFINI_STATUS_BAD_PARAM;
             }
         }
