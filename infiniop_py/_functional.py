@@ -100,10 +100,11 @@ def _layouts(arrays):
                   for array in arrays])
 
 
-def _fast_key(operator_class, inputs, out, options):
-    """The fast-path key of a call; entries exist only for all-numpy calls (see run), so others never match."""
+def _fast_key(operator_class, inputs, out, options, wanted):
+    """The fast-path key of a call; entries exist only for all-numpy calls (see run), so others never match.
+    An operator class's functional wrapper always passes the same option names, so their values suffice."""
     try:
-        return (operator_class, tuple(sorted(options.items())), None if out is None else _layouts(out),
+        return (operator_class, tuple(options.values()), wanted, None if out is None else _layouts(out),
                 _layouts(inputs.values()))
     except (AttributeError, TypeError):  # not numpy-like, or out not a sequence
         return None
@@ -174,7 +175,7 @@ def run(operator_class, inputs, output_names, output_specs, out, options=None, w
     """
     options = options or {}
     wanted = tuple(wanted or (True,) * len(output_names))
-    fast_key = _fast_key(operator_class, inputs, out, {**options, "wanted": wanted})
+    fast_key = _fast_key(operator_class, inputs, out, options, wanted)
     fast_entry = _numpy_fast_path.get(fast_key) if fast_key is not None else None
     if fast_entry is not None:
         result = _run_fast(fast_entry, inputs, out)

@@ -18,7 +18,7 @@ def test_repeated_layout_takes_the_fast_path_and_matches_the_checked_call():
     grad_y, x, w = random_rms_inputs(6, 40, seed=1)
     first = ip.rms_norm_backward(grad_y, x, w)
     key = _functional._fast_key(ip.RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w, "rstd": None}, None,
-                                {"eps": 0.0, "wanted": (True, True)})
+                                {"eps": 0.0}, (True, True))
     assert key in _functional._numpy_fast_path
     other_grad_y, other_x, other_w = random_rms_inputs(6, 40, seed=2)
     second = ip.rms_norm_backward(other_grad_y, other_x, other_w)  # same layout: fast path
