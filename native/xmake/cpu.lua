@@ -3,8 +3,9 @@ if has_config("cpu") then
     -- The leaf kernels (*_simd.cc) are compiled once per ISA and picked at run time (devices/cpu/isa.h),
     -- so one build runs on any x86-64 and uses AVX-512 or AVX2 where the CPU has them.
     local multi_isa = is_arch("x86_64", "x64")
-    local isa_flags = multi_isa and {avx512 = "-march=x86-64-v4", avx2 = "-march=x86-64-v3", generic = ""}
-                                 or {generic = ""}
+    local isa_flags = multi_isa and {avx512bf16 = {"-march=x86-64-v4", "-mavx512bf16"}, avx512 = {"-march=x86-64-v4"},
+                                     avx2 = {"-march=x86-64-v3"}, generic = {}}
+                                 or {generic = {}}
 
     for isa, flags in pairs(isa_flags) do
         target("infiniop-cpu-" .. isa)
@@ -12,7 +13,7 @@ if has_config("cpu") then
             set_default(false) -- linked into the shared libraries, never installed alone
             add_files("../src/ops/*/cpu/*_simd.cc", "../src/devices/cpu/*_simd.cc")
             add_defines("CPU_ISA=" .. isa)
-            if flags ~= "" then add_cxflags(flags, {force = true}) end
+            if #flags > 0 then add_cxflags(flags, {force = true}) end
             add_cxflags("-Wno-psabi") -- vector arguments only cross internal, inlined helpers
             add_cxflags("-Wno-maybe-uninitialized") -- GCC 12 false positive inside _mm512_undefined_ps
         target_end()

@@ -1,4 +1,4 @@
-// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see simd.h.
+// Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags); see simd.h.
 #include "convert_simd.h"
 
 #include "simd.h"

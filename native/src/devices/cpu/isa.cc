@@ -11,7 +11,7 @@ Isa supportedIsa() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-        return Isa::avx512;
+        return __builtin_cpu_supports("avx512bf16") ? Isa::avx512bf16 : Isa::avx512;
     }
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         return Isa::avx2;
@@ -22,7 +22,8 @@ Isa supportedIsa() {
 
 Isa requestedIsa() {
     const char *name = std::getenv("INFINIOP_CPU_ISA");
-    if (name == nullptr || std::strcmp(name, "avx512") == 0) return Isa::avx512;
+    if (name == nullptr || std::strcmp(name, "avx512bf16") == 0) return Isa::avx512bf16;
+    if (std::strcmp(name, "avx512") == 0) return Isa::avx512;
     if (std::strcmp(name, "avx2") == 0) return Isa::avx2;
     return Isa::generic;
 }

@@ -4,14 +4,15 @@
 
 namespace cpu {
 
-enum class Isa { generic, avx2, avx512 };
+// In order of preference. avx512bf16 differs from avx512 only in converting F32 to BF16 with one instruction.
+enum class Isa { generic, avx2, avx512, avx512bf16 };
 
-// The best ISA this CPU supports; INFINIOP_CPU_ISA=generic|avx2|avx512 asks for a lower one (for testing
+// The best ISA this CPU supports; INFINIOP_CPU_ISA=generic|avx2|avx512|avx512bf16 asks for a lower one (for testing
 // every path on one machine); asking for more than the CPU has gives what it has.
 Isa selectedIsa();
 
 // A table of kernel functions compiled for one ISA: each *_simd.cc file, built once per ISA, specializes
-// this for its own ISA (x86-64 builds all three; other machines only generic).
+// this for its own ISA (x86-64 builds all four; other machines only generic).
 template <Isa isa, typename Table>
 const Table &isaTable();
 
@@ -20,6 +21,7 @@ template <typename Table>
 const Table &selectedTable() {
 #ifdef INFINI_CPU_MULTI_ISA
     switch (selectedIsa()) {
+    case Isa::avx512bf16: return isaTable<Isa::avx512bf16, Table>();
     case Isa::avx512: return isaTable<Isa::avx512, Table>();
     case Isa::avx2: return isaTable<Isa::avx2, Table>();
     default: break;

@@ -14,20 +14,32 @@ namespace cpu {
 constexpr size_t kMaxRowBlocks = 64;
 constexpr size_t kRowChunk = 4096; // the reduction chunk of the leaf kernels (simd::kChunk)
 
+// Outputs of at least this many bytes, in rows of at least kFetchAheadRowBytes, are streamed past the caches
+// (simd::storeStream): a consumer could not find them there anyway. Smaller ones stay cached for it, and short
+// rows would spend more on aligning each row for the streamed stores than they save.
+constexpr size_t kStreamOutputBytes = size_t(8) << 20;
+// Rows of at least this many bytes per input have the next row fetched ahead during their elementwise pass:
+// shorter rows alternate their two passes often enough for the hardware prefetchers to keep DRAM busy.
+constexpr size_t kFetchAheadRowBytes = 4096;
+
 struct RowPlan {
     size_t rows, dim;
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
+    bool stream_output, fetch_ahead;
 
-    RowPlan(size_t rows, size_t dim)
-        : rows(rows), dim(dim), blocks(Blocks::split(rows, kMaxRowBlocks)), chunks(Blocks::ofSize(dim, kRowChunk)) {}
+    RowPlan(size_t rows, size_t dim, size_t element_bytes)
+        : rows(rows), dim(dim), blocks(Blocks::split(rows, kMaxRowBlocks)), chunks(Blocks::ofSize(dim, kRowChunk)),
+          stream_output(rows * dim * element_bytes >= kStreamOutputBytes && dim * element_bytes >= kFetchAheadRowBytes),
+          fetch_ahead(dim * element_bytes >= kFetchAheadRowBytes) {}
 
     // Scratch the driver needs in the workspace: one PairSums per chunk.
     size_t scratchBytes() const { return chunks.count * sizeof(PairSums); }
 };
 
 // sums(row, begin, n) -> PairSums of the row's elements [begin, begin + n);
-// apply(block, row, total, begin, n) finishes those elements given the row's total sums.
+// apply(block, row, total, begin, n, fetch_next) finishes those elements given the row's total sums, fetching
+// the same elements of row + 1 ahead if fetch_next (that row is the same thread's next one in both schedules).
 template <typename Sums, typename Apply>
 void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&apply) {
     if (plan.dim == 0) return; // rows of no elements: nothing to reduce or write (and their data may be NULL)
@@ -35,7 +47,7 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         parallelFor(plan.blocks.count, [&](size_t block) {
             for (size_t row = plan.blocks.begin(block); row < plan.blocks.end(block, plan.rows); ++row) {
                 PairSums total = sums(row, 0, plan.dim);
-                apply(block, row, total, 0, plan.dim);
+                apply(block, row, total, 0, plan.dim, plan.fetch_ahead && row + 1 < plan.blocks.end(block, plan.rows));
             }
         });
         return;
@@ -53,7 +65,7 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         size_t block = row / plan.blocks.per_block;
         parallelFor(plan.chunks.count, [&](size_t c) {
             size_t begin = plan.chunks.begin(c);
-            apply(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin);
+            apply(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin, plan.fetch_ahead && row + 1 < plan.rows);
         });
     }
 }

@@ -7,11 +7,15 @@
 #include "half.h"
 #include "reduce.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__AVX__)
 // infinicore.h's __C (upstream's name) is also a parameter name inside GCC's intrinsic headers.
 #pragma push_macro("__C")
 #undef __C
@@ -45,10 +49,25 @@ inline f32v load(const float *p) {
     return v;
 }
 
+// BF16 is the top half of an F32. GCC 12 widens 16 lanes through four 256-bit shuffles, so say it directly.
 inline f32v load(const cpu::bf16_t *p) {
+#if defined(__AVX512F__)
+    __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16);
+    f32v v;
+    std::memcpy(&v, &wide, sizeof v);
+    return v;
+#elif defined(__AVX2__)
+    __m256i wide[2] = {
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16),
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8))), 16)};
+    f32v v;
+    std::memcpy(&v, wide, sizeof v);
+    return v;
+#else
     u16v half;
     std::memcpy(&half, p, sizeof half);
     return (f32v)(__builtin_convertvector(half, u32v) << 16);
+#endif
 }
 
 // GCC scalarizes vector conversions to and from _Float16, so use the F16C / AVX-512 instructions directly.
@@ -68,32 +87,181 @@ inline f32v load(const cpu::f16_t *p) {
 #endif
 }
 
-inline void store(float *p, f32v v) { std::memcpy(p, &v, sizeof v); }
-
-inline void store(cpu::bf16_t *p, f32v v) {
+// F32 -> 16-bit conversions, rounding to nearest even (NaN stays a quiet NaN).
+inline u16v narrowBits(f32v v, cpu::bf16_t) {
+#if defined(__AVX512BF16__)
+    // One instruction instead of ten; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
+    u16v bits;
+    __m256bh narrowed = _mm512_cvtneps_pbh((__m512)v);
+    std::memcpy(&bits, &narrowed, sizeof bits);
+    return bits;
+#else
     u32v bits = (u32v)v;
     u32v rounded = bits + 0x7fffu + ((bits >> 16) & 1u); // nearest, ties to even
     i32v is_nan = (i32v)(bits & 0x7fffffffu) > 0x7f800000;
-    u32v result = is_nan ? (bits | 0x00400000u) : rounded; // keep NaN a quiet NaN
-    u16v half = __builtin_convertvector(result >> 16, u16v);
-    std::memcpy(p, &half, sizeof half);
+    u32v result = (is_nan ? (bits | 0x00400000u) : rounded) >> 16; // keep NaN a quiet NaN
+#if defined(__AVX512F__)
+    __m256i narrowed = _mm512_cvtepi32_epi16((__m512i)result);
+    u16v half;
+    std::memcpy(&half, &narrowed, sizeof half);
+    return half;
+#elif defined(__AVX2__)
+    __m256i wide[2];
+    std::memcpy(wide, &result, sizeof wide);
+    // packus interleaves the 128-bit lanes of its two sources; the permute puts them back in order.
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(wide[0], wide[1]), 0xd8);
+    u16v half;
+    std::memcpy(&half, &packed, sizeof half);
+    return half;
+#else
+    return __builtin_convertvector(result, u16v);
+#endif
+#endif
 }
 
-inline void store(cpu::f16_t *p, f32v v) {
+inline u16v narrowBits(f32v v, cpu::f16_t) {
+    u16v bits;
 #if defined(__AVX512F__) || defined(__F16C__)
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #endif
 #if defined(__AVX512F__)
-    _mm256_storeu_si256(reinterpret_cast<__m256i *>(p), _mm512_cvtps_ph((__m512)v, kNearest));
+    __m256i narrowed = _mm512_cvtps_ph((__m512)v, kNearest);
+    std::memcpy(&bits, &narrowed, sizeof bits);
 #elif defined(__F16C__)
     __m256 halves[2];
     std::memcpy(halves, &v, sizeof v);
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(p), _mm256_cvtps_ph(halves[0], kNearest));
-    _mm_storeu_si128(reinterpret_cast<__m128i *>(p + 8), _mm256_cvtps_ph(halves[1], kNearest));
+    __m128i narrowed[2] = {_mm256_cvtps_ph(halves[0], kNearest), _mm256_cvtps_ph(halves[1], kNearest)};
+    std::memcpy(&bits, narrowed, sizeof bits);
 #else
     f16v half = __builtin_convertvector(v, f16v);
-    std::memcpy(p, &half, sizeof half);
+    std::memcpy(&bits, &half, sizeof bits);
 #endif
+    return bits;
+}
+
+inline void store(float *p, f32v v) { std::memcpy(p, &v, sizeof v); }
+
+template <typename T>
+inline void store(T *p, f32v v) {
+    u16v bits = narrowBits(v, T{});
+    std::memcpy(p, &bits, sizeof bits);
+}
+
+// Stores that bypass the caches, for a large output nobody reads again soon: a cached store first reads the
+// line it writes (a third of a row kernel's DRAM traffic). The address must be kStreamAlignment<T>-aligned.
+// The generic build has no such store and writes normally.
+template <typename T>
+constexpr size_t kStreamAlignment = kWidth * sizeof(T);
+
+inline void storeStream(float *p, f32v v) {
+#if defined(__AVX512F__)
+    _mm512_stream_ps(p, (__m512)v);
+#elif defined(__AVX__)
+    __m256 halves[2];
+    std::memcpy(halves, &v, sizeof v);
+    _mm256_stream_ps(p, halves[0]);
+    _mm256_stream_ps(p + 8, halves[1]);
+#else
+    store(p, v);
+#endif
+}
+
+template <typename T>
+inline void storeStream(T *p, f32v v) {
+#if defined(__AVX__)
+    u16v bits = narrowBits(v, T{});
+    __m256i raw;
+    std::memcpy(&raw, &bits, sizeof raw);
+    _mm256_stream_si256(reinterpret_cast<__m256i *>(p), raw);
+#else
+    store(p, v);
+#endif
+}
+
+// Streamed stores are weakly ordered: make them visible before anyone else may read the output.
+inline void fenceStreams() {
+#if defined(__AVX__)
+    _mm_sfence();
+#endif
+}
+
+// put(stream, p, v): the store a forEachVector step was asked for.
+template <typename T>
+inline void put(std::true_type, T *p, f32v v) {
+    storeStream(p, v);
+}
+template <typename T>
+inline void put(std::false_type, T *p, f32v v) {
+    store(p, v);
+}
+
+// Fetches the next row's two inputs into the caches while this row is computed from them: the elementwise
+// pass of a long row reads only cached data, which would leave DRAM idle. One prefetch per 64-byte line.
+template <typename T>
+struct Ahead {
+    const T *first = nullptr, *second = nullptr;
+
+    void operator()(size_t j) const {
+        constexpr size_t kVectorsPerLine = 64 / (kWidth * sizeof(T)) > 0 ? 64 / (kWidth * sizeof(T)) : 1;
+        if (first == nullptr || (j / kWidth) % kVectorsPerLine != 0) return;
+        __builtin_prefetch(first + j);
+        __builtin_prefetch(second + j);
+    }
+};
+
+namespace detail {
+template <typename A>
+using Padded = std::array<std::remove_const_t<A>, kWidth>;
+
+template <typename A>
+inline void copyBack(const A *, const Padded<A> &, size_t) {}
+template <typename A>
+inline void copyBack(A *array, const Padded<A> &copy, size_t count) {
+    std::memcpy(array, copy.data(), count * sizeof(A));
+}
+
+// step on zero-padded copies of `count` < kWidth elements; what it wrote is copied back.
+template <typename Step, typename T, typename... Arrays, size_t... I>
+inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *out, Arrays *...arrays) {
+    std::tuple<Padded<Arrays>...> copies{};
+    (std::memcpy(std::get<I>(copies).data(), arrays, count * sizeof(Arrays)), ...);
+    Padded<T> out_copy{};
+    step(std::false_type{}, out_copy.data(), std::get<I>(copies).data()...);
+    std::memcpy(out, out_copy.data(), count * sizeof(T));
+    (copyBack(arrays, std::get<I>(copies), count), ...);
+}
+} // namespace detail
+
+// The elementwise pass over n elements: step(stream, out, arrays...) computes kWidth elements at the pointers
+// it is given and stores its output with put(stream, ...); arrays it takes as non-const are updated in place.
+// Full vectors run in place. The partial ones, the head before `out` is aligned for streamed stores and the
+// tail, run the same step on zero-padded copies, so each element is computed by the same instructions wherever
+// it falls: results never depend on the buffers' alignment or on `stream`. The ahead(j) prefetch runs per full
+// vector.
+template <typename Step, typename Prefetch, typename T, typename... Arrays>
+inline void forEachVector(size_t n, bool stream, Step &&step, const Prefetch &ahead, T *out, Arrays *...arrays) {
+    constexpr auto kArrays = std::index_sequence_for<Arrays...>{};
+    size_t j = 0;
+    const size_t misalignment = reinterpret_cast<uintptr_t>(out) % kStreamAlignment<T>;
+    stream = stream && misalignment % sizeof(T) == 0;
+    if (stream && misalignment != 0) {
+        j = (kStreamAlignment<T> - misalignment) / sizeof(T);
+        if (j > n) j = n;
+        detail::stepPadded(step, j, kArrays, out, arrays...);
+    }
+    if (stream) {
+        for (; j + kWidth <= n; j += kWidth) {
+            ahead(j);
+            step(std::true_type{}, out + j, (arrays + j)...);
+        }
+        fenceStreams();
+    } else {
+        for (; j + kWidth <= n; j += kWidth) {
+            ahead(j);
+            step(std::false_type{}, out + j, (arrays + j)...);
+        }
+    }
+    if (j < n) detail::stepPadded(step, n - j, kArrays, out + j, (arrays + j)...);
 }
 
 // Lane sum in a fixed order, in F64.

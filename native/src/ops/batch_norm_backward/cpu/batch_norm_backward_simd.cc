@@ -1,4 +1,4 @@
-// The channels-first kernels. Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags);
+// The channels-first kernels. Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags);
 // see devices/cpu/simd.h. Every pass walks a tile in memory order (batch, channel, length) so small-L shapes
 // stream too.
 #include "batch_norm_backward_simd.h"

@@ -27,7 +27,7 @@ cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *xhat, c
 
 void applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
               const double *xhat, const double *weight, double *grad_input, double *weight_partial,
-              double *bias_partial) {
+              double *bias_partial, const cpu::RowHints<double> &) {
     for (size_t j = 0; j < n; ++j) {
         const double go = grad_output[j], xh = xhat[j];
         if (weight_partial != nullptr) weight_partial[j] += go * xh;
@@ -41,7 +41,7 @@ const Kernels<double> kF64Kernels{sumsF64, applyF64};
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim) {}
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)) {}
 
     // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient.
     size_t workspaceSize() const override {
@@ -63,6 +63,16 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
+    template <typename T>
+    cpu::RowHints<T> hintsFor(size_t row, size_t begin, bool fetch_next, const T *grad_output, const T *xhat) const {
+        cpu::RowHints<T> hints{plan_.stream_output};
+        if (fetch_next) {
+            hints.next_a = grad_output + info.grad_output.offset(row + 1) + begin;
+            hints.next_b = xhat + info.input_standardization.offset(row + 1) + begin;
+        }
+        return hints;
+    }
+
     size_t partialCount() const { return (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0); }
 
     template <typename T, typename W>
@@ -88,14 +98,15 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
                                     xhat + info.input_standardization.offset(row) + begin, weight_c + begin);
             },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n) {
+            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool fetch_next) {
                 const C inv_std = static_cast<C>(1.0 / cpu::toDouble(std_deviation[info.input_std_deviation.offset(row)]));
                 kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
                               static_cast<C>(total.second / static_cast<double>(dim)),
                               grad_output + info.grad_output.offset(row) + begin,
                               xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                               grad_input + info.grad_input.offset(row) + begin,
-                              partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin));
+                              partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
+                              hintsFor<T>(row, begin, fetch_next, grad_output, xhat));
             });
         // weight_c is free again: it holds each summed gradient before narrowing.
         if (weight_partials != nullptr) {

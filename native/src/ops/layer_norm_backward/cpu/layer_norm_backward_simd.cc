@@ -1,4 +1,4 @@
-// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+// Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
 #include "layer_norm_backward_simd.h"
 
 #include "devices/cpu/simd.h"
@@ -26,29 +26,41 @@ cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *w
 
 template <typename T, bool kWeight, bool kBias>
 void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-              const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
+              const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
+              const cpu::RowHints<T> &hints) {
     const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
-    size_t j = 0;
-    for (; j + simd::kWidth <= n; j += simd::kWidth) {
-        f32v go = simd::load(grad_output + j), xh = simd::load(xhat + j);
-        if constexpr (kWeight) simd::store(weight_partial + j, simd::load(weight_partial + j) + go * xh);
-        if constexpr (kBias) simd::store(bias_partial + j, simd::load(bias_partial + j) + go);
-        simd::store(grad_input + j, (go * simd::load(weight + j) - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
-    }
-    for (; j < n; ++j) {
-        float go = cpu::toFloat(grad_output[j]), xh = cpu::toFloat(xhat[j]);
-        if constexpr (kWeight) weight_partial[j] += go * xh;
-        if constexpr (kBias) bias_partial[j] += go;
-        grad_input[j] = cpu::fromFloat<T>((go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std);
+    // partial_at: the wanted partials, weight's first.
+    auto step = [&](auto stream, T *out, const auto *go_at, const auto *xh_at, const float *weight_at,
+                    auto *...partial_at) {
+        f32v go = simd::load(go_at), xh = simd::load(xh_at);
+        float *partials[] = {partial_at..., nullptr};
+        if constexpr (kWeight) simd::store(partials[0], simd::load(partials[0]) + go * xh);
+        if constexpr (kBias) simd::store(partials[kWeight], simd::load(partials[kWeight]) + go);
+        simd::put(stream, out, (go * simd::load(weight_at) - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
+    };
+    const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
+    auto run = [&](auto *...partials) {
+        simd::forEachVector(n, hints.stream_output, step, ahead, grad_input, grad_output, xhat, weight, partials...);
+    };
+    if constexpr (kWeight && kBias) {
+        run(weight_partial, bias_partial);
+    } else if constexpr (kWeight) {
+        run(weight_partial);
+    } else if constexpr (kBias) {
+        run(bias_partial);
+    } else {
+        run();
     }
 }
 
 template <typename T>
 void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-           const float *weight, T *grad_input, float *weight_partial, float *bias_partial) {
+           const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
+           const cpu::RowHints<T> &hints) {
     auto run = [&](auto kernel) {
-        kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial, bias_partial);
+        kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial, bias_partial,
+               hints);
     };
     if (weight_partial != nullptr && bias_partial != nullptr) {
         run(applyRow<T, true, true>);

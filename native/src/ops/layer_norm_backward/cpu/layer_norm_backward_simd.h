@@ -6,6 +6,7 @@
 #include "devices/cpu/half.h"
 #include "devices/cpu/isa.h"
 #include "devices/cpu/reduce.h"
+#include "devices/cpu/row_hints.h"
 #include "devices/cpu/types.h"
 
 #include <cstddef>
@@ -21,7 +22,7 @@ struct Kernels {
     // bias_partial += grad_output over [0, n) (a NULL partial: that gradient is not wanted);
     // grad_input may be grad_output.
     void (*apply)(size_t n, C inv_std, C mean_g, C mean_g_xhat, const T *grad_output, const T *xhat, const C *weight,
-                  T *grad_input, C *weight_partial, C *bias_partial);
+                  T *grad_input, C *weight_partial, C *bias_partial, const cpu::RowHints<T> &hints);
 };
 
 } // namespace op::layer_norm_backward

@@ -24,7 +24,7 @@ cpu::PairSums sumsF64(size_t n, const double *grad_y, const double *x, const dou
 }
 
 void applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
-              double *grad_x, double *partial) {
+              double *grad_x, double *partial, const cpu::RowHints<double> &) {
     for (size_t j = 0; j < n; ++j) {
         const double gy = grad_y[j], xj = x[j];
         if (partial != nullptr) partial[j] += gy * xj * r;
@@ -37,7 +37,7 @@ const Kernels<double> kF64Kernels{sumsF64, applyF64};
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim) {}
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)) {}
 
     // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
     size_t workspaceSize() const override {
@@ -79,14 +79,19 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
                                     w_c + begin);
             },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n) {
+            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool fetch_next) {
                 // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
                 const double r = info.has_rstd ? saved_rstd(row)
                                                : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
                 const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
+                cpu::RowHints<T> hints{plan_.stream_output};
+                if (fetch_next) {
+                    hints.next_a = grad_y + info.grad_y.offset(row + 1) + begin;
+                    hints.next_b = x + info.x.offset(row + 1) + begin;
+                }
                 kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
                               x + info.x.offset(row) + begin, w_c + begin, grad_x + info.grad_x.offset(row) + begin,
-                              partials == nullptr ? nullptr : partials + block * dim + begin);
+                              partials == nullptr ? nullptr : partials + block * dim + begin, hints);
             });
         // w_c is free again: it holds the summed grad_w before narrowing.
         if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_c, grad_w, info.grad_w_stride);

@@ -1,4 +1,4 @@
-// Compiled once per ISA (CPU_ISA = avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+// Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
 #include "rms_norm_backward_simd.h"
 
 #include "devices/cpu/simd.h"
@@ -24,29 +24,21 @@ cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
         });
 }
 
-template <typename T, bool kAccumulate>
-void applyRow(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
-              float *partial) {
-    const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
-    size_t j = 0;
-    for (; j + simd::kWidth <= n; j += simd::kWidth) {
-        f32v gy = simd::load(grad_y + j), xj = simd::load(x + j);
-        if constexpr (kAccumulate) simd::store(partial + j, simd::load(partial + j) + gy * xj * r_v);
-        simd::store(grad_x + j, r_v * gy * simd::load(w + j) - x_coef_v * xj);
-    }
-    for (; j < n; ++j) {
-        float gy = cpu::toFloat(grad_y[j]), xj = cpu::toFloat(x[j]);
-        if constexpr (kAccumulate) partial[j] += gy * xj * r;
-        grad_x[j] = cpu::fromFloat<T>(r * gy * w[j] - x_coef * xj);
-    }
-}
-
 template <typename T>
-void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x, float *partial) {
-    if (partial != nullptr) {
-        applyRow<T, true>(n, r, x_coef, grad_y, x, w, grad_x, partial);
+void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x, float *partial,
+           const cpu::RowHints<T> &hints) {
+    const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
+    const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
+    // partial_at: grad_w's partial, if wanted.
+    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const float *w_at, auto *...partial_at) {
+        const f32v gy = simd::load(gy_at), xj = simd::load(x_at);
+        ((simd::store(partial_at, simd::load(partial_at) + gy * xj * r_v)), ...);
+        simd::put(stream, out, r_v * gy * simd::load(w_at) - x_coef_v * xj);
+    };
+    if (partial == nullptr) {
+        simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w);
     } else {
-        applyRow<T, false>(n, r, x_coef, grad_y, x, w, grad_x, nullptr);
+        simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w, partial);
     }
 }
 

@@ -6,6 +6,7 @@
 #include "devices/cpu/half.h"
 #include "devices/cpu/isa.h"
 #include "devices/cpu/reduce.h"
+#include "devices/cpu/row_hints.h"
 #include "devices/cpu/types.h"
 
 #include <cstddef>
@@ -19,7 +20,8 @@ struct Kernels {
     cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const C *w);
     // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n) (partial NULL: grad_w not wanted);
     // grad_x may be grad_y.
-    void (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const C *w, T *grad_x, C *partial);
+    void (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const C *w, T *grad_x, C *partial,
+                  const cpu::RowHints<T> &hints);
 };
 
 } // namespace op::rms_norm_backward

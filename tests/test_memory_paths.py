@@ -1,0 +1,81 @@
+"""Large outputs in long rows take the CPU's streaming path: stores that bypass the caches, each row's head
+computed on a padded copy until the output is aligned for them, and the next row fetched ahead
+(devices/cpu/row_driver.h has the thresholds: 8 MiB of output, 4 KiB per row). None of that may change a
+result: the same bits at every output alignment, in place or not, and the same bits as the cached path
+that a few of the same rows take."""
+
+import numpy as np
+import pytest
+
+import infiniop_py
+from _helpers import (BF16, F16, F32, assert_close, layer_norm_backward_reference, layer_norm_inputs,
+                      rms_norm_backward_reference, rms_norm_inputs)
+
+DIM = 4100  # not a multiple of the 16-element vectors: every row has a tail as well as a head
+ROWS = {F32: 520, F16: 1040, BF16: 1040}  # 8.5 MB of grad_x each: just over the streaming threshold
+OFFSETS = (0, 1, 3, 7)  # elements into a larger buffer: the outputs' addresses differ modulo 64 bytes
+
+
+def _rms(dtype, rows, rng_seed=0):
+    grad_y, x, w = rms_norm_inputs(np.random.default_rng(rng_seed), (rows, DIM), dtype)
+    return (grad_y, x, w), (lambda inputs, out: infiniop_py.rms_norm_backward(*inputs, out=out)), \
+        rms_norm_backward_reference
+
+
+def _layer(dtype, rows, rng_seed=0):
+    grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(rng_seed), (rows, DIM), dtype)
+    return (grad_output, weight, xhat, std), \
+        (lambda inputs, out: infiniop_py.layer_norm_backward(*inputs, out=out)), layer_norm_backward_reference
+
+
+OPS = {"rms_norm": _rms, "layer_norm": _layer}
+
+
+def _row_output_at(offset, like):
+    buffer = np.empty(like.size + 16, like.dtype)
+    return buffer[offset:offset + like.size].reshape(like.shape)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("op", OPS)
+def test_streamed_outputs_do_not_depend_on_alignment_and_match_the_reference(op, dtype):
+    inputs, run, reference = OPS[op](dtype, ROWS[dtype])
+    big = inputs[0]
+    assert big.nbytes >= 8 << 20 and DIM * dtype.itemsize >= 4096, "the case must take the streaming path"
+    vector_outputs = {"rms_norm": 1, "layer_norm": 2}[op]
+    results, alignments = [], set()
+    for offset in OFFSETS:
+        row_output = _row_output_at(offset, big)
+        alignments.add(row_output.ctypes.data % 64)
+        outputs = run(inputs, (row_output, *(np.empty(DIM, dtype) for _ in range(vector_outputs))))
+        results.append(b"".join(o.tobytes() for o in outputs))
+    assert len(alignments) >= 3, alignments
+    assert len(set(results)) == 1, "results depend on the output's alignment"
+    expected = reference(*inputs)
+    for got, want, name in zip(outputs, expected, ("row output", "vector output", "vector output")):
+        assert_close(got, want, dtype, f"{op} {name}")
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("op", OPS)
+def test_streamed_rows_equal_the_same_rows_computed_through_the_caches(op, dtype):
+    """A row's output depends only on that row and the weight: the first rows of a streamed call must equal a
+    call of just those rows, which is too small to stream."""
+    inputs, run, _ = OPS[op](dtype, ROWS[dtype])
+    few = 8
+    small_inputs = tuple(a[:few] if a.ndim and a.shape[0] == ROWS[dtype] else a for a in inputs)
+    assert small_inputs[0].nbytes < 8 << 20
+    streamed = run(inputs, None)[0]
+    cached = run(small_inputs, None)[0]
+    assert streamed[:few].tobytes() == cached.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
+def test_streamed_in_place_rms_equals_the_out_of_place_call(cpu_handle, dtype):
+    (grad_y, x, w), _, _ = _rms(dtype, ROWS[dtype])
+    grad_x, grad_w = np.empty_like(grad_y), np.empty_like(w)
+    with infiniop_py.RMSNormBackward(cpu_handle, grad_x, grad_w, grad_y, x, w) as operator:
+        operator(grad_x, grad_w, grad_y, x, w)
+        in_place, in_place_w = grad_y.copy(), np.empty_like(w)
+        operator(in_place, in_place_w, in_place, x, w)
+    assert in_place.tobytes() == grad_x.tobytes() and in_place_w.tobytes() == grad_w.tobytes()
