@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -88,16 +89,26 @@ struct GradientVector {
     bool wanted;
 };
 
-// Vectors of `length` elements that are empty sums (no samples to reduce): the wanted ones are zeroed at each
-// run, which needs every one packed; BAD_TENSOR_STRIDES otherwise.
-inline infiniStatus_t addZeroedVectors(Plan &plan, size_t length, size_t element_bytes,
-                                       std::initializer_list<GradientVector> vectors) {
-    for (const GradientVector &v : vectors) {
-        if (v.wanted && !unitStride(length, v.stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+// An op descriptor's plan, built: `plan_calls(plan)` when there are samples to compute on; otherwise the wanted
+// gradient vectors of `length` elements are empty sums, zeroed at each run, which needs every one packed
+// (BAD_TENSOR_STRIDES otherwise).
+template <typename PlanCalls>
+infiniStatus_t makePlan(const Api *acl, bool has_samples, size_t length, size_t element_bytes,
+                        std::initializer_list<GradientVector> sums, PlanCalls &&plan_calls,
+                        std::unique_ptr<Plan> *out) {
+    auto plan = std::make_unique<Plan>(acl);
+    if (has_samples) {
+        plan_calls(*plan);
+    } else if (length > 0) {
+        for (const GradientVector &v : sums) {
+            if (v.wanted && !unitStride(length, v.stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+        }
+        for (const GradientVector &v : sums) {
+            if (v.wanted) plan->addZeroFill(v.index, length * element_bytes);
+        }
     }
-    for (const GradientVector &v : vectors) {
-        if (v.wanted) plan.addZeroFill(v.index, length * element_bytes);
-    }
+    INFINI_CHECK(plan->build());
+    *out = std::move(plan);
     return INFINI_STATUS_SUCCESS;
 }
 

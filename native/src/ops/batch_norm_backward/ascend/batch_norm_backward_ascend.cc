@@ -146,16 +146,11 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         info.grad_bias_stride < 0) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES; // aclCreateTensor takes non-negative strides only
     }
-    auto plan = std::make_unique<ascend::Plan>(acl);
-    if (info.elements() > 0) {
-        planCalls(info, *plan);
-    } else if (info.channels > 0) {
-        // No samples: grad_weight and grad_bias are empty sums.
-        INFINI_CHECK(ascend::addZeroedVectors(*plan, info.channels, infini::dtypeSize(info.parameter_dtype),
-                                              {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
-                                               {kGradBias, info.grad_bias_stride, info.has_grad_bias}}));
-    }
-    INFINI_CHECK(plan->build());
+    std::unique_ptr<ascend::Plan> plan;
+    INFINI_CHECK(ascend::makePlan(acl, info.elements() > 0, info.channels, infini::dtypeSize(info.parameter_dtype),
+                                  {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
+                                   {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
+                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }

@@ -109,16 +109,12 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         info.weight_stride < 0 || info.grad_weight_stride < 0 || info.grad_bias_stride < 0) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
-    auto plan = std::make_unique<ascend::Plan>(acl);
-    if (info.rows > 0 && info.dim > 0) {
-        planCalls(info, *plan);
-    } else if (info.dim > 0) {
-        // No rows: grad_weight and grad_bias are empty sums.
-        INFINI_CHECK(ascend::addZeroedVectors(*plan, info.dim, infini::dtypeSize(info.parameter_dtype),
-                                              {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
-                                               {kGradBias, info.grad_bias_stride, info.has_grad_bias}}));
-    }
-    INFINI_CHECK(plan->build());
+    std::unique_ptr<ascend::Plan> plan;
+    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim,
+                                  infini::dtypeSize(info.parameter_dtype),
+                                  {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
+                                   {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
+                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }

@@ -86,13 +86,10 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         (info.has_rstd && !ascend::packedRows(info.rstd, info.rows, 1))) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
-    auto plan = std::make_unique<ascend::Plan>(acl);
-    if (info.rows > 0 && info.dim > 0) {
-        planCalls(info, *plan);
-    } else if (info.dim > 0 && info.has_grad_w) {
-        plan->addZeroFill(kGradW, info.dim * infini::dtypeSize(info.weight_dtype)); // no rows: an empty sum
-    }
-    INFINI_CHECK(plan->build());
+    std::unique_ptr<ascend::Plan> plan;
+    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim, infini::dtypeSize(info.weight_dtype),
+                                  {{kGradW, info.grad_w_stride, info.has_grad_w}},
+                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }
