@@ -144,6 +144,38 @@ def batch_norm_summed_terms(x, grad_output, mean, invstd):
     return tuple(np.moveaxis(t, 1, -1).reshape(-1, c) for t in (go * xhat, go))
 
 
+# ---------------------------------------------------------------- float64 references of the Ex row norms, over k dims
+
+def rms_reference(grad_y, x, w, eps=0.0, rstd=None):
+    """(grad_x, grad_w, r) of RMSNorm normalized over w.ndim trailing dims; r from rstd when given."""
+    grad_y, x, w = f64(grad_y), f64(x), f64(w)
+    k = w.ndim
+    axes = tuple(range(x.ndim - k, x.ndim))
+    d = int(np.prod(w.shape))
+    if rstd is None:
+        r = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
+    else:
+        r = f64(rstd).reshape(x.shape[:x.ndim - k] + (1,) * k)
+    dot = np.sum(grad_y * w * x, axis=axes, keepdims=True)
+    grad_x = r * grad_y * w - r**3 * x * dot / d
+    grad_w = np.sum((grad_y * x * r).reshape((-1,) + w.shape), axis=0)
+    return grad_x, grad_w, r
+
+
+def layer_norm_reference(grad_output, weight, xhat, std):
+    """(grad_input, grad_weight, grad_bias) normalized over the dims after std's; weight None: ones."""
+    go, xhat, std = f64(grad_output), f64(xhat), f64(std)
+    leading = std.ndim
+    axes = tuple(range(leading, go.ndim))
+    w = np.ones(go.shape[leading:]) if weight is None else f64(weight)
+    g = go * w
+    expand = std.reshape(std.shape + (1,) * len(axes))
+    grad_input = (g - g.mean(axes, keepdims=True) - xhat * (g * xhat).mean(axes, keepdims=True)) / expand
+    grad_weight = (go * xhat).reshape((-1,) + go.shape[leading:]).sum(0)
+    grad_bias = go.reshape((-1,) + go.shape[leading:]).sum(0)
+    return grad_input, grad_weight, grad_bias
+
+
 # ---------------------------------------------------------------- inputs (already rounded to dT)
 
 def rounded(values, dtype):

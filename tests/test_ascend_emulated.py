@@ -85,13 +85,6 @@ def test_operator_with_replanned_executors(replanned, name, expected):
     check_case(replanned, name, expected)
 
 
-def test_ex_features_beyond_the_seed_are_not_implemented_on_ascend(reused):
-    assert reused["ex_statuses"] == {"rms_seed_features": 0, "rms_epsilon": 2, "rms_rstd": 2,
-                                     "ln_seed_features": 0, "ln_no_weight": 2,
-                                     "bn_seed_features_rank4": 0, "bn_epsilon": 2, "bn_eval": 2,
-                                     "bn_channels_last": 2, "bn_saved_statistics": 2, "bn_no_grad_bias": 2}
-
-
 def test_runtime(reused):
     assert reused["device_count"] == [0, 1]
     assert reused["set_device_out_of_range"] == 6  # DEVICE_NOT_FOUND

@@ -2,8 +2,6 @@
 LayerNorm without affine, F32 parameters with F16/BF16 data, F64, and normalized shapes of several trailing
 dims, against float64 references (and torch where it has the same operation); plus their statuses."""
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -13,7 +11,8 @@ from hypothesis import strategies as st
 import infiniop_py
 from infiniop_py import _layout, _operator, errors
 from _helpers import (BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BF16, F16, F32,
-                      NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, assert_close, assert_close_on_scale, f64, native, rounded)
+                      NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, assert_close, assert_close_on_scale, f64,
+                      layer_norm_reference, native, rms_reference, rounded)
 
 F64 = np.dtype(np.float64)
 EX_TOLERANCE = {**TOLERANCE, F64: 1e-12}
@@ -27,38 +26,6 @@ def assert_close_ex(actual, reference, dtype, what):
         assert err <= EX_TOLERANCE[F64] * max(scale, 1.0), f"{what} (float64): max|err| = {err:.3g}"
     else:
         assert_close(actual, reference, dtype, what)
-
-
-# ---------------------------------------------------------------- float64 references, normalized over k dims
-
-def rms_reference(grad_y, x, w, eps=0.0, rstd=None):
-    """(grad_x, grad_w, r) of RMSNorm normalized over w.ndim trailing dims; r from rstd when given."""
-    grad_y, x, w = f64(grad_y), f64(x), f64(w)
-    k = w.ndim
-    axes = tuple(range(x.ndim - k, x.ndim))
-    d = math.prod(w.shape)
-    if rstd is None:
-        r = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
-    else:
-        r = f64(rstd).reshape(x.shape[:x.ndim - k] + (1,) * k)
-    dot = np.sum(grad_y * w * x, axis=axes, keepdims=True)
-    grad_x = r * grad_y * w - r**3 * x * dot / d
-    grad_w = np.sum((grad_y * x * r).reshape((-1,) + w.shape), axis=0)
-    return grad_x, grad_w, r
-
-
-def layer_norm_reference(grad_output, weight, xhat, std):
-    """(grad_input, grad_weight, grad_bias) normalized over the dims after std's; weight None: ones."""
-    go, xhat, std = f64(grad_output), f64(xhat), f64(std)
-    leading = std.ndim
-    axes = tuple(range(leading, go.ndim))
-    w = np.ones(go.shape[leading:]) if weight is None else f64(weight)
-    g = go * w
-    expand = std.reshape(std.shape + (1,) * len(axes))
-    grad_input = (g - g.mean(axes, keepdims=True) - xhat * (g * xhat).mean(axes, keepdims=True)) / expand
-    grad_weight = (go * xhat).reshape((-1,) + go.shape[leading:]).sum(0)
-    grad_bias = go.reshape((-1,) + go.shape[leading:]).sum(0)
-    return grad_input, grad_weight, grad_bias
 
 
 def rms_inputs(rng, shape, k, dtype, weight_dtype=None):

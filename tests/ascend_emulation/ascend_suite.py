@@ -13,6 +13,10 @@ import cffi
 import ml_dtypes
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for the references
+from _helpers import (batch_norm_backward_reference, batch_norm_inputs, f64, layer_norm_reference,  # noqa: E402
+                      rms_reference, rounded)
+
 CDEF = """
 typedef int infiniStatus_t;
 typedef struct InfiniopHandle *infiniopHandle_t;
@@ -42,6 +46,8 @@ infiniStatus_t infiniopDestroyRMSNormBackwardDescriptor(D);
 infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, double);
+infiniStatus_t infiniopRMSNormBackwardEx(D, void*, size_t, void*, void*, const void*, const void*, const void*,
+    const void*, void*);
 infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
@@ -69,6 +75,9 @@ infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(D);
 ASCEND = 3
 DTYPES = {"F16": (np.float16, 12), "F32": (np.float32, 13), "BF16": (ml_dtypes.bfloat16, 19)}
 TOLERANCE = {"F32": 5e-5, "F16": 2e-3, "BF16": 1.6e-2}
+DTYPE_CODES = {np.dtype(np.float16): 12, np.dtype(np.float32): 13, np.dtype(np.float64): 14,
+               np.dtype(ml_dtypes.bfloat16): 19}
+NOT_IMPLEMENTED = 2
 
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
@@ -118,21 +127,29 @@ class Runner:
         assert lib.infiniopCreateHandle(handle) == 0
         self.handle = handle[0]
 
-    def descriptor(self, array, code):
+    def descriptor(self, array):
         d = ffi.new("infiniopTensorDescriptor_t*")
-        strides = [s // array.itemsize for s in array.strides]
-        status = self.lib.infiniopCreateTensorDescriptor(d, array.ndim, list(array.shape), strides, code)
+        strides = [st // array.itemsize for st in array.strides]
+        status = self.lib.infiniopCreateTensorDescriptor(d, array.ndim, list(array.shape), strides,
+                                                         DTYPE_CODES[array.dtype])
         assert status == 0, status
         return d[0]
 
-    def run(self, name, code, outputs, inputs, stream=ffi.NULL, workspace_misalign=0):
-        """Status of create (then of the run); the tensor descriptors are destroyed right after create."""
-        lib = self.lib
-        tensors = [self.descriptor(a, code) for a in outputs + inputs]
+    def run(self, name, outputs, inputs, stream=ffi.NULL, workspace_misalign=0):
+        """The seed create and run of op `name` on outputs + inputs (see run_arrays)."""
+        return self.run_arrays(name, f"infiniopCreate{name}BackwardDescriptor", f"infiniop{name}Backward",
+                               outputs + inputs, stream=stream, workspace_misalign=workspace_misalign)
+
+    def run_arrays(self, name, create, run, arrays, scalars=(), stream=ffi.NULL, workspace_misalign=0):
+        """Status of create (then of the run) with `arrays` in C order, None for a NULL descriptor and pointer;
+        each descriptor takes its array's dtype. The tensor descriptors are destroyed right after create."""
+        lib, null = self.lib, ffi.NULL
+        tensors = [null if a is None else self.descriptor(a) for a in arrays]
         desc = ffi.new("D*")
-        status = getattr(lib, f"infiniopCreate{name}BackwardDescriptor")(self.handle, desc, *tensors)
+        status = getattr(lib, create)(self.handle, desc, *tensors, *scalars)
         for t in tensors:
-            lib.infiniopDestroyTensorDescriptor(t)
+            if t != null:
+                lib.infiniopDestroyTensorDescriptor(t)
         if status != 0:
             return status
         device_type = ffi.new("int*")
@@ -140,17 +157,17 @@ class Runner:
         assert device_type[0] == ASCEND
         size = ffi.new("size_t*")
         assert getattr(lib, f"infiniopGet{name}BackwardWorkspaceSize")(desc[0], size) == 0
-        pointers = [ffi.cast("void*", a.ctypes.data) for a in outputs + inputs]
+        pointers = [null if a is None else ffi.cast("void*", a.ctypes.data) for a in arrays]
         too_small = aligned_empty((max(size[0], 1) - 1,), np.uint8)
         if size[0] > 0:
-            status = getattr(lib, f"infiniop{name}Backward")(desc[0], ffi.cast("void*", too_small.ctypes.data),
-                                                             size[0] - 1, *pointers, stream)
+            status = getattr(lib, run)(desc[0], ffi.cast("void*", too_small.ctypes.data), size[0] - 1, *pointers,
+                                       stream)
             assert status == 13, f"short workspace gave {status}"
         workspace = aligned_empty((size[0],), np.uint8, workspace_misalign)
         # Twice: a reused (repeatable) executor must give the same answer as a fresh one.
         for _ in range(2):
-            status = getattr(lib, f"infiniop{name}Backward")(desc[0], ffi.cast("void*", workspace.ctypes.data),
-                                                             size[0], *pointers, stream)
+            status = getattr(lib, run)(desc[0], ffi.cast("void*", workspace.ctypes.data), size[0], *pointers,
+                                       stream)
             if status != 0:
                 break
         getattr(lib, f"infiniopDestroy{name}BackwardDescriptor")(desc[0])
@@ -164,7 +181,7 @@ def rel_err(got, ref):
 
 
 def rms_case(runner, dtype_name, shape, rng, misalign=0, pad=0):
-    dt, code = DTYPES[dtype_name]
+    dt = DTYPES[dtype_name][0]
     gy, x = (rng.standard_normal(shape) for _ in range(2))
     w = rng.standard_normal(shape[-1])
     gy, x, w = (np.asarray(a.astype(dt), np.float64) for a in (gy, x, w))
@@ -174,14 +191,14 @@ def rms_case(runner, dtype_name, shape, rng, misalign=0, pad=0):
     make = (lambda v: strided(v, dt, pad)) if pad else (lambda v: device_copy(v, dt, misalign))
     gx, gyd, xd = make(np.zeros(shape)), make(gy), make(x)
     gw, wd = device_copy(np.zeros(shape[-1]), dt), device_copy(w, dt, misalign)
-    status = runner.run("RMSNorm", code, [gx, gw], [gyd, xd, wd])
+    status = runner.run("RMSNorm", [gx, gw], [gyd, xd, wd])
     if status != 0:
         return {"status": status}
     return {"status": 0, "err": max(rel_err(gx, ref_gx), rel_err(gw, ref_gw))}
 
 
 def ln_case(runner, dtype_name, shape, rng, pad=0, step=1, misalign=0):
-    dt, code = DTYPES[dtype_name]
+    dt = DTYPES[dtype_name][0]
     go = np.asarray(rng.standard_normal(shape).astype(dt), np.float64)
     x = rng.standard_normal(shape) * 2 + 0.5
     mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
@@ -197,14 +214,14 @@ def ln_case(runner, dtype_name, shape, rng, pad=0, step=1, misalign=0):
     gi, god, xd = rows(np.zeros(shape)), rows(go), rows(xhat)
     gw, gb, wd = vec(np.zeros(shape[-1])), vec(np.zeros(shape[-1])), vec(w)
     stdd = device_copy(std[..., 0], dt, misalign)
-    status = runner.run("LayerNorm", code, [gi, gw, gb], [god, wd, xd, stdd])
+    status = runner.run("LayerNorm", [gi, gw, gb], [god, wd, xd, stdd])
     if status != 0:
         return {"status": status}
     return {"status": 0, "err": max(rel_err(gi, ref_gi), rel_err(gw, ref_gw), rel_err(gb, ref_gb))}
 
 
 def bn_case(runner, dtype_name, shape, rng, step=1, misalign=0):
-    dt, code = DTYPES[dtype_name]
+    dt = DTYPES[dtype_name][0]
     x = np.asarray((rng.standard_normal(shape) * 1.5 + 0.3).astype(dt), np.float64)
     go = np.asarray(rng.standard_normal(shape).astype(dt), np.float64)
     w = np.asarray(rng.standard_normal(shape[1]).astype(dt), np.float64)
@@ -219,7 +236,7 @@ def bn_case(runner, dtype_name, shape, rng, step=1, misalign=0):
     vec = (lambda v: spaced_vector(v, dt, step)) if step > 1 else (lambda v: device_copy(v, dt, misalign))
     gi, xd, god = (device_copy(v, dt, misalign) for v in (np.zeros(shape), x, go))
     gw, gb, wd, md, vd = (vec(v) for v in (np.zeros(shape[1]), np.zeros(shape[1]), w, mean, var))
-    status = runner.run("BatchNorm", code, [gi, gw, gb], [xd, god, wd, md, vd])
+    status = runner.run("BatchNorm", [gi, gw, gb], [xd, god, wd, md, vd])
     if status != 0:
         return {"status": status}
     return {"status": 0, "err": max(rel_err(gi, ref_gi), rel_err(gw, sum_gx), rel_err(gb, sum_go))}
@@ -228,7 +245,7 @@ def bn_case(runner, dtype_name, shape, rng, step=1, misalign=0):
 def empty_case(runner, op, dtype_name, shape, step=1):
     """No samples to reduce (zero rows / zero batch): the weight and bias gradients are zeros, written over a
     sentinel; strided gradient vectors cannot be zeroed directly and are refused."""
-    dt, code = DTYPES[dtype_name]
+    dt = DTYPES[dtype_name][0]
     length = shape[-1] if op == "LayerNorm" else shape[1]
     big = [device_copy(np.zeros(shape), dt) for _ in range(3)]
     gw, gb = spaced_vector(np.full(length, 7.0), dt, step), spaced_vector(np.full(length, 7.0), dt, step)
@@ -237,7 +254,7 @@ def empty_case(runner, op, dtype_name, shape, step=1):
         inputs = [big[1], vectors[0], big[2], device_copy(np.ones(shape[:-1]), dt)]
     else:
         inputs = [big[1], big[2], *vectors]
-    status = runner.run(op, code, [big[0], gw, gb], inputs)
+    status = runner.run(op, [big[0], gw, gb], inputs)
     if status != 0:
         return {"status": status}
     return {"status": 0, "err": float(max(np.abs(np.asarray(gw, np.float64)).max(),
@@ -266,42 +283,194 @@ def runtime_case(lib):
     return out
 
 
-def ex_statuses(runner):
-    """Create statuses of the Ex functions on Ascend: seed features build, the others are NOT_IMPLEMENTED (2)."""
-    lib, null = runner.lib, ffi.NULL
-    matrix, vector, rows = np.zeros((4, 8), np.float32), np.zeros(8, np.float32), np.zeros(4, np.float32)
+# ---------------------------------------------------------------- the Ex entry points (issue 6)
 
-    def create(op, arrays, *scalars):
-        function = getattr(lib, f"infiniopCreate{op}BackwardDescriptorEx")
-        tensors = [null if a is None else runner.descriptor(a, 13) for a in arrays]
-        desc = ffi.new("D*")
-        status = function(runner.handle, desc, *tensors, *scalars)
-        for t in tensors:
-            if t != null:
-                lib.infiniopDestroyTensorDescriptor(t)
-        if status == 0:
-            getattr(lib, f"infiniopDestroy{op}BackwardDescriptor")(desc[0])
-        return status
+SENTINEL = 7.0  # outputs start as this, so an output left unwritten (an empty sum not zeroed) is seen
 
-    rms, ln, bn = "RMSNorm", "LayerNorm", "BatchNorm"
-    images = np.zeros((2, 8, 3, 5), np.float32)
-    nhwc = np.zeros((2, 3, 5, 8), np.float32).transpose(0, 3, 1, 2)
-    parameters = [vector] * 3  # weight, running_mean, running_var
-    return {
-        "bn_seed_features_rank4": create(bn, [images, vector, vector, images, images, *parameters, None, None],
-                                         0.0, 1),
-        "bn_epsilon": create(bn, [images, vector, vector, images, images, *parameters, None, None], 1e-5, 1),
-        "bn_eval": create(bn, [images, vector, vector, images, images, *parameters, None, None], 0.0, 0),
-        "bn_channels_last": create(bn, [nhwc, vector, vector, nhwc, nhwc, *parameters, None, None], 0.0, 1),
-        "bn_saved_statistics": create(bn, [images, vector, vector, images, images, vector, None, None, vector,
-                                           vector], 0.0, 1),
-        "bn_no_grad_bias": create(bn, [images, vector, None, images, images, *parameters, None, None], 0.0, 1),
-        "rms_seed_features": create(rms, [matrix, vector, matrix, matrix, vector, None], 0.0),
-        "rms_epsilon": create(rms, [matrix, vector, matrix, matrix, vector, None], 1e-5),
-        "rms_rstd": create(rms, [matrix, vector, matrix, matrix, vector, rows], 0.0),
-        "ln_seed_features": create(ln, [matrix, vector, vector, matrix, vector, matrix, rows]),
-        "ln_no_weight": create(ln, [matrix, vector, vector, matrix, None, matrix, rows]),
-    }
+
+def statistic_dtype(dtype):
+    return np.float64 if np.dtype(dtype) == np.float64 else np.float32
+
+
+def output_like(shape, dtype, layout=None):
+    out = device_copy(np.full(shape, SENTINEL), dtype)
+    return out if layout is None else layout(out)
+
+
+def worst_error(pairs):
+    """max rel_err over (got, ref) pairs, the empty ones left out; None entries (outputs not asked for) too."""
+    return max([rel_err(got, ref) for got, ref in pairs if got is not None and np.size(ref) > 0] + [0.0])
+
+
+def ex_result(status, pairs):
+    return {"status": status} if status != 0 else {"status": 0, "err": worst_error(pairs)}
+
+
+def rms_ex_case(runner, dtype, shape, k, rng, eps=0.0, rstd_eps=None, grad_w=True, weight_dtype=None):
+    """RMSNorm Ex: w of the last k dims, `eps`; rstd_eps: a saved rstd made with that epsilon is passed (the
+    descriptor's own epsilon must then be unused)."""
+    weight_dtype = weight_dtype or dtype
+    grad_y, x = (rounded(rng.standard_normal(shape), dtype) for _ in range(2))
+    w = rounded(rng.normal(1.0, 0.5, shape[len(shape) - k:]), weight_dtype)
+    rstd = None
+    if rstd_eps is not None:
+        axes = tuple(range(len(shape) - k, len(shape)))
+        rstd = rounded(1 / np.sqrt(np.mean(f64(x) ** 2, axis=axes) + rstd_eps), statistic_dtype(dtype))
+    ref_gx, ref_gw, _ = rms_reference(grad_y, x, w, eps, rstd)
+    gx = output_like(shape, dtype)
+    gw = output_like(w.shape, weight_dtype) if grad_w else None
+    arrays = [gx, gw, device_copy(grad_y, dtype), device_copy(x, dtype), device_copy(w, weight_dtype),
+              None if rstd is None else device_copy(rstd, rstd.dtype)]
+    status = runner.run_arrays("RMSNorm", "infiniopCreateRMSNormBackwardDescriptorEx", "infiniopRMSNormBackwardEx",
+                               arrays, (eps,))
+    return ex_result(status, [(gx, ref_gx), (gw, ref_gw)])
+
+
+def leading_strided(values, dtype, leading):
+    """values with their leading dims 1 .. leading-1 padded by 2 (so no two leading dims merge); the trailing
+    (normalized) dims stay packed."""
+    padded = tuple(n + 2 if 0 < i < leading else n for i, n in enumerate(values.shape))
+    base = device_copy(np.full(padded, SENTINEL), dtype)
+    view = base[tuple(slice(0, n) for n in values.shape)]
+    view[...] = values.astype(dtype)
+    return view
+
+
+def ln_ex_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, grad_weight=True, grad_bias=True,
+               strided=()):
+    """LayerNorm Ex normalized over the last k dims; the big tensors named in `strided` ("grad_input",
+    "grad_output", "xhat") get leading dims that do not merge, the others are packed."""
+    parameter_dtype = parameter_dtype or dtype
+    leading = len(shape) - k
+    axes = tuple(range(leading, len(shape)))
+    x = rng.standard_normal(shape) * 2 + 0.5
+    std = np.sqrt(x.var(axes, keepdims=True) + 1e-5) if x.size else np.ones(shape[:leading] + (1,) * k)
+    xhat = rounded((x - x.mean(axes, keepdims=True)) / std if x.size else x, dtype)
+    std = rounded(std.reshape(shape[:leading]), parameter_dtype)
+    grad_output = rounded(rng.standard_normal(shape), dtype)
+    weight = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if affine else None
+    ref_gi, ref_gw, ref_gb = layer_norm_reference(grad_output, weight, xhat, std)
+    def big(values, name):
+        return leading_strided(values, dtype, leading) if name in strided else device_copy(values, dtype)
+
+    gi = big(np.full(shape, SENTINEL), "grad_input")
+    gw = output_like(shape[leading:], parameter_dtype) if grad_weight else None
+    gb = output_like(shape[leading:], parameter_dtype) if grad_bias else None
+    arrays = [gi, gw, gb, big(grad_output, "grad_output"),
+              None if weight is None else device_copy(weight, parameter_dtype), big(xhat, "xhat"),
+              device_copy(std, parameter_dtype)]
+    status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormBackwardDescriptorEx", "infiniopLayerNormBackward",
+                               arrays)
+    return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+
+
+def channels_last_copy(values, dtype):
+    """An aligned array equal to values (N, C, *spatial), laid out with C innermost, then spatial, then N."""
+    order = (0,) + tuple(range(2, values.ndim)) + (1,)
+    return device_copy(np.ascontiguousarray(values.transpose(order)), dtype).transpose(np.argsort(order))
+
+
+def bn_ex_case(runner, dtype, shape, rng, parameter_dtype=None, eps=0.0, training=True, saved=False, affine=True,
+               grad_weight=True, grad_bias=True, channels_last=False):
+    """BatchNorm Ex on (N, C, *spatial). saved: save_mean / save_invstd (made with eps + 0.2, so the descriptor's
+    eps must not be added again) and NULL running statistics. Eval: running statistics that are not the batch's."""
+    parameter_dtype = parameter_dtype or dtype
+    x, grad_output, weight, mean, var = batch_norm_inputs(rng, shape, dtype, parameter_dtype=parameter_dtype)
+    channels = shape[1]
+    if not training:
+        mean = rounded(f64(mean) + rng.normal(0.0, 0.5, channels), parameter_dtype)
+        var = rounded(f64(var) * rng.uniform(0.5, 2.0, channels), parameter_dtype)
+    weight = weight if affine else None
+    save_mean = save_invstd = None
+    if saved:
+        save_mean = rounded(mean, statistic_dtype(dtype))
+        save_invstd = rounded(1 / np.sqrt(f64(var) + eps + 0.2), statistic_dtype(dtype))
+        mean = var = None
+    ref_gi, ref_gw, ref_gb = batch_norm_backward_reference(x, grad_output, weight, mean, var, eps, save_mean,
+                                                           save_invstd, training)
+    big = (lambda v: channels_last_copy(v, dtype)) if channels_last else (lambda v: device_copy(v, dtype))
+    vector = lambda v: None if v is None else device_copy(v, v.dtype)  # noqa: E731
+    gi = big(np.full(shape, SENTINEL))
+    gw = output_like((channels,), parameter_dtype) if grad_weight else None
+    gb = output_like((channels,), parameter_dtype) if grad_bias else None
+    arrays = [gi, gw, gb, big(x), big(grad_output), vector(weight), vector(mean), vector(var), vector(save_mean),
+              vector(save_invstd)]
+    status = runner.run_arrays("BatchNorm", "infiniopCreateBatchNormBackwardDescriptorEx", "infiniopBatchNormBackwardEx",
+                               arrays, (eps, int(training)))
+    return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+
+
+def ex_cases():
+    """(name, run, expected status) of the Ex features on Ascend; names are op-ex/DTYPE/feature."""
+    out = []
+
+    def add(op, dtype_name, feature, run, expected=0):
+        dtype = np.float64 if dtype_name == "F64" else DTYPES[dtype_name][0]
+        out.append((f"{op}-ex/{dtype_name}/{feature}", lambda r, g, run=run, dtype=dtype: run(r, dtype, g), expected))
+
+    for name in DTYPES:
+        add("rms", name, "eps", lambda r, d, g: rms_ex_case(r, d, (3, 40), 1, g, eps=0.5))
+        add("rms", name, "rstd", lambda r, d, g: rms_ex_case(r, d, (2, 3, 24), 1, g, rstd_eps=0.25))
+        add("rms", name, "no-grad-w", lambda r, d, g: rms_ex_case(r, d, (4, 32), 1, g, grad_w=False))
+        add("rms", name, "rank1", lambda r, d, g: rms_ex_case(r, d, (48,), 1, g, eps=1e-3))
+        add("rms", name, "rank4-k2", lambda r, d, g: rms_ex_case(r, d, (2, 3, 4, 8), 2, g))
+        add("rms", name, "no-rows", lambda r, d, g: rms_ex_case(r, d, (0, 16), 1, g))
+
+        add("ln", name, "no-weight", lambda r, d, g: ln_ex_case(r, d, (3, 5, 24), 1, g, affine=False))
+        add("ln", name, "no-grad-weight", lambda r, d, g: ln_ex_case(r, d, (4, 24), 1, g, grad_weight=False))
+        add("ln", name, "no-grad-bias", lambda r, d, g: ln_ex_case(r, d, (4, 24), 1, g, grad_bias=False))
+        add("ln", name, "grad-input-only", lambda r, d, g: ln_ex_case(r, d, (4, 24), 1, g, affine=False,
+                                                                      grad_weight=False, grad_bias=False))
+        add("ln", name, "rank1", lambda r, d, g: ln_ex_case(r, d, (40,), 1, g))
+        add("ln", name, "rank4-k2", lambda r, d, g: ln_ex_case(r, d, (2, 3, 4, 8), 2, g))
+        # Three leading dims that do not merge: an aclTensor view of rank 4.
+        add("ln", name, "rank5-depth3", lambda r, d, g: ln_ex_case(r, d, (2, 3, 4, 2, 8), 2, g,
+                                                                   strided=("grad_input", "grad_output", "xhat")))
+        # Tensors whose leading dims merge differently (and std packed) must still be viewed with one shape.
+        add("ln", name, "mixed-layouts", lambda r, d, g: ln_ex_case(r, d, (3, 4, 24), 1, g, strided=("grad_output",)))
+        add("ln", name, "no-rows-no-grad-bias", lambda r, d, g: ln_ex_case(r, d, (0, 16), 1, g, grad_bias=False))
+
+        add("bn", name, "eps", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=0.3))
+        add("bn", name, "saved", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, saved=True))
+        add("bn", name, "eval", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, training=False))
+        add("bn", name, "no-weight", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, affine=False))
+        add("bn", name, "no-grad-weight", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, grad_weight=False))
+        add("bn", name, "no-grad-bias", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, grad_bias=False))
+        add("bn", name, "rank2", lambda r, d, g: bn_ex_case(r, d, (16, 5), g, eps=1e-2))
+        add("bn", name, "rank4", lambda r, d, g: bn_ex_case(r, d, (2, 3, 4, 5), g))
+        add("bn", name, "rank5", lambda r, d, g: bn_ex_case(r, d, (2, 3, 2, 3, 4), g))
+        add("bn", name, "channels-last", lambda r, d, g: bn_ex_case(r, d, (2, 6, 3, 5), g, channels_last=True))
+        add("bn", name, "channels-last-rank5-eval-no-weight",
+            lambda r, d, g: bn_ex_case(r, d, (2, 4, 2, 3, 2), g, eps=1e-3, training=False, affine=False,
+                                       grad_bias=False, channels_last=True))
+        add("bn", name, "no-batch-no-grad-weight", lambda r, d, g: bn_ex_case(r, d, (0, 4, 5), g, grad_weight=False))
+
+    for name in ("F16", "BF16"):  # F32 parameters with F16/BF16 data: in every table CANN documents
+        add("rms", name, "f32-weight", lambda r, d, g: rms_ex_case(r, d, (3, 5, 32), 1, g, weight_dtype=np.float32))
+        add("rms", name, "f32-weight-no-grad-w",
+            lambda r, d, g: rms_ex_case(r, d, (3, 32), 1, g, weight_dtype=np.float32, grad_w=False))
+        add("rms", name, "f32-weight-no-rows",
+            lambda r, d, g: rms_ex_case(r, d, (0, 16), 1, g, weight_dtype=np.float32))
+        add("ln", name, "f32-parameters", lambda r, d, g: ln_ex_case(r, d, (3, 5, 24), 1, g,
+                                                                     parameter_dtype=np.float32))
+        # No weight: CANN's gradients take weightOptional's dtype, so an F32 ones constant is passed.
+        add("ln", name, "f32-parameters-no-weight",
+            lambda r, d, g: ln_ex_case(r, d, (3, 24), 1, g, parameter_dtype=np.float32, affine=False))
+        add("ln", name, "f32-parameters-no-rows",
+            lambda r, d, g: ln_ex_case(r, d, (0, 16), 1, g, parameter_dtype=np.float32))
+        add("bn", name, "f32-parameters", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=0.3,
+                                                                     parameter_dtype=np.float32))
+        add("bn", name, "f32-parameters-eval",
+            lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, training=False, parameter_dtype=np.float32))
+        add("bn", name, "f32-parameters-no-batch",
+            lambda r, d, g: bn_ex_case(r, d, (0, 3, 10), g, parameter_dtype=np.float32))
+
+    # CANN's norm kernels take no DOUBLE: F64 descriptors are NOT_IMPLEMENTED on Ascend (and only there).
+    add("rms", "F64", "not-implemented", lambda r, d, g: rms_ex_case(r, d, (3, 16), 1, g, rstd_eps=0.0),
+        NOT_IMPLEMENTED)
+    add("ln", "F64", "not-implemented", lambda r, d, g: ln_ex_case(r, d, (3, 16), 1, g), NOT_IMPLEMENTED)
+    add("bn", "F64", "not-implemented", lambda r, d, g: bn_ex_case(r, d, (2, 3, 4), g, saved=True), NOT_IMPLEMENTED)
+    return out
 
 
 def cases():
@@ -329,7 +498,7 @@ def cases():
             (f"ln-no-rows-strided/{name}", lambda r, g, n=name: empty_case(r, "LayerNorm", n, (0, 16), step=2), 12),
             (f"bn-no-batch-strided/{name}", lambda r, g, n=name: empty_case(r, "BatchNorm", n, (0, 4, 5), step=2), 12),
         ]
-    return out
+    return out + ex_cases()
 
 
 def main():
@@ -345,7 +514,6 @@ def main():
         rng = np.random.default_rng(0)
         for name, run, _ in cases():
             results[name] = run(runner, rng)
-        results["ex_statuses"] = ex_statuses(runner)
     print(json.dumps(results))
 
 

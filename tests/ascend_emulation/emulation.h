@@ -30,7 +30,7 @@ constexpr int kParamInvalid = 161002;     // ACLNN_ERR_PARAM_INVALID
 constexpr int kInnerNullptr = 561103;     // executor is a null pointer
 
 // aclDataType / aclFormat values used here.
-enum DataType { kFloat = 0, kFloat16 = 1, kBf16 = 27 };
+enum DataType { kFloat = 0, kFloat16 = 1, kDouble = 11, kBf16 = 27 };
 enum Format { kNchw = 0, kNd = 2, kNcdhw = 30, kNc = 35, kNcl = 47 };
 
 } // namespace emu
@@ -47,6 +47,9 @@ struct aclIntArray {
 };
 struct aclBoolArray {
     std::vector<bool> values;
+};
+struct aclScalar {
+    double value;
 };
 // Like the real one, an executor captures its tensors (addresses included) when planned; only
 // aclSetInputTensorAddr / aclSetOutputTensorAddr change the captured addresses afterwards.

@@ -1,6 +1,7 @@
-// Emulated libnnopbase: aclTensor / aclIntArray / aclBoolArray objects and executor reuse.
+// Emulated libnnopbase: aclTensor / aclIntArray / aclBoolArray / aclScalar objects and executor reuse.
 // Documented checks: non-negative strides, a view that fits its storage, and for re-pointing a repeatable
-// executor an index in range and a 32-byte aligned address. The emulation also requires the tensor passed
+// executor an index in range (absent optional tensors count), a tensor that was not nullptr when planned
+// (161002) and a 32-byte aligned address. The emulation also requires the tensor passed
 // with an index to be the one the executor was planned with at that index (the documented intent).
 // ASCEND_EMULATION_NO_REPEATABLE=1 makes aclSetAclOpExecutorRepeatable fail, to exercise callers' fallback.
 #include "emulation.h"
@@ -77,6 +78,19 @@ aclBoolArray *aclCreateBoolArray(const bool *value, uint64_t size) {
 
 aclnnStatus aclDestroyBoolArray(const aclBoolArray *array) {
     delete array;
+    return kSuccess;
+}
+
+// A host scalar, copied when created; FLOAT and DOUBLE are the types this emulation's callers use.
+aclScalar *aclCreateScalar(void *value, int dtype) {
+    if (value == nullptr) return nullptr;
+    if (dtype == kFloat) return new aclScalar{*static_cast<const float *>(value)};
+    if (dtype == kDouble) return new aclScalar{*static_cast<const double *>(value)};
+    return nullptr;
+}
+
+aclnnStatus aclDestroyScalar(const aclScalar *scalar) {
+    delete scalar;
     return kSuccess;
 }
 

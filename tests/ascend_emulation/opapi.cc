@@ -24,13 +24,17 @@ int64_t product(const std::vector<int64_t> &dims, size_t begin, size_t end) {
 std::vector<int64_t> head(const std::vector<int64_t> &dims, size_t n) { return {dims.begin(), dims.begin() + n}; }
 std::vector<int64_t> tail(const std::vector<int64_t> &dims, size_t n) { return {dims.end() - n, dims.end()}; }
 
+// An absent optional tensor (nullptr) keeps its position, captured as an empty placeholder.
+const aclTensor kAbsent{{0}, {1}, {0}, kFloat, kNd, 0, nullptr};
+
+// Captures the tensors (inputs then outputs, in prototype order) for `compute`, which reads them by position.
 int plan(std::vector<const aclTensor *> inputs, std::vector<const aclTensor *> outputs,
          std::function<void(aclTensor *)> compute, uint64_t *workspace, aclOpExecutor **executor) {
     auto *ex = new aclOpExecutor;
     ex->inputs = inputs;
     ex->outputs = outputs;
     for (const auto *group : {&inputs, &outputs}) {
-        for (const aclTensor *t : *group) ex->captured.push_back(*t);
+        for (const aclTensor *t : *group) ex->captured.push_back(t != nullptr ? *t : kAbsent);
     }
     ex->compute = std::move(compute);
     ex->workspace = kWorkspace;
@@ -75,6 +79,12 @@ bool broadcastsTo(const aclTensor *operand, const aclTensor *out) {
     return true;
 }
 
+// aclnnRmsNorm / aclnnRmsNormGrad, Atlas A2 table: (x, gamma) in F16/F32, BF16/F32, F16/F16, F32/F32, BF16/BF16.
+bool rmsDtypes(int x, int gamma) {
+    return (gamma == kFloat && (x == kFloat16 || x == kBf16 || x == kFloat)) ||
+           (gamma == x && (x == kFloat16 || x == kBf16));
+}
+
 int bnFormatFor(size_t rank) {
     switch (rank) {
     case 2: return kNc;
@@ -94,9 +104,7 @@ aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *ga
                                          const aclTensor *y, const aclTensor *rstd, uint64_t *ws,
                                          aclOpExecutor **ex) {
     if (!x || !gamma || !y || !rstd || !ws || !ex) return kParamNullptr;
-    if (!isFloat(x->dtype) || !isFloat(gamma->dtype) || y->dtype != x->dtype || rstd->dtype != kFloat) {
-        return kParamInvalid;
-    }
+    if (!rmsDtypes(x->dtype, gamma->dtype) || y->dtype != x->dtype || rstd->dtype != kFloat) return kParamInvalid;
     for (const aclTensor *t : {x, gamma, y, rstd}) {
         if (!rankOk(t) || t->format != kNd) return kParamInvalid;
     }
@@ -126,10 +134,9 @@ aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTenso
                                              const aclTensor *gamma, const aclTensor *dx, const aclTensor *dgamma,
                                              uint64_t *ws, aclOpExecutor **ex) {
     if (!dy || !x || !rstd || !gamma || !dx || !dgamma || !ws || !ex) return kParamNullptr;
-    int d = dy->dtype, g = gamma->dtype;
-    bool combo = (d == kFloat16 && g == kFloat) || (d == kBf16 && g == kFloat) || (d == kFloat16 && g == kFloat16) ||
-                 (d == kFloat && g == kFloat) || (d == kBf16 && g == kBf16);
-    if (!combo || x->dtype != d || dx->dtype != d || rstd->dtype != kFloat || dgamma->dtype != kFloat) {
+    int d = dy->dtype;
+    if (!rmsDtypes(d, gamma->dtype) || x->dtype != d || dx->dtype != d || rstd->dtype != kFloat ||
+        dgamma->dtype != kFloat) {
         return kParamInvalid;
     }
     for (const aclTensor *t : {dy, x, rstd, gamma, dx, dgamma}) {
@@ -203,22 +210,13 @@ aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
                                (const aclTensor *)grad_weight, (const aclTensor *)grad_bias}) {
         if (t && t->format != kNd) return kParamInvalid;
     }
-    // Captured tensors: grad_out, input, mean, rstd, [weight], grad_input, grad_weight, grad_bias (bias unused:
-    // it does not enter the gradients).
-    std::vector<const aclTensor *> inputs{grad_out, input, mean, rstd};
-    if (weight) inputs.push_back(weight);
-    std::vector<bool> want = mask->values;
-    std::vector<const aclTensor *> outputs;
-    for (aclTensor *t : {grad_input, grad_weight, grad_bias}) outputs.push_back(t);
+    // weightOptional NULL: ones of input's dtype (the document's construction); bias does not enter the gradients.
+    // Outputs not asked for are not written.
     bool has_weight = weight != nullptr;
-    size_t first_out = inputs.size();
-    // Outputs not asked for may be null: capture a placeholder so indices stay fixed.
-    static const aclTensor none{{0}, {1}, {0}, kFloat, kNd, 0, nullptr};
-    for (auto &t : outputs) {
-        if (t == nullptr) t = &none;
-    }
-    return plan(inputs, outputs, [rows, cols, has_weight, want, first_out](aclTensor *t) {
-        aclTensor *gi = &t[first_out], *gw = &t[first_out + 1], *gb = &t[first_out + 2];
+    std::vector<bool> want = mask->values;
+    return plan({grad_out, input, mean, rstd, weight, bias}, {grad_input, grad_weight, grad_bias},
+                [rows, cols, has_weight, want](aclTensor *t) {
+        aclTensor *gi = &t[6], *gw = &t[7], *gb = &t[8];
         std::vector<double> sum_w(cols, 0.0), sum_b(cols, 0.0), g(cols), xhat(cols);
         for (int64_t r = 0; r < rows; ++r) {
             double mu = load(&t[2], r), inv = load(&t[3], r), mean_g = 0, mean_gx = 0;
@@ -248,8 +246,11 @@ aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t size, aclOpExecutor
     return launch(workspace, size, ex);
 }
 
-// aclnnBatchNormBackward: channel axis 1, format by rank (NC, NCL, NCHW, NCDHW, ND), per-channel tensors FLOAT
-// (the strictest documented version), empty tensors allowed.
+// aclnnBatchNormBackward: channel axis 1, format by rank (NC, NCL, NCHW, NCDHW, ND), strided views allowed,
+// per-channel tensors FLOAT (the strictest documented version), empty tensors allowed. weight, the running and
+// the saved statistics are optional ("non-null" is when their checks apply); weight NULL is ones. Training
+// reads saveMean / saveInvstd, eval runningMean / runningVar with eps, so the ones the mode reads must be
+// given (the documents define no default for them): 161002 otherwise. Outputs not asked for are not written.
 aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, const aclTensor *input,
                                                    const aclTensor *weight, const aclTensor *running_mean,
                                                    const aclTensor *running_var, const aclTensor *save_mean,
@@ -259,33 +260,34 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
                                                    aclOpExecutor **ex) {
     if (!grad_out || !input || !mask || !ws || !ex) return kParamNullptr;
     if (mask->values.size() != 3) return kParamInvalid;
-    // This emulation supports the full-argument form only: every optional tensor given, every output wanted.
-    if (!weight || !running_mean || !running_var || !save_mean || !save_invstd || !grad_input || !grad_weight ||
-        !grad_bias || !mask->values[0] || !mask->values[1] || !mask->values[2]) {
-        return kParamNullptr;
-    }
+    const std::vector<bool> want = mask->values;
+    if ((want[0] && !grad_input) || (want[1] && !grad_weight) || (want[2] && !grad_bias)) return kParamNullptr;
+    if (training ? (!save_mean || !save_invstd) : (!running_mean || !running_var)) return kParamInvalid;
     int dt = input->dtype;
     size_t rank = input->shape.size();
-    if (!isFloat(dt) || grad_out->dtype != dt || grad_input->dtype != dt || rank < 2 || rank > 8 ||
-        grad_out->shape != input->shape || grad_input->shape != input->shape) {
+    if (!isFloat(dt) || grad_out->dtype != dt || rank < 2 || rank > 8 || grad_out->shape != input->shape) {
         return kParamInvalid;
     }
-    for (const aclTensor *t : {grad_out, input, (const aclTensor *)grad_input}) {
-        if (t->format != bnFormatFor(rank)) return kParamInvalid;
+    if (want[0] && (grad_input->dtype != dt || grad_input->shape != input->shape)) return kParamInvalid;
+    for (const aclTensor *t : {grad_out, input, want[0] ? (const aclTensor *)grad_input : nullptr}) {
+        if (t && t->format != bnFormatFor(rank)) return kParamInvalid;
     }
     int64_t channels = input->shape[1];
-    for (const aclTensor *t : {weight, running_mean, running_var, save_mean, save_invstd, (const aclTensor *)grad_weight,
-                               (const aclTensor *)grad_bias}) {
-        if (t->dtype != kFloat || t->shape != std::vector<int64_t>{channels}) return kParamInvalid;
+    for (const aclTensor *t : {weight, running_mean, running_var, save_mean, save_invstd,
+                               want[1] ? (const aclTensor *)grad_weight : nullptr,
+                               want[2] ? (const aclTensor *)grad_bias : nullptr}) {
+        if (t && (t->dtype != kFloat || t->shape != std::vector<int64_t>{channels})) return kParamInvalid;
     }
     int64_t batch = input->shape[0], length = product(input->shape, 2, rank);
+    bool has_weight = weight != nullptr;
     return plan({grad_out, input, weight, running_mean, running_var, save_mean, save_invstd},
-                {grad_input, grad_weight, grad_bias}, [batch, channels, length, training, eps](aclTensor *t) {
+                {grad_input, grad_weight, grad_bias},
+                [batch, channels, length, training, eps, has_weight, want](aclTensor *t) {
         double count = static_cast<double>(batch * length);
         for (int64_t c = 0; c < channels; ++c) {
             double mean = training ? load(&t[5], c) : load(&t[3], c);
             double inv = training ? load(&t[6], c) : 1.0 / std::sqrt(load(&t[4], c) + eps);
-            double w = load(&t[2], c), sum = 0, sum_x = 0;
+            double w = has_weight ? load(&t[2], c) : 1.0, sum = 0, sum_x = 0;
             for (int64_t n = 0; n < batch; ++n) {
                 for (int64_t l = 0; l < length; ++l) {
                     int64_t i = (n * channels + c) * length + l;
@@ -294,7 +296,7 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
                     sum_x += go * (load(&t[1], i) - mean) * inv;
                 }
             }
-            for (int64_t n = 0; n < batch; ++n) {
+            for (int64_t n = 0; n < batch && want[0]; ++n) {
                 for (int64_t l = 0; l < length; ++l) {
                     int64_t i = (n * channels + c) * length + l;
                     double go = load(&t[0], i), xhat = (load(&t[1], i) - mean) * inv;
@@ -302,8 +304,8 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
                     store(&t[7], i, gi);
                 }
             }
-            store(&t[8], c, sum_x);
-            store(&t[9], c, sum);
+            if (want[1]) store(&t[8], c, sum_x);
+            if (want[2]) store(&t[9], c, sum);
         }
     }, ws, ex);
 }
@@ -328,6 +330,22 @@ aclnnStatus aclnnCast(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtSt
     return launch(workspace, size, ex);
 }
 
+// aclnnAdds: out = self + alpha * other (scalars); out has self's shape.
+aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
+                                      aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
+    if (!self || !other || !alpha || !out || !ws || !ex) return kParamNullptr;
+    if (!isFloat(self->dtype) || !isFloat(out->dtype) || out->shape != self->shape) return kParamInvalid;
+    int64_t n = numel(self);
+    double addend = alpha->value * other->value;
+    return plan({self}, {out}, [n, addend](aclTensor *t) {
+        for (int64_t i = 0; i < n; ++i) store(&t[1], i, load(&t[0], i) + addend);
+    }, ws, ex);
+}
+
+aclnnStatus aclnnAdds(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
+    return launch(workspace, size, ex);
+}
+
 aclnnStatus aclnnRsqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
     if (!self || !out || !ws || !ex) return kParamNullptr;
     if (!isFloat(self->dtype) || out->dtype != self->dtype || out->shape != self->shape) return kParamInvalid;
@@ -344,8 +362,8 @@ aclnnStatus aclnnRsqrt(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtS
 aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *ws,
                                      aclOpExecutor **ex) {
     if (!self || !other || !out || !ws || !ex) return kParamNullptr;
-    int promoted = self->dtype == other->dtype ? self->dtype : kFloat;
-    if (!isFloat(self->dtype) || !isFloat(other->dtype) || out->dtype != promoted) return kParamInvalid;
+    // out: any type the promoted one converts to (every float type converts to every other).
+    if (!isFloat(self->dtype) || !isFloat(other->dtype) || !isFloat(out->dtype)) return kParamInvalid;
     if (!broadcastsTo(self, out) || !broadcastsTo(other, out)) return kParamInvalid;
     for (size_t i = 0; i < out->shape.size(); ++i) { // out is exactly the broadcast shape
         size_t k = out->shape.size() - i;

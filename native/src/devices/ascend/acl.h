@@ -14,6 +14,7 @@ typedef void *aclrtStream;
 struct aclTensor;
 struct aclIntArray;
 struct aclBoolArray;
+struct aclScalar;
 struct aclOpExecutor;
 
 typedef enum {
@@ -78,6 +79,8 @@ struct Api {
     aclnnStatus (*aclDestroyIntArray)(const aclIntArray *array);
     aclBoolArray *(*aclCreateBoolArray)(const bool *value, uint64_t size);
     aclnnStatus (*aclDestroyBoolArray)(const aclBoolArray *array);
+    aclScalar *(*aclCreateScalar)(void *value, aclDataType dtype);
+    aclnnStatus (*aclDestroyScalar)(const aclScalar *scalar);
     aclnnStatus (*aclSetAclOpExecutorRepeatable)(aclOpExecutor *executor);
     aclnnStatus (*aclDestroyAclOpExecutor)(aclOpExecutor *executor);
     aclnnStatus (*aclSetInputTensorAddr)(aclOpExecutor *executor, size_t index, aclTensor *tensor, void *addr);
@@ -111,6 +114,9 @@ struct Api {
     aclnnStatus (*aclnnCastGetWorkspaceSize)(const aclTensor *self, aclDataType dtype, aclTensor *out,
                                              uint64_t *workspace_size, aclOpExecutor **executor);
     aclnnStatus (*aclnnCast)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream);
+    aclnnStatus (*aclnnAddsGetWorkspaceSize)(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
+                                             aclTensor *out, uint64_t *workspace_size, aclOpExecutor **executor);
+    aclnnStatus (*aclnnAdds)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream);
     aclnnStatus (*aclnnRsqrtGetWorkspaceSize)(const aclTensor *self, aclTensor *out, uint64_t *workspace_size,
                                               aclOpExecutor **executor);
     aclnnStatus (*aclnnRsqrt)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream);

@@ -68,6 +68,8 @@ infiniStatus_t load(Api *api) {
     RESOLVE(nnopbase, aclDestroyIntArray);
     RESOLVE(nnopbase, aclCreateBoolArray);
     RESOLVE(nnopbase, aclDestroyBoolArray);
+    RESOLVE(nnopbase, aclCreateScalar);
+    RESOLVE(nnopbase, aclDestroyScalar);
     RESOLVE(nnopbase, aclSetAclOpExecutorRepeatable);
     RESOLVE(nnopbase, aclDestroyAclOpExecutor);
     RESOLVE(nnopbase, aclSetInputTensorAddr);
@@ -82,6 +84,8 @@ infiniStatus_t load(Api *api) {
     RESOLVE(opapi, aclnnBatchNormBackward);
     RESOLVE(opapi, aclnnCastGetWorkspaceSize);
     RESOLVE(opapi, aclnnCast);
+    RESOLVE(opapi, aclnnAddsGetWorkspaceSize);
+    RESOLVE(opapi, aclnnAdds);
     RESOLVE(opapi, aclnnRsqrtGetWorkspaceSize);
     RESOLVE(opapi, aclnnRsqrt);
     RESOLVE(opapi, aclnnDivGetWorkspaceSize);

@@ -44,10 +44,13 @@ TensorSpec TensorSpec::contiguous(std::vector<int64_t> shape, aclDataType dtype,
 Plan::~Plan() {
     for (Stage &stage : calls_) {
         if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
-        for (aclTensor *tensor : stage.tensors) api_->aclDestroyTensor(tensor);
+        for (aclTensor *tensor : stage.tensors) {
+            if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+        }
     }
     for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
     for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
+    for (const aclScalar *scalar : scalars_) api_->aclDestroyScalar(scalar);
     if (constants_ != nullptr) api_->aclrtFree(constants_);
 }
 
@@ -77,6 +80,12 @@ const aclBoolArray *Plan::boolArray(const std::vector<bool> &values) {
     return bool_arrays_.back();
 }
 
+const aclScalar *Plan::floatScalar(float value) {
+    scalar_values_.push_back(value);
+    scalars_.push_back(api_->aclCreateScalar(&scalar_values_.back(), ACL_FLOAT));
+    return scalars_.back();
+}
+
 aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
     // Storage: the view itself when contiguous, else the 1-D span the strided view reaches.
     std::vector<int64_t> storage = spec.shape;
@@ -95,8 +104,8 @@ aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
 infiniStatus_t Plan::build() {
     for (const Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
-            for (const TensorSpec &spec : *group) {
-                if (spec.buffer.kind == Buffer::Constant && spec.buffer.index >= constants_host_.size()) {
+            for (const std::optional<TensorSpec> &spec : *group) {
+                if (spec && spec->buffer.kind == Buffer::Constant && spec->buffer.index >= constants_host_.size()) {
                     return INFINI_STATUS_INTERNAL_ERROR;
                 }
             }
@@ -109,9 +118,9 @@ infiniStatus_t Plan::build() {
     }
     for (Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
-            for (const TensorSpec &spec : *group) {
-                aclTensor *tensor = createTensor(spec, nullptr);
-                if (tensor == nullptr) return INFINI_STATUS_INTERNAL_ERROR;
+            for (const std::optional<TensorSpec> &spec : *group) {
+                aclTensor *tensor = spec ? createTensor(*spec, nullptr) : nullptr;
+                if (spec && tensor == nullptr) return INFINI_STATUS_INTERNAL_ERROR;
                 stage.tensors.push_back(tensor);
             }
         }
@@ -141,6 +150,7 @@ infiniStatus_t Plan::runRepeatable(const Stage &stage, const std::vector<void *>
                                    aclrtStream stream) const {
     const size_t inputs = stage.call.inputs.size();
     for (size_t i = 0; i < stage.tensors.size(); ++i) {
+        if (stage.tensors[i] == nullptr) continue; // absent: nothing to re-point
         if (i < inputs) {
             ACL_CHECK(api_->aclSetInputTensorAddr(stage.executor, i, stage.tensors[i], addresses[i]));
         } else {
@@ -155,13 +165,16 @@ infiniStatus_t Plan::runOnce(const Stage &stage, const std::vector<void *> &addr
                              aclrtStream stream) const {
     std::vector<aclTensor *> tensors;
     auto destroy = [&] {
-        for (aclTensor *tensor : tensors) api_->aclDestroyTensor(tensor);
+        for (aclTensor *tensor : tensors) {
+            if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+        }
     };
     size_t i = 0;
     for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
-        for (const TensorSpec &spec : *group) {
-            aclTensor *tensor = createTensor(spec, addresses[i++]);
-            if (tensor == nullptr) {
+        for (const std::optional<TensorSpec> &spec : *group) {
+            aclTensor *tensor = spec ? createTensor(*spec, addresses[i]) : nullptr;
+            ++i;
+            if (spec && tensor == nullptr) {
                 destroy();
                 return INFINI_STATUS_INTERNAL_ERROR;
             }
@@ -191,8 +204,8 @@ infiniStatus_t Plan::run(void *workspace, const std::vector<const void *> &args,
         std::vector<void *> addresses;
         bool aligned = true;
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
-            for (const TensorSpec &spec : *group) {
-                void *data = address(spec.buffer, workspace, args);
+            for (const std::optional<TensorSpec> &spec : *group) {
+                void *data = spec ? address(spec->buffer, workspace, args) : nullptr;
                 aligned = aligned && reinterpret_cast<uintptr_t>(data) % 32 == 0;
                 addresses.push_back(data);
             }

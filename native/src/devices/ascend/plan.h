@@ -7,9 +7,11 @@
 
 #include "loader.h"
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace ascend {
@@ -38,11 +40,12 @@ struct TensorSpec {
                                  aclFormat format = ACL_FORMAT_ND);
 };
 
-// One aclnn operator: plan(tensors, &workspace, &executor) with inputs then outputs in prototype order.
+// One aclnn operator: plan(tensors, &workspace, &executor) with inputs then outputs in prototype order. An
+// absent optional tensor (std::nullopt) is a nullptr at its position: re-pointing indices count it, as CANN's do.
 struct Call {
     using Prepare = std::function<aclnnStatus(aclTensor *const *tensors, uint64_t *workspace, aclOpExecutor **)>;
     using Launch = aclnnStatus (*)(void *workspace, uint64_t size, aclOpExecutor *executor, aclrtStream stream);
-    std::vector<TensorSpec> inputs, outputs;
+    std::vector<std::optional<TensorSpec>> inputs, outputs;
     Prepare prepare;
     Launch launch;
 };
@@ -62,6 +65,7 @@ class Plan {
     // Arrays owned by the plan, alive as long as its executors.
     const aclIntArray *intArray(const std::vector<int64_t> &values);
     const aclBoolArray *boolArray(const std::vector<bool> &values);
+    const aclScalar *floatScalar(float value);
     void add(Call call) {
         calls_.emplace_back();
         calls_.back().call = std::move(call);
@@ -78,7 +82,7 @@ class Plan {
   private:
     struct Stage {
         Call call;
-        std::vector<aclTensor *> tensors; // inputs then outputs, created without data
+        std::vector<aclTensor *> tensors; // inputs then outputs, created without data; nullptr where absent
         aclOpExecutor *executor = nullptr;
         bool repeatable = false;
         uint64_t workspace = 0;
@@ -96,6 +100,8 @@ class Plan {
     std::vector<std::pair<size_t, size_t>> zero_fills_;
     std::vector<const aclIntArray *> int_arrays_;
     std::vector<const aclBoolArray *> bool_arrays_;
+    std::vector<const aclScalar *> scalars_;
+    std::deque<float> scalar_values_; // stable addresses: a scalar may keep pointing at its value
     std::vector<unsigned char> constants_host_;
     void *constants_ = nullptr;
     size_t scratch_bytes_ = 0;

@@ -6,28 +6,56 @@
 
 #include "ops/rows.h"
 
+#include <algorithm>
 #include <initializer_list>
+#include <memory>
 #include <utility>
+#include <vector>
 
 namespace ascend {
 
-// (outer, inner, dim) view of rows laid out as `layout`, last dim contiguous.
-inline TensorSpec rowsView(const op::RowLayout &rows_layout, size_t rows, size_t dim, aclDataType dtype,
-                           Buffer buffer) {
-    const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
-    int64_t inner = static_cast<int64_t>(layout.inner);
-    int64_t outer = inner == 0 ? 0 : static_cast<int64_t>(rows) / inner;
-    int64_t length = static_cast<int64_t>(dim);
-    // A dim of extent <= 1 is never stepped: give it its packed stride so contiguity checks see through it.
-    int64_t inner_stride = inner <= 1 ? length : layout.inner_stride;
-    int64_t outer_stride = outer <= 1 ? inner * length : layout.outer_stride;
-    return TensorSpec{{outer, inner, length}, {outer_stride, inner_stride, 1}, dtype, buffer};
+// The leading dims several layouts of the same rows can all be viewed with: split wherever any of them splits
+// (outermost first). Their splits nest, as they all merge the dims of one leading shape.
+inline std::vector<int64_t> commonRowDims(size_t rows, std::initializer_list<const op::RowLayout *> layouts) {
+    std::vector<size_t> bounds{rows}; // rows per step of each dim, innermost dims' first
+    for (const op::RowLayout *layout : layouts) {
+        size_t inner = 1;
+        for (size_t i = layout->depth; i-- > 1;) bounds.push_back(inner *= layout->sizes[i]);
+    }
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    std::vector<int64_t> dims;
+    size_t inner = 1;
+    for (size_t bound : bounds) {
+        if (bound > inner) dims.insert(dims.begin(), static_cast<int64_t>(bound / inner));
+        inner = bound;
+    }
+    return dims;
 }
 
-// (outer, inner, 1) view of one element per row (LayerNorm's std), broadcast along the row by aclnn.
-inline TensorSpec perRowView(const op::RowLayout &layout, size_t rows, aclDataType dtype, Buffer buffer) {
-    TensorSpec spec = rowsView(layout, rows, 1, dtype, buffer);
-    return spec;
+// (dims..., dim) view of rows laid out as `layout` (which splits no finer than `dims`), last dim contiguous;
+// size-1 dims in front up to two leading dims (rank 3 to 8).
+inline TensorSpec rowsView(const op::RowLayout &layout, const std::vector<int64_t> &dims, size_t dim,
+                           aclDataType dtype, Buffer buffer) {
+    const size_t leading = dims.size() < 2 ? 2 : dims.size();
+    std::vector<int64_t> shape(leading + 1, 1), strides(leading + 1, 1);
+    std::copy(dims.begin(), dims.end(), shape.begin() + static_cast<ptrdiff_t>(leading - dims.size()));
+    shape[leading] = static_cast<int64_t>(dim);
+    int64_t packed = static_cast<int64_t>(dim); // elements spanned by the dims inside this one, if packed
+    size_t kept = layout.depth;                 // the layout's dim being walked, innermost first
+    int64_t within = 1;                         // extent of it covered by the dims already placed
+    for (size_t i = leading; i-- > 0;) {
+        if (shape[i] <= 1) {
+            strides[i] = packed; // never stepped: the packed stride lets contiguity checks see through it
+        } else {
+            if (within == 1) --kept;
+            strides[i] = layout.strides[kept] * within;
+            within *= shape[i];
+            if (within == static_cast<int64_t>(layout.sizes[kept])) within = 1;
+        }
+        packed *= shape[i];
+    }
+    return TensorSpec{std::move(shape), std::move(strides), dtype, buffer};
 }
 
 inline TensorSpec vectorView(size_t length, ptrdiff_t stride, aclDataType dtype, Buffer buffer) {
@@ -35,14 +63,16 @@ inline TensorSpec vectorView(size_t length, ptrdiff_t stride, aclDataType dtype,
 }
 
 // aclCreateTensor takes non-negative strides only.
-inline bool nonNegative(const op::RowLayout &rows_layout, size_t rows) {
-    const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
-    size_t outer = layout.inner == 0 ? 0 : rows / layout.inner;
-    return (outer <= 1 || layout.outer_stride >= 0) && (layout.inner <= 1 || layout.inner_stride >= 0);
+inline bool nonNegative(const op::RowLayout &layout) {
+    for (size_t i = 0; i < layout.depth; ++i) {
+        if (layout.sizes[i] > 1 && layout.strides[i] < 0) return false;
+    }
+    return true;
 }
 
 // Row r starts at r * dim: the packed layout operators without strided-input support need.
 inline bool packedRows(const op::RowLayout &rows_layout, size_t rows, size_t dim) {
+    if (rows_layout.depth > 2) return rows == 0; // packed rows merge into one dim
     const op::RowLayout::TwoLevel layout = rows_layout.twoLevel();
     size_t outer = layout.inner == 0 ? 0 : rows / layout.inner;
     bool inner_ok = layout.inner <= 1 || layout.inner_stride == static_cast<ptrdiff_t>(dim);
@@ -52,15 +82,40 @@ inline bool packedRows(const op::RowLayout &rows_layout, size_t rows, size_t dim
 
 inline bool unitStride(size_t length, ptrdiff_t stride) { return length <= 1 || stride == 1; }
 
-// Vectors of `length` elements that are empty sums (no samples to reduce): zeroed at each run, which needs
-// every one packed; BAD_TENSOR_STRIDES otherwise. Each entry is (argument index, stride).
-inline infiniStatus_t addZeroedVectors(Plan &plan, size_t length, size_t element_bytes,
-                                       std::initializer_list<std::pair<size_t, ptrdiff_t>> vectors) {
-    for (auto [index, stride] : vectors) {
-        if (!unitStride(length, stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+// A gradient vector argument: where it is in the run's pointers, its stride, and whether it is asked for.
+struct GradientVector {
+    size_t index;
+    ptrdiff_t stride;
+    bool wanted;
+};
+
+// An op descriptor's plan, built: `plan_calls(plan)` when there are samples to compute on; otherwise the wanted
+// gradient vectors of `length` elements are empty sums, zeroed at each run, which needs every one packed
+// (BAD_TENSOR_STRIDES otherwise).
+template <typename PlanCalls>
+infiniStatus_t makePlan(const Api *acl, bool has_samples, size_t length, size_t element_bytes,
+                        std::initializer_list<GradientVector> sums, PlanCalls &&plan_calls,
+                        std::unique_ptr<Plan> *out) {
+    auto plan = std::make_unique<Plan>(acl);
+    if (has_samples) {
+        plan_calls(*plan);
+    } else if (length > 0) {
+        for (const GradientVector &v : sums) {
+            if (v.wanted && !unitStride(length, v.stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+        }
+        for (const GradientVector &v : sums) {
+            if (v.wanted) plan->addZeroFill(v.index, length * element_bytes);
+        }
     }
-    for (auto [index, stride] : vectors) plan.addZeroFill(index, length * element_bytes);
+    INFINI_CHECK(plan->build());
+    *out = std::move(plan);
     return INFINI_STATUS_SUCCESS;
+}
+
+// CANN's norm kernels take FLOAT, FLOAT16 and BFLOAT16 ("DOUBLE: 指令不支持DOUBLE"); F64 descriptors get
+// NOT_IMPLEMENTED on Ascend.
+inline bool cannHasDtype(infiniDtype_t dtype) {
+    return dtype == INFINI_DTYPE_F16 || dtype == INFINI_DTYPE_F32 || dtype == INFINI_DTYPE_BF16;
 }
 
 } // namespace ascend

@@ -1,11 +1,15 @@
 // LayerNorm backward on Ascend. aclnnLayerNormBackward wants (input, mean, rstd), we hold (xhat, std): given
 // input = xhat, mean = 0 and rstd = 1 it yields grad_weight and grad_bias exactly and grad_input * std, so
 // one aclnnDiv by std (broadcast along the row) finishes grad_input. The zeros and ones are device constants.
+// Skipped gradients are outputMask entries; a missing weight is weightOptional = NULL (CANN then uses ones),
+// except with F32 gradients for F16/BF16 data: the gradients take weightOptional's dtype, so an F32 ones
+// constant stands in. The normalized dims (packed) are passed as one, normalizedShape = [L].
 #include "../layer_norm_backward.h"
 
 #include "devices/ascend/views.h"
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace op::layer_norm_backward {
@@ -36,38 +40,57 @@ class AscendDescriptor final : public Descriptor {
     std::unique_ptr<ascend::Plan> plan_;
 };
 
+// weightOptional: the caller's weight, NULL (ones of dT, CANN's default), or an F32 ones constant.
+std::optional<TensorSpec> weightTensor(const Info &info, ascend::Plan &plan) {
+    const aclDataType parameter_dtype = ascend::aclDtypeOf(info.parameter_dtype);
+    if (info.has_weight) return ascend::vectorView(info.dim, info.weight_stride, parameter_dtype, Buffer::argument(kWeight));
+    if (info.parameter_dtype == info.dtype) return std::nullopt;
+    const std::vector<float> ones(info.dim, 1.0f);
+    const Buffer constant = Buffer::constant(plan.addConstant(ones.data(), info.dim * sizeof(float)));
+    return TensorSpec::contiguous({static_cast<int64_t>(info.dim)}, ACL_FLOAT, constant);
+}
+
 void planCalls(const Info &info, ascend::Plan &plan) {
     const ascend::Api &acl = plan.acl();
-    const aclDataType dtype = ascend::aclDtypeOf(info.dtype);
+    const aclDataType dtype = ascend::aclDtypeOf(info.dtype), parameter_dtype = ascend::aclDtypeOf(info.parameter_dtype);
     const size_t rows = info.rows, dim = info.dim;
 
     const std::vector<float> zeros(rows, 0.0f), ones(rows, 1.0f);
     const Buffer mean = Buffer::constant(plan.addConstant(zeros.data(), rows * sizeof(float)));
     const Buffer rstd = Buffer::constant(plan.addConstant(ones.data(), rows * sizeof(float)));
     const Buffer scaled = Buffer::scratch(plan.reserveScratch(rows * dim * infini::dtypeSize(info.dtype)));
+    const std::optional<TensorSpec> weight = weightTensor(info, plan);
+    // One leading shape for every row tensor: aclnn matches their shapes (and broadcasts std) dim by dim.
+    const std::vector<int64_t> leading = ascend::commonRowDims(
+        rows, {&info.grad_input, &info.grad_output, &info.input_standardization, &info.input_std_deviation});
+    auto rowsOf = [&](const RowLayout &layout, size_t length, aclDataType type, Arg arg) {
+        return ascend::rowsView(layout, leading, length, type, Buffer::argument(arg));
+    };
 
     // grad_input * std, packed in the workspace, shaped like grad_input's view.
     const TensorSpec packed =
-        TensorSpec::contiguous(ascend::rowsView(info.grad_input, rows, dim, dtype, scaled).shape, dtype, scaled);
+        TensorSpec::contiguous(rowsOf(info.grad_input, dim, dtype, kGradInput).shape, dtype, scaled);
     std::vector<int64_t> per_row_shape = packed.shape;
     per_row_shape.back() = 1;
+    auto gradientVector = [&](bool wanted, Arg arg, ptrdiff_t stride) -> std::optional<TensorSpec> {
+        if (!wanted) return std::nullopt;
+        return ascend::vectorView(dim, stride, parameter_dtype, Buffer::argument(arg));
+    };
 
     const aclIntArray *normalized_shape = plan.intArray({static_cast<int64_t>(dim)});
-    const aclBoolArray *output_mask = plan.boolArray({true, true, true});
-    plan.add({{ascend::rowsView(info.grad_output, rows, dim, dtype, Buffer::argument(kGradOutput)),
-               ascend::rowsView(info.input_standardization, rows, dim, dtype, Buffer::argument(kXhat)),
+    const aclBoolArray *output_mask = plan.boolArray({true, info.has_grad_weight, info.has_grad_bias});
+    plan.add({{rowsOf(info.grad_output, dim, dtype, kGradOutput), rowsOf(info.input_standardization, dim, dtype, kXhat),
                TensorSpec::contiguous(per_row_shape, ACL_FLOAT, mean),
-               TensorSpec::contiguous(per_row_shape, ACL_FLOAT, rstd),
-               ascend::vectorView(dim, info.weight_stride, dtype, Buffer::argument(kWeight))},
-              {packed, ascend::vectorView(dim, info.grad_weight_stride, dtype, Buffer::argument(kGradWeight)),
-               ascend::vectorView(dim, info.grad_bias_stride, dtype, Buffer::argument(kGradBias))},
+               TensorSpec::contiguous(per_row_shape, ACL_FLOAT, rstd), weight},
+              {packed, gradientVector(info.has_grad_weight, kGradWeight, info.grad_weight_stride),
+               gradientVector(info.has_grad_bias, kGradBias, info.grad_bias_stride)},
               [&acl, normalized_shape, output_mask](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
                   return acl.aclnnLayerNormBackwardGetWorkspaceSize(t[0], t[1], normalized_shape, t[2], t[3], t[4],
                                                                     nullptr, output_mask, t[5], t[6], t[7], ws, ex);
               },
               acl.aclnnLayerNormBackward});
-    plan.add({{packed, ascend::perRowView(info.input_std_deviation, rows, dtype, Buffer::argument(kStd))},
-              {ascend::rowsView(info.grad_input, rows, dim, dtype, Buffer::argument(kGradInput))},
+    plan.add({{packed, rowsOf(info.input_std_deviation, 1, parameter_dtype, kStd)},
+              {rowsOf(info.grad_input, dim, dtype, kGradInput)},
               [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
                   return acl.aclnnDivGetWorkspaceSize(t[0], t[1], t[2], ws, ex);
               },
@@ -77,25 +100,21 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
+    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     // aclCreateTensor takes non-negative strides only.
-    if (!ascend::nonNegative(info.grad_input, info.rows) || !ascend::nonNegative(info.grad_output, info.rows) ||
-        !ascend::nonNegative(info.input_standardization, info.rows) ||
-        !ascend::nonNegative(info.input_std_deviation, info.rows) || info.weight_stride < 0 ||
-        info.grad_weight_stride < 0 || info.grad_bias_stride < 0) {
+    if (!ascend::nonNegative(info.grad_input) || !ascend::nonNegative(info.grad_output) ||
+        !ascend::nonNegative(info.input_standardization) || !ascend::nonNegative(info.input_std_deviation) ||
+        info.weight_stride < 0 || info.grad_weight_stride < 0 || info.grad_bias_stride < 0) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
-    auto plan = std::make_unique<ascend::Plan>(acl);
-    if (info.rows > 0 && info.dim > 0) {
-        planCalls(info, *plan);
-    } else if (info.dim > 0) {
-        // No rows: grad_weight and grad_bias are empty sums.
-        INFINI_CHECK(ascend::addZeroedVectors(*plan, info.dim, infini::dtypeSize(info.dtype),
-                                            {{kGradWeight, info.grad_weight_stride}, {kGradBias, info.grad_bias_stride}}));
-    }
-    INFINI_CHECK(plan->build());
+    std::unique_ptr<ascend::Plan> plan;
+    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim,
+                                  infini::dtypeSize(info.parameter_dtype),
+                                  {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
+                                   {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
+                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }

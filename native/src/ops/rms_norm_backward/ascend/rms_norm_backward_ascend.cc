@@ -1,5 +1,7 @@
-// RMSNorm backward on Ascend: aclnnRmsNorm (eps 0, the seed's forward) leaves rstd in the workspace, then
-// aclnnRmsNormGrad; its dgamma is F32, cast to dT by aclnnCast when grad_w is F16/BF16.
+// RMSNorm backward on Ascend: rstd is the caller's (Ex) or aclnnRmsNorm(x, w, epsilon) leaves it in the
+// workspace; then aclnnRmsNormGrad. Its dgamma is F32: written straight to an F32 grad_w, cast by aclnnCast for
+// an F16/BF16 one, or left in the workspace when grad_w is not wanted (aclnnRmsNormGrad always produces it).
+// Every shape is passed as (rows, D): the normalized dims are packed, so w of any rank is a (D,) vector.
 // aclnnRmsNormGrad takes no strided input, so every tensor must be packed (BAD_TENSOR_STRIDES otherwise).
 #include "../rms_norm_backward.h"
 
@@ -13,7 +15,7 @@ namespace {
 using ascend::Buffer;
 using ascend::TensorSpec;
 
-enum Arg { kGradX, kGradW, kGradY, kX, kW };
+enum Arg { kGradX, kGradW, kGradY, kX, kW, kRstd };
 
 class AscendDescriptor final : public Descriptor {
   public:
@@ -23,8 +25,8 @@ class AscendDescriptor final : public Descriptor {
     size_t workspaceSize() const override { return plan_->workspaceSize(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
-                             const void *w, const void * /*rstd: seedFeatures only*/, void *stream) const override {
-        return plan_->run(workspace, {grad_x, grad_w, grad_y, x, w}, stream);
+                             const void *w, const void *rstd, void *stream) const override {
+        return plan_->run(workspace, {grad_x, grad_w, grad_y, x, w, rstd}, stream);
     }
 
   private:
@@ -33,37 +35,40 @@ class AscendDescriptor final : public Descriptor {
 
 void planCalls(const Info &info, ascend::Plan &plan) {
     const ascend::Api &acl = plan.acl();
-    const aclDataType dtype = ascend::aclDtypeOf(info.dtype);
+    const aclDataType dtype = ascend::aclDtypeOf(info.dtype), weight_dtype = ascend::aclDtypeOf(info.weight_dtype);
     const int64_t rows = static_cast<int64_t>(info.rows), dim = static_cast<int64_t>(info.dim);
     const size_t element = infini::dtypeSize(info.dtype);
-
-    const Buffer y = Buffer::scratch(plan.reserveScratch(info.rows * info.dim * element));
-    const Buffer rstd = Buffer::scratch(plan.reserveScratch(info.rows * sizeof(float)));
-    const bool cast_dgamma = dtype != ACL_FLOAT;
-    const Buffer dgamma =
-        cast_dgamma ? Buffer::scratch(plan.reserveScratch(info.dim * sizeof(float))) : Buffer::argument(kGradW);
 
     auto matrix = [&](Buffer b) { return TensorSpec::contiguous({rows, dim}, dtype, b); };
     auto vector = [&](Buffer b, aclDataType t) { return TensorSpec::contiguous({dim}, t, b); };
 
-    plan.add({{matrix(Buffer::argument(kX)), vector(Buffer::argument(kW), dtype)},
-              {matrix(y), TensorSpec::contiguous({rows, 1}, ACL_FLOAT, rstd)},
-              [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                  return acl.aclnnRmsNormGetWorkspaceSize(t[0], t[1], 0.0, t[2], t[3], ws, ex);
-              },
-              acl.aclnnRmsNorm});
+    Buffer rstd = Buffer::argument(kRstd);
+    if (!info.has_rstd) {
+        const Buffer y = Buffer::scratch(plan.reserveScratch(info.rows * info.dim * element));
+        rstd = Buffer::scratch(plan.reserveScratch(info.rows * sizeof(float)));
+        const double epsilon = info.epsilon;
+        plan.add({{matrix(Buffer::argument(kX)), vector(Buffer::argument(kW), weight_dtype)},
+                  {matrix(y), TensorSpec::contiguous({rows, 1}, ACL_FLOAT, rstd)},
+                  [&acl, epsilon](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
+                      return acl.aclnnRmsNormGetWorkspaceSize(t[0], t[1], epsilon, t[2], t[3], ws, ex);
+                  },
+                  acl.aclnnRmsNorm});
+    }
+    const bool direct_dgamma = info.has_grad_w && weight_dtype == ACL_FLOAT;
+    const Buffer dgamma =
+        direct_dgamma ? Buffer::argument(kGradW) : Buffer::scratch(plan.reserveScratch(info.dim * sizeof(float)));
     plan.add({{matrix(Buffer::argument(kGradY)), matrix(Buffer::argument(kX)),
-               TensorSpec::contiguous({rows}, ACL_FLOAT, rstd), vector(Buffer::argument(kW), dtype)},
+               TensorSpec::contiguous({rows}, ACL_FLOAT, rstd), vector(Buffer::argument(kW), weight_dtype)},
               {matrix(Buffer::argument(kGradX)), vector(dgamma, ACL_FLOAT)},
               [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
                   return acl.aclnnRmsNormGradGetWorkspaceSize(t[0], t[1], t[2], t[3], t[4], t[5], ws, ex);
               },
               acl.aclnnRmsNormGrad});
-    if (cast_dgamma) {
+    if (info.has_grad_w && !direct_dgamma) {
         plan.add({{vector(dgamma, ACL_FLOAT)},
-                  {vector(Buffer::argument(kGradW), dtype)},
-                  [&acl, dtype](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                      return acl.aclnnCastGetWorkspaceSize(t[0], dtype, t[1], ws, ex);
+                  {vector(Buffer::argument(kGradW), weight_dtype)},
+                  [&acl, weight_dtype](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
+                      return acl.aclnnCastGetWorkspaceSize(t[0], weight_dtype, t[1], ws, ex);
                   },
                   acl.aclnnCast});
     }
@@ -72,21 +77,19 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
+    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     if (!ascend::packedRows(info.grad_x, info.rows, info.dim) || !ascend::packedRows(info.grad_y, info.rows, info.dim) ||
         !ascend::packedRows(info.x, info.rows, info.dim) || !ascend::unitStride(info.dim, info.w_stride) ||
-        !ascend::unitStride(info.dim, info.grad_w_stride)) {
+        (info.has_grad_w && !ascend::unitStride(info.dim, info.grad_w_stride)) ||
+        (info.has_rstd && !ascend::packedRows(info.rstd, info.rows, 1))) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
-    auto plan = std::make_unique<ascend::Plan>(acl);
-    if (info.rows > 0 && info.dim > 0) {
-        planCalls(info, *plan);
-    } else if (info.dim > 0) {
-        plan->addZeroFill(kGradW, info.dim * infini::dtypeSize(info.dtype)); // no rows: grad_w is an empty sum
-    }
-    INFINI_CHECK(plan->build());
+    std::unique_ptr<ascend::Plan> plan;
+    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim, infini::dtypeSize(info.weight_dtype),
+                                  {{kGradW, info.grad_w_stride, info.has_grad_w}},
+                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }
