@@ -31,7 +31,8 @@ struct Info {
     // mean and invstd come from running_mean / running_var (otherwise from save_mean / save_invstd).
     bool usesRunning() const { return !(training && has_save); }
 
-    // Nothing beyond what the seed entry point can ask for (any rank collapses to the seed's (N, C, L)).
+    // Nothing beyond what the seed entry point can ask for (any rank collapses to the seed's (N, C, L)): what the
+    // Ascend backend runs.
     bool seedFeatures() const {
         return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && layout == Layout::channels_first &&
                has_grad_weight && has_grad_bias && has_weight && !has_save && training && epsilon == 0.0;

@@ -18,7 +18,7 @@ struct Info {
     ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride;
     bool has_grad_weight, has_grad_bias, has_weight;
 
-    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what every backend runs.
+    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what the Ascend backend runs.
     bool seedFeatures() const {
         return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && has_grad_weight && has_grad_bias &&
                has_weight && grad_input.depth <= 2 && grad_output.depth <= 2 && input_standardization.depth <= 2 &&

@@ -21,7 +21,7 @@ struct Info {
     bool has_grad_w, has_rstd;
     double epsilon;
 
-    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what every backend runs.
+    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what the Ascend backend runs.
     bool seedFeatures() const {
         return dtype != INFINI_DTYPE_F64 && weight_dtype == dtype && has_grad_w && !has_rstd && epsilon == 0.0 &&
                grad_x.depth <= 2 && grad_y.depth <= 2 && x.depth <= 2;
