@@ -78,7 +78,7 @@ class CudaArrayView:
 
 def _torch_dtype(dtype):
     import torch
-    return {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16,
+    return {"float16": torch.float16, "float32": torch.float32, "bfloat16": torch.bfloat16, "float64": torch.float64,
             "uint8": torch.uint8}[np.dtype(dtype).name]  # uint8: workspaces
 
 
@@ -124,7 +124,8 @@ def _to_numpy(tensor):
     """A numpy copy of a C-contiguous torch device tensor (BF16 through its bits: numpy cannot take it from torch)."""
     import torch
 
-    dtype = {torch.float16: np.float16, torch.float32: np.float32, torch.bfloat16: ml_dtypes.bfloat16}[tensor.dtype]
+    dtype = {torch.float16: np.float16, torch.float32: np.float32, torch.bfloat16: ml_dtypes.bfloat16,
+             torch.float64: np.float64}[tensor.dtype]
     bits = tensor.view(torch.int16) if tensor.dtype == torch.bfloat16 else tensor
     return bits.cpu().numpy().view(dtype)
 
@@ -159,22 +160,36 @@ class DeviceData:
                 placed.write_back()
 
     def fetch(self, device_array):
-        if self.device == "cpu":
+        """A numpy copy of an output the package allocated, with the same element strides (it may be dense in
+        another order than C's, e.g. a channels-last grad_input); None stays None."""
+        if self.device == "cpu" or device_array is None:
             return device_array
         import torch
 
-        assert device_array.is_cuda and device_array.is_contiguous(), "outputs are allocated C-contiguous on the device"
+        assert device_array.is_cuda, "outputs are allocated on the device"
         torch.cuda.synchronize()
-        return _to_numpy(device_array)
+        return _dense_to_numpy(device_array)
 
 
-def call_on(device, function, *inputs, out=None):
-    """``function(*inputs, out=out)`` run on ``device`` with numpy ``inputs`` and ``out``; returns numpy arrays:
-    ``out`` itself (written back) when given, else fresh ones."""
+def _dense_to_numpy(tensor):
+    """A numpy copy of a dense torch tensor (any order of its dims in memory), with the same element strides."""
+    shape, strides = tuple(tensor.shape), tuple(tensor.stride())
+    span = 1 + sum((extent - 1) * stride for extent, stride in zip(shape, strides)) if 0 not in shape else 0
+    assert min(strides, default=0) >= 0 and span == tensor.numel(), "outputs are allocated dense"
+    flat = _to_numpy(tensor.as_strided((span,), (1,)))
+    return np.lib.stride_tricks.as_strided(flat, shape, [stride * flat.itemsize for stride in strides])
+
+
+def call_on(device, function, *inputs, out=None, **keywords):
+    """``function(*inputs, out=out, **keywords)`` run on ``device`` with numpy ``inputs``, ``out`` and array-valued
+    ``keywords`` (None passes as None); returns numpy arrays: ``out`` itself (written back) when given, else fresh
+    ones (None for an output not computed)."""
     data = DeviceData(device)
-    device_inputs = [data.put(array) for array in inputs]
+    device_inputs = [None if array is None else data.put(array) for array in inputs]
+    device_keywords = {name: data.put(value) if isinstance(value, np.ndarray) else value
+                       for name, value in keywords.items()}
     device_out = None if out is None else tuple(data.put(array, output=True) for array in out)
-    results = function(*device_inputs, out=device_out)
+    results = function(*device_inputs, out=device_out, **device_keywords)
     if out is None:
         return tuple(data.fetch(result) for result in results)
     assert all(result is given for result, given in zip(results, device_out)), "out= arrays must be returned"

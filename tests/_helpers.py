@@ -592,10 +592,11 @@ def batch_norm_ex_create_status(c_handle, specs, epsilon, training):
     return status
 
 
-def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None):
+def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None, pointer=data_pointer):
     """Create (Ex) from the arrays' shapes, dtypes and strides, run (Ex) on them and destroy; returns the run
     status. arrays: name -> array, absent names are NULL descriptors; ignored: name -> array whose pointer is
-    passed with a NULL descriptor (it must not be touched)."""
+    passed with a NULL descriptor (it must not be touched); pointer: the data pointer passed for an array (and
+    the workspace) on the handle's device."""
     ffi, op, _ = native()
     ignored = ignored or {}
     specs = {name: (a.shape, a.dtype, element_strides(a)) for name, a in arrays.items()}
@@ -611,7 +612,7 @@ def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None
         pointers = []
         for name in BATCH_NORM_EX_TENSORS:
             array = arrays.get(name, ignored.get(name))
-            pointers.append(ffi.NULL if array is None else data_pointer(array))
-        return op.infiniopBatchNormBackwardEx(descriptor, data_pointer(workspace), size[0], *pointers, ffi.NULL)
+            pointers.append(ffi.NULL if array is None else pointer(array))
+        return op.infiniopBatchNormBackwardEx(descriptor, pointer(workspace), size[0], *pointers, ffi.NULL)
     finally:
         assert op.infiniopDestroyBatchNormBackwardDescriptor(descriptor) == SUCCESS

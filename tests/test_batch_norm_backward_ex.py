@@ -1,7 +1,8 @@
 """The ...Ex entry points of BatchNorm backward (issue 6): epsilon, saved statistics, optional outputs, no
 weight, F32 parameters with F16/BF16 data, F64, ranks 2..5, channels-last layouts and eval mode, against the
-float64 reference of the exact rounded inputs (and torch's native_batch_norm_backward); their statuses in C and
-in the Python mirror; the seed and Ex functions on each other's descriptors; determinism across threads."""
+float64 reference of the exact rounded inputs (and torch's native_batch_norm_backward), on every device
+(_devices.DEVICES); their statuses in C and in the Python mirror; the seed and Ex functions on each other's
+descriptors; determinism across threads."""
 
 import math
 import os
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import infiniop_py
 from infiniop_py import _layout, _operator, errors
+from _devices import DEVICES, DeviceData, call_on
 from _helpers import (
     BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BATCH_NORM_EX_TENSORS, BF16, F16, F32, F64,
     NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, GuardedOutput, element_strides, assert_close, assert_close_on_scale, batch_norm_backward_reference,
@@ -75,6 +77,10 @@ class Problem:
                                              self.running_var, self.eps, self.save_mean, self.save_invstd,
                                              self.training)
 
+    def run_on(self, device):
+        """The functional API's outputs for this problem, computed on `device`, as numpy arrays."""
+        return call_on(device, infiniop_py.batch_norm_backward, *self.arrays(), **self.keywords())
+
     def check(self, outputs, fresh=True):
         """Every output within its bound of the float64 reference; those not wanted are None. fresh: the
         functional API allocated the outputs (so their dtypes follow its rule)."""
@@ -130,80 +136,88 @@ def problems(draw):
                    grad_weight=draw(st.booleans()), grad_bias=draw(st.booleans()))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @settings(max_examples=200)
 @given(problem=problems())
-def test_matches_float64_reference(problem):
-    problem.check(infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords()))
+def test_matches_float64_reference(device, problem):
+    problem.check(problem.run_on(device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("channels", (1, 3, 16, 24, 100, 1001, 5000))
 @pytest.mark.parametrize("dtype", (F32, BF16, F16), ids=str)
 @pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
-def test_channels_last_many_rows(channels, dtype, training):
+def test_channels_last_many_rows(device, channels, dtype, training):
     """Enough rows for several tiles, and channel counts whose period is short, long, or C itself; all-positive
     data, so sums grow with the row count (an accumulator narrower than F32 would fail the bound)."""
     shape = (max(2, 60000 // (32 * channels)), channels, 4, 8)
     problem = Problem(np.random.default_rng(channels), shape, dtype, layout="channels_last", training=training,
                       eps=1e-5, positive=True)
-    outputs = infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords())
+    outputs = problem.run_on(device)
     assert outputs[0].strides == channels_last(problem.x).strides  # computed in place, not via a copy
     problem.check(outputs)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", ((6000, 24), (5000, 3, 1), (16, 8, 3000), (3, 5, 7, 9, 11)), ids=str)
 @pytest.mark.parametrize("dtype, parameter_dtype", ((F32, F32), (F16, F32), (BF16, F32), (BF16, BF16), (F64, F64)),
                          ids=str)
-def test_channels_first_ranks_mixed_precision_and_saved_statistics(shape, dtype, parameter_dtype):
+def test_channels_first_ranks_mixed_precision_and_saved_statistics(device, shape, dtype, parameter_dtype):
     problem = Problem(np.random.default_rng(len(shape)), shape, dtype, parameter_dtype=parameter_dtype, saved=True,
                       running=False, eps=1e-3)
-    problem.check(infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords()))
+    problem.check(problem.run_on(device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ("channels_first", "channels_last"))
 @pytest.mark.parametrize("shape", ((0, 3, 4, 5), (2, 3, 0, 5), (2, 0, 4, 5)), ids=str)
 @pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
-def test_empty_tensors(layout, shape, training):
+def test_empty_tensors(device, layout, shape, training):
     problem = Problem(np.random.default_rng(0), shape, F32, layout=layout, training=training, eps=1e-5)
-    outputs = infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords())
+    outputs = problem.run_on(device)
     assert outputs[0].shape == shape
     for vector in outputs[1:]:
         assert vector.shape == (shape[1],) and not vector.any()  # empty sums
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, BF16, F64), ids=str)
 @pytest.mark.parametrize("eps", (1e-5, 0.5))
-def test_epsilon_keeps_a_constant_channel_finite(dtype, eps):
+def test_epsilon_keeps_a_constant_channel_finite(device, dtype, eps):
     problem = Problem(np.random.default_rng(1), (4, 3, 10), dtype, eps=eps)
     problem.x[:, 1] = 2  # zero variance: invstd = 1/sqrt(eps)
     problem.running_mean[1], problem.running_var[1] = 2, 0
-    outputs = infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords())
+    outputs = problem.run_on(device)
     assert all(np.isfinite(f64(o)).all() for o in outputs)
     problem.check(outputs)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ("channels_first", "channels_last"))
-def test_eval_without_weight_gradients_reads_neither_input_nor_statistics_sums(layout):
+def test_eval_without_weight_gradients_reads_neither_input_nor_statistics_sums(device, layout):
     """grad_input = grad_output * weight * invstd needs no x: a NaN input changes nothing."""
     problem = Problem(np.random.default_rng(2), (3, 5, 6, 7), F32, layout=layout, training=False, eps=1e-5,
                       grad_weight=False, grad_bias=False)
     x, grad_output, weight, mean, var = problem.arrays()
     x = with_batch_layout(np.full(x.shape, np.nan, F32), layout)
-    grad_input, grad_weight, grad_bias = infiniop_py.batch_norm_backward(x, grad_output, weight, mean, var,
-                                                                         **problem.keywords())
+    grad_input, grad_weight, grad_bias = call_on(device, infiniop_py.batch_norm_backward, x, grad_output, weight,
+                                                 mean, var, **problem.keywords())
     assert grad_weight is None and grad_bias is None
     assert_close(grad_input, problem.reference()[0], F32, "grad_input")
 
 
-def test_saved_statistics_replace_the_running_ones():
+@pytest.mark.parametrize("device", DEVICES)
+def test_saved_statistics_replace_the_running_ones(device):
     """Saved statistics that are not the running ones (nor the batch's): the saved ones are what is used."""
     rng = np.random.default_rng(3)
     problem = Problem(rng, (4, 6, 9), F32, saved=True, eps=7.0)
     problem.save_mean = rounded(rng.normal(0, 1, 6), F32)
     problem.save_invstd = rounded(rng.uniform(0.5, 2, 6), F32)
-    problem.check(infiniop_py.batch_norm_backward(*problem.arrays(), **problem.keywords()))
+    problem.check(problem.run_on(device))
 
 
-def test_absent_tensors_pointers_are_ignored(c_handle):
+@pytest.mark.parametrize("device", DEVICES)
+def test_absent_tensors_pointers_are_ignored(device, device_handle):
     """A NULL descriptor makes its run pointer irrelevant: outputs given as pointers are not written, inputs
     given as pointers to NaNs are not read."""
     problem = Problem(np.random.default_rng(4), (8, 5, 40), F32, saved=True)
@@ -212,37 +226,51 @@ def test_absent_tensors_pointers_are_ignored(c_handle):
     nans = {name: np.full(5, np.nan, F32) for name in ("weight", "running_mean", "running_var")}
     arrays = {"grad_input": grad_input, "input": problem.x, "grad_output": problem.grad_output,
               "save_mean": problem.save_mean, "save_invstd": problem.save_invstd}
-    assert run_batch_norm_ex(c_handle, arrays, ignored={**sentinels, **nans}) == SUCCESS
+    data = DeviceData(device)
+
+    def pointer(array):  # every array comes back after the run, so a stray write to any of them shows
+        return data_pointer(array) if device == "cpu" else \
+            native()[0].cast("void *", data.put(array, output=True).data_ptr())
+
+    status = run_batch_norm_ex(device_handle.native, arrays, ignored={**sentinels, **nans}, pointer=pointer)
+    data.write_back()
+    assert status == SUCCESS
     assert all(untouched(array) for array in sentinels.values())
     problem.weight = problem.running_mean = problem.running_var = None
     problem.wanted = (True, False, False)
     problem.check((grad_input, None, None), fresh=False)
 
 
-def test_skipped_gradients_need_less_workspace_and_refuse_an_array(cpu_handle):
+@pytest.mark.parametrize("device", DEVICES)
+def test_skipped_gradients_need_less_workspace_and_refuse_an_array(device, device_handle):
     problem = Problem(np.random.default_rng(5), (32, 6, 700), F32, training=False)
-    x, grad_output, weight, mean, var = problem.arrays()
-    grad_input, vector = np.empty_like(x), np.empty_like(weight)
-    with infiniop_py.BatchNormBackward(cpu_handle, grad_input, vector, vector, x, grad_output, weight, mean, var,
-                                       training=False) as full, \
-            infiniop_py.BatchNormBackward(cpu_handle, grad_input, None, None, x, grad_output, weight, mean, var,
-                                          training=False) as bare:
+    data = DeviceData(device)
+    grad_input = np.empty_like(problem.x)
+    device_grad_input = data.put(grad_input, output=True)
+    vector = data.put(np.empty_like(problem.weight), output=True)
+    x, grad_output, weight, mean, var = (data.put(array) for array in problem.arrays())
+    with infiniop_py.BatchNormBackward(device_handle, device_grad_input, vector, vector, x, grad_output, weight, mean,
+                                       var, training=False) as full, \
+            infiniop_py.BatchNormBackward(device_handle, device_grad_input, None, None, x, grad_output, weight, mean,
+                                          var, training=False) as bare:
         assert bare.workspace_size < full.workspace_size  # no per-tile sums in eval without weight gradients
-        bare(grad_input, None, None, x, grad_output, weight, mean, var)
+        bare(device_grad_input, None, None, x, grad_output, weight, mean, var)
+        data.write_back()
         assert_close(grad_input, problem.reference()[0], F32, "grad_input")
         with pytest.raises(ValueError, match="grad_weight"):
-            bare(grad_input, vector, None, x, grad_output, weight, mean, var)
+            bare(device_grad_input, vector, None, x, grad_output, weight, mean, var)
 
 
 # ---------------------------------------------------------------- torch's native_batch_norm_backward
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, F64, BF16), ids=str)
 @pytest.mark.parametrize("layout", ("channels_first", "channels_last"))
 @pytest.mark.parametrize("rank", (2, 4, 5))
 @pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
 @pytest.mark.parametrize("affine, mask", ((True, (True, True, True)), (True, (True, False, True)),
                                           (False, (True, False, False))), ids=("all", "no-grad-weight", "no-affine"))
-def test_matches_torch(dtype, layout, rank, training, affine, mask):
+def test_matches_torch(device, dtype, layout, rank, training, affine, mask):
     shape = (6, 5, 7, 4, 3)[:rank]
     problem = Problem(np.random.default_rng(rank), shape, dtype, parameter_dtype=F32 if dtype in HALVES else dtype,
                       layout=layout, training=training, saved=training, running=not training, eps=1e-3,
@@ -258,7 +286,7 @@ def test_matches_torch(dtype, layout, rank, training, affine, mask):
     expected = torch.ops.aten.native_batch_norm_backward(
         tensor(grad_output), tensor(x), tensor(weight), tensor(mean), tensor(var), tensor(problem.save_mean),
         tensor(problem.save_invstd), training, problem.eps, list(mask))
-    ours = infiniop_py.batch_norm_backward(x, grad_output, weight, mean, var, **problem.keywords())
+    ours = call_on(device, infiniop_py.batch_norm_backward, x, grad_output, weight, mean, var, **problem.keywords())
     for name, actual, reference, want in zip(("grad_input", "grad_weight", "grad_bias"), ours, expected, mask):
         if not want:
             assert actual is None and reference is None

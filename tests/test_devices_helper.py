@@ -4,9 +4,9 @@ CPU tensors standing in for CUDA ones, so the helper the GPU variants rely on is
 import numpy as np
 import pytest
 
-from _devices import CudaArrayView, _place, _to_numpy
-from _helpers import FREE_LAYOUTS, INPUT_ROW_LAYOUTS, SUPPORTED_DTYPES, GuardedOutput, with_free_layout, \
-    with_row_layout
+from _devices import CudaArrayView, _dense_to_numpy, _place, _to_numpy
+from _helpers import F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, SUPPORTED_DTYPES, GuardedOutput, with_batch_layout, \
+    with_free_layout, with_row_layout
 
 torch = pytest.importorskip("torch")
 
@@ -68,3 +68,17 @@ def test_to_numpy_keeps_dtype_and_bits(dtype):
     back = _to_numpy(tensor)
 
     assert back.dtype == dtype and back.tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize("dtype", SUPPORTED_DTYPES + (F64,), ids=str)
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (2, 1, 4, 5), (0, 3, 4, 5)], ids=str)
+def test_dense_outputs_come_back_with_their_values_and_strides(dtype, layout, shape):
+    """What fetch does with an output the package allocated: F64 too, and channels-last (BatchNorm's grad_input)."""
+    values = np.random.default_rng(1).standard_normal(shape).astype(dtype)
+    array = with_batch_layout(values, layout)
+
+    fetched = _dense_to_numpy(_place(array, "cpu").device_array)
+
+    assert fetched.dtype == array.dtype and fetched.strides == array.strides
+    assert np.array_equal(fetched.astype(np.float64), values.astype(np.float64))

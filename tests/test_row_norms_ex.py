@@ -1,6 +1,7 @@
 """The ...Ex entry points of RMSNorm and LayerNorm backward (issue 6): epsilon, saved rstd, optional outputs,
 LayerNorm without affine, F32 parameters with F16/BF16 data, F64, and normalized shapes of several trailing
-dims, against float64 references (and torch where it has the same operation); plus their statuses."""
+dims, against float64 references (and torch where it has the same operation), on every device (_devices.DEVICES);
+plus their statuses."""
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 import infiniop_py
 from infiniop_py import _layout, _operator, errors
+from _devices import DEVICES, DeviceData, call_on
 from _helpers import (BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BF16, F16, F32,
                       NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, assert_close, assert_close_on_scale, f64,
                       layer_norm_reference, native, rms_reference, rounded)
@@ -48,60 +50,70 @@ def layer_norm_inputs(rng, shape, k, dtype, parameter_dtype=None):
 
 # ---------------------------------------------------------------- RMSNorm
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, F16, BF16, F64), ids=str)
 @pytest.mark.parametrize("eps", (1e-6, 0.5))
-def test_rms_epsilon(dtype, eps):
+def test_rms_epsilon(device, dtype, eps):
     grad_y, x, w = rms_inputs(np.random.default_rng(1), (6, 40), 1, dtype)
     x[0] = 0  # a zero row: finite only through eps
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w, eps=eps)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=eps)
     expected_x, expected_w, _ = rms_reference(grad_y, x, w, eps)
     assert np.isfinite(f64(grad_x)).all()
     assert_close_ex(grad_x, expected_x, dtype, "grad_x")
     assert_close_ex(grad_w, expected_w, dtype, "grad_w")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, F64), ids=str)
-def test_rms_epsilon_matches_torch_autograd(dtype):
+def test_rms_epsilon_matches_torch_autograd(device, dtype):
     grad_y, x, w = rms_inputs(np.random.default_rng(2), (5, 33), 1, dtype)
     xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
     torch.nn.functional.rms_norm(xt, (33,), wt, eps=0.25).backward(torch.tensor(grad_y))
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w, eps=0.25)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=0.25)
     assert_close_ex(grad_x, xt.grad.double().numpy(), dtype, "grad_x")
     assert_close_ex(grad_w, wt.grad.double().numpy(), dtype, "grad_w")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, BF16, F64), ids=str)
-def test_rms_saved_rstd_is_used_as_r(dtype):
+def test_rms_saved_rstd_is_used_as_r(device, dtype):
     grad_y, x, w = rms_inputs(np.random.default_rng(3), (2, 3, 24), 1, dtype)
     stat = F64 if dtype == F64 else F32
     # Not the rstd of x: proves the saved value is the one used.
     rstd = rounded(np.random.default_rng(4).uniform(0.5, 2.0, (2, 3)), stat)
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w, rstd=rstd, eps=123.0)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, rstd=rstd, eps=123.0)
     expected_x, expected_w, _ = rms_reference(grad_y, x, w, rstd=rstd)
     assert_close_ex(grad_x, expected_x, dtype, "grad_x")
     assert_close_ex(grad_w, expected_w, dtype, "grad_w")
 
 
-def test_rms_without_grad_w_leaves_it_alone_and_returns_none():
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_without_grad_w_leaves_it_alone_and_returns_none(device, device_handle):
     grad_y, x, w = rms_inputs(np.random.default_rng(5), (64, 48), 1, F32)
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w, need_grad_weight=False)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, need_grad_weight=False)
     assert grad_w is None
     assert_close(grad_x, rms_reference(grad_y, x, w)[0], F32, "grad_x")
-    with infiniop_py.Handle("cpu") as handle:
-        with_grad_w = infiniop_py.RMSNormBackward(handle, grad_x, w, grad_y, x, w)
-        without = infiniop_py.RMSNormBackward(handle, grad_x, None, grad_y, x, w)
+    out = np.empty_like(grad_x)
+    data = DeviceData(device)
+    on_device = [data.put(array) for array in (grad_x, w, grad_y, x)]
+    device_grad_x, device_w, device_grad_y, device_x = on_device
+    with infiniop_py.RMSNormBackward(device_handle, device_grad_x, device_w, device_grad_y, device_x,
+                                     device_w) as with_grad_w, \
+            infiniop_py.RMSNormBackward(device_handle, device_grad_x, None, device_grad_y, device_x,
+                                        device_w) as without:
         assert without.workspace_size < with_grad_w.workspace_size  # no per-block partials
-        out = np.empty_like(grad_x)
-        without(out, None, grad_y, x, w)
+        without(data.put(out, output=True), None, device_grad_y, device_x, device_w)
+        data.write_back()
         assert np.array_equal(out, grad_x)
         with pytest.raises(ValueError, match="grad_w"):
-            without(out, np.empty_like(w), grad_y, x, w)
+            without(data.put(out, output=True), data.put(np.empty_like(w)), device_grad_y, device_x, device_w)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_rms_f32_weights_with_half_data(dtype):
+def test_rms_f32_weights_with_half_data(device, dtype):
     grad_y, x, w = rms_inputs(np.random.default_rng(6), (33, 70), 1, dtype, F32)
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w)
     assert grad_x.dtype == dtype and grad_w.dtype == F32
     expected_x, expected_w, _ = rms_reference(grad_y, x, w)
     assert_close(grad_x, expected_x, dtype, "grad_x")
@@ -109,12 +121,13 @@ def test_rms_f32_weights_with_half_data(dtype):
     assert_close(grad_w, expected_w, F32, "grad_w")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=8).map(tuple), data=st.data(),
        dtype=st.sampled_from((F32, F64)))
-def test_rms_any_rank_and_normalized_dims(shape, data, dtype):
+def test_rms_any_rank_and_normalized_dims(device, shape, data, dtype):
     k = data.draw(st.integers(1, len(shape)))
     grad_y, x, w = rms_inputs(np.random.default_rng(len(shape) * 10 + k), shape, k, dtype)
-    grad_x, grad_w = infiniop_py.rms_norm_backward(grad_y, x, w, eps=1e-3)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=1e-3)
     expected_x, expected_w, r = rms_reference(grad_y, x, w, 1e-3)
     assert grad_w.shape == w.shape
     # With few normalized elements grad_x's two terms cancel: judge it on the size of the first.
@@ -126,13 +139,14 @@ def test_rms_any_rank_and_normalized_dims(shape, data, dtype):
     assert_close_ex(grad_w, expected_w, dtype, "grad_w")
 
 
-def test_rms_strided_leading_dims_of_rank_5():
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_strided_leading_dims_of_rank_5(device):
     """Five leading dims that do not merge: the row offsets walk every one."""
     grad_y, x, w = rms_inputs(np.random.default_rng(7), (2, 3, 2, 2, 3, 16), 1, F32)
     big = np.zeros((4, 3, 4, 2, 6, 16), F32)
     view = big[::2, :, ::2, :, ::2]
     view[...] = x
-    out = infiniop_py.rms_norm_backward(grad_y, view, w)
+    out = call_on(device, infiniop_py.rms_norm_backward, grad_y, view, w)
     expected_x, expected_w, _ = rms_reference(grad_y, x, w)
     assert_close(out[0], expected_x, F32, "grad_x")
     assert_close(out[1], expected_w, F32, "grad_w")
@@ -140,14 +154,15 @@ def test_rms_strided_leading_dims_of_rank_5():
 
 # ---------------------------------------------------------------- LayerNorm
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", (F32, BF16, F64), ids=str)
 @pytest.mark.parametrize("with_weight", (True, False))
 @pytest.mark.parametrize("wanted", ((True, True), (True, False), (False, True), (False, False)))
-def test_layer_norm_optional_weight_and_outputs(dtype, with_weight, wanted):
+def test_layer_norm_optional_weight_and_outputs(device, dtype, with_weight, wanted):
     grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(8), (5, 7, 40), 1, dtype)
     weight = weight if with_weight else None
-    outputs = infiniop_py.layer_norm_backward(grad_output, weight, xhat, std, need_grad_weight=wanted[0],
-                                              need_grad_bias=wanted[1])
+    outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight, xhat, std,
+                      need_grad_weight=wanted[0], need_grad_bias=wanted[1])
     expected = layer_norm_reference(grad_output, weight, xhat, std)
     assert_close_ex(outputs[0], expected[0], dtype, "grad_input")
     for name, want, actual, reference in zip(("grad_weight", "grad_bias"), wanted, outputs[1:], expected[1:]):
@@ -157,10 +172,12 @@ def test_layer_norm_optional_weight_and_outputs(dtype, with_weight, wanted):
             assert actual is None
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_layer_norm_f32_parameters_with_half_data(dtype):
+def test_layer_norm_f32_parameters_with_half_data(device, dtype):
     grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(9), (16, 96), 1, dtype, F32)
-    grad_input, grad_weight, grad_bias = infiniop_py.layer_norm_backward(grad_output, weight, xhat, std)
+    grad_input, grad_weight, grad_bias = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight, xhat,
+                                                 std)
     assert grad_input.dtype == dtype and grad_weight.dtype == F32 and grad_bias.dtype == F32
     expected = layer_norm_reference(grad_output, weight, xhat, std)
     assert_close(grad_input, expected[0], dtype, "grad_input")
@@ -168,19 +185,21 @@ def test_layer_norm_f32_parameters_with_half_data(dtype):
     assert_close(grad_bias, expected[2], F32, "grad_bias")
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=8).map(tuple), data=st.data())
-def test_layer_norm_any_rank_and_normalized_dims(shape, data):
+def test_layer_norm_any_rank_and_normalized_dims(device, shape, data):
     k = data.draw(st.integers(1, len(shape)))
     grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(k), shape, k, F64)
-    outputs = infiniop_py.layer_norm_backward(grad_output, weight, xhat, std)
+    outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight, xhat, std)
     for name, actual, reference in zip(("grad_input", "grad_weight", "grad_bias"), outputs,
                                        layer_norm_reference(grad_output, weight, xhat, std)):
         assert actual.shape == reference.shape
         assert_close_ex(actual, reference, F64, name)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("with_weight", (True, False))
-def test_layer_norm_matches_torch_native_layer_norm_backward(with_weight):
+def test_layer_norm_matches_torch_native_layer_norm_backward(device, with_weight):
     """torch takes (input, mean, rstd); ours takes xhat = (input - mean) * rstd and std = 1 / rstd."""
     rng = np.random.default_rng(10)
     x = rng.standard_normal((4, 3, 5, 6)) * 3
@@ -191,9 +210,9 @@ def test_layer_norm_matches_torch_native_layer_norm_backward(with_weight):
     expected = torch.ops.aten.native_layer_norm_backward(
         torch.tensor(grad_output), torch.tensor(x), [5, 6], torch.tensor(mean), torch.tensor(rstd), torch_weight,
         torch.zeros(5, 6, dtype=torch.float64) if with_weight else None, [True, with_weight, with_weight])
-    ours = infiniop_py.layer_norm_backward(grad_output, weight if with_weight else None, (x - mean) * rstd,
-                                           (1.0 / rstd)[..., 0, 0], need_grad_weight=with_weight,
-                                           need_grad_bias=with_weight)
+    ours = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight if with_weight else None,
+                   (x - mean) * rstd, (1.0 / rstd)[..., 0, 0], need_grad_weight=with_weight,
+                   need_grad_bias=with_weight)
     assert_close_ex(ours[0], expected[0].numpy(), F64, "grad_input")
     if with_weight:
         assert_close_ex(ours[1], expected[1].numpy(), F64, "grad_weight")

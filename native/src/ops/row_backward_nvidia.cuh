@@ -1,12 +1,14 @@
 // CUDA kernels shared by the row-normalizing backward ops (RMSNorm, LayerNorm). Per row, an op reduces two
 // sums over the row, turns them into per-row coefficients, writes the row's output and adds per-column terms
-// into F32 partials; `Terms` (see rms_norm_backward_nvidia.cu) says which. Two plans:
+// into partials; `Terms` (see rms_norm_backward_nvidia.cu) says which. Two plans:
 //  - one pass (D <= kMaxRegisterDim): a warp or a block per row keeps the row in registers between its
 //    reduction and its output; each CTA owns a fixed contiguous range of rows and keeps its column partials
 //    in registers until the end;
 //  - split (long rows, or too few rows to fill the GPU): rows are cut in chunks of kChunk columns; pass 1
 //    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits).
-// Partials are F32, one row of length D per CTA (or row block), summed in fixed order by sumPartials: no atomics.
+// Partials are in the compute type (F32, F64 for F64 data), one row of length D per CTA (or row block) for each
+// per-column output that is wanted, summed in fixed order by sumPartials: no atomics. Types: T the data, W the
+// parameters (w and the per-column outputs), C = ComputeOf<T>.
 #ifndef INFINIOP_OPS_ROW_BACKWARD_NVIDIA_CUH
 #define INFINIOP_OPS_ROW_BACKWARD_NVIDIA_CUH
 
@@ -21,7 +23,7 @@
 
 namespace op::row_backward {
 
-using nvidia::RowOffsets;
+using nvidia::ComputeOf;
 
 constexpr int kItems = 16;                         // elements of a row held per thread
 constexpr int kMaxGroup = 512;                     // threads per row in the one-pass plan
@@ -30,74 +32,107 @@ constexpr int kSplitThreads = 256;
 constexpr size_t kChunk = kSplitThreads * kItems; // columns per CTA in the split plan
 constexpr int kFinalizeWidth = 32, kFinalizeDepth = 8;
 constexpr size_t kAlign = 256; // of every workspace region
+constexpr int kMaxPartials = 2; // per-column outputs of an op (LayerNorm: grad_weight, grad_bias)
 
 // Threads per CTA for a group (threads per row) of G: small groups share a CTA of 128.
 __host__ __device__ constexpr int ctaThreads(int group) { return group < 128 ? 128 : group; }
 // Resident threads per SM the kernels ask for (at most 128 registers each): enough loads in flight to stream.
 constexpr int kMinThreadsPerSm = 512;
 
-inline RowOffsets offsetsOf(const RowLayout &layout) {
-    const RowLayout::TwoLevel two = layout.twoLevel();
-    return RowOffsets{two.inner, two.outer_stride, two.inner_stride};
-}
-
-// Everything a kernel needs; `a`, `b` are the two row inputs, `w` the per-column vector, `scalar` one value
-// per row (LayerNorm's std; unused by RMSNorm).
-template <typename T>
-struct Args {
-    T *out;
-    const T *a, *b, *w, *scalar;
-    RowOffsets out_rows, a_rows, b_rows, scalar_rows;
-    ptrdiff_t w_stride;
-    size_t rows, dim;
-    float *partials;       // [kPartials][partial count][dim]
-    size_t partial_stride; // partial count * dim
+template <typename C>
+struct Pair {
+    C first, second;
 };
 
-// Loads this thread's kItems columns of a row: vector k of V elements starts at column base + (k*G + lane)*V.
+// One call, untyped: what an op's calculate fills in. `a`, `b` are the two row inputs, `w` the per-column
+// vector (NULL: ones), `scalar` one value per row (LayerNorm's std, of the parameter type; RMSNorm's saved
+// rstd, of the compute type; NULL: none). outs[p] NULL: that per-column output is not wanted.
+struct RowCall {
+    void *out;
+    const void *a, *b, *w, *scalar;
+    RowLayout out_rows, a_rows, b_rows, scalar_rows;
+    ptrdiff_t w_stride;
+    void *outs[kMaxPartials];
+    ptrdiff_t out_strides[kMaxPartials];
+    double epsilon;
+};
+
+// Everything a kernel needs, typed. S is the row scalar's type.
+template <typename T, typename W, typename S>
+struct Args {
+    using C = ComputeOf<T>;
+    T *out;
+    const T *a, *b;
+    const W *w;
+    const S *scalar;
+    RowLayout out_rows, a_rows, b_rows, scalar_rows;
+    ptrdiff_t w_stride;
+    size_t rows, dim;
+    double epsilon;
+    C *partials[kMaxPartials]; // [partial count][dim] each; NULL: not wanted
+};
+
+// The column of element e of a thread's kItems: vector k = e / V of V elements starts at base + (k*G + lane)*V.
+template <int G, int V>
+__device__ __forceinline__ size_t columnOf(size_t base, int lane, int e) {
+    return base + static_cast<size_t>((e / V) * G + lane) * V + e % V;
+}
+
 template <int G, int V, typename T>
-__device__ __forceinline__ void loadColumns(const T *row, size_t base, int lane, size_t dim, float *out) {
+__device__ __forceinline__ void loadColumns(const T *row, size_t base, int lane, size_t dim, ComputeOf<T> *out) {
 #pragma unroll
     for (int k = 0; k < kItems / V; ++k) {
         nvidia::loadSpan<V>(row, base + static_cast<size_t>(k * G + lane) * V, dim, out + k * V);
     }
 }
 
-template <typename Terms, typename T>
-__device__ __forceinline__ float rowScalar(const Args<T> &args, size_t row) {
-    if constexpr (Terms::kRowScalar) {
-        return nvidia::toFloat(args.scalar[args.scalar_rows(row)]);
-    } else {
-        return 0.0f;
+// This thread's columns of w: ones where w is absent, zeros past the end of the row.
+template <int G, int V, typename T, typename W, typename S>
+__device__ __forceinline__ void loadWeights(const Args<T, W, S> &args, size_t base, int lane, ComputeOf<T> *w) {
+    using C = ComputeOf<T>;
+#pragma unroll
+    for (int e = 0; e < kItems; ++e) {
+        const size_t col = columnOf<G, V>(base, lane, e);
+        const bool in_row = col < args.dim; // never read past the end of w; an absent w is ones
+        w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride])
+                                           : (in_row ? C(1) : C(0));
     }
 }
 
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_t row, double2 sums) {
+    const bool has_scalar = args.scalar != nullptr;
+    const double scalar = has_scalar ? static_cast<double>(nvidia::widen(args.scalar[args.scalar_rows.offset(row)])) : 0.0;
+    return Terms::template row<ComputeOf<T>>(sums.x, sums.y, args.dim, args.epsilon, has_scalar, scalar);
+}
+
 // The thread's share of the two row sums (zero-padded columns contribute zero terms).
-template <typename Terms>
-__device__ __forceinline__ double2 threadSums(const float *a, const float *b, const float *w) {
-    float s1 = 0.0f, s2 = 0.0f;
+template <typename Terms, typename C>
+__device__ __forceinline__ double2 threadSums(const C *a, const C *b, const C *w) {
+    C s1 = 0, s2 = 0;
 #pragma unroll
     for (int e = 0; e < kItems; ++e) {
-        float2 t = Terms::terms(a[e], b[e], w[e]);
-        s1 += t.x;
-        s2 += t.y;
+        const Pair<C> t = Terms::terms(a[e], b[e], w[e]);
+        s1 += t.first;
+        s2 += t.second;
     }
     return make_double2(s1, s2);
 }
 
 // Writes the output of this thread's columns of one row and adds its partial terms. In place (out == a) is
 // safe: the whole row was read before.
-template <typename Terms, int G, int V, typename T>
-__device__ __forceinline__ void emitColumns(T *out_row, size_t base, int lane, size_t dim, const float *a,
-                                            const float *b, const float *w, const typename Terms::Row &k,
-                                            float (&acc)[Terms::kPartials][kItems]) {
-    float result[kItems];
+template <typename Terms, int G, int V, typename T, typename Row>
+__device__ __forceinline__ void emitColumns(T *out_row, size_t base, int lane, size_t dim, const ComputeOf<T> *a,
+                                            const ComputeOf<T> *b, const ComputeOf<T> *w, const Row &k,
+                                            ComputeOf<T> (&acc)[Terms::kPartials][kItems]) {
+    using C = ComputeOf<T>;
+    C result[kItems];
 #pragma unroll
     for (int e = 0; e < kItems; ++e) {
         result[e] = Terms::out(a[e], b[e], w[e], k);
-        const float2 t = Terms::partialTerms(a[e], b[e], k); // zero-padded columns add zero
-        acc[0][e] += t.x;
-        if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += t.y;
+        const Pair<C> t = Terms::partialTerms(a[e], b[e], k); // zero-padded columns add zero
+        acc[0][e] += t.first;
+        if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += t.second;
     }
 #pragma unroll
     for (int j = 0; j < kItems / V; ++j) {
@@ -105,51 +140,61 @@ __device__ __forceinline__ void emitColumns(T *out_row, size_t base, int lane, s
     }
 }
 
-template <typename Terms, int G, int V, typename T>
-__device__ __forceinline__ void storePartials(const Args<T> &args, size_t slot, size_t base, int lane,
-                                              const float (&acc)[Terms::kPartials][kItems]) {
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ bool anyPartials(const Args<T, W, S> &args) {
+    bool any = false;
+#pragma unroll
+    for (int p = 0; p < Terms::kPartials; ++p) any = any || args.partials[p] != nullptr;
+    return any;
+}
+
+// Stores the wanted partials of this thread's columns into partial row `slot`. Predicated stores, not a branch
+// around the loop: the branch cost the split kernel 48 bytes of spills.
+template <typename Terms, int G, int V, typename T, typename W, typename S>
+__device__ __forceinline__ void storePartials(const Args<T, W, S> &args, size_t slot, size_t base, int lane,
+                                              const ComputeOf<T> (&acc)[Terms::kPartials][kItems]) {
 #pragma unroll
     for (int p = 0; p < Terms::kPartials; ++p) {
-        float *partial = args.partials + p * args.partial_stride + slot * args.dim;
+        ComputeOf<T> *partial = args.partials[p];
+        const size_t first = slot * args.dim;
 #pragma unroll
         for (int e = 0; e < kItems; ++e) {
-            size_t col = base + static_cast<size_t>((e / V) * G + lane) * V + e % V;
-            if (col < args.dim) partial[col] = acc[p][e];
+            const size_t col = columnOf<G, V>(base, lane, e);
+            if (partial != nullptr && col < args.dim) partial[first + col] = acc[p][e];
         }
     }
 }
 
 // One pass: CTA `blockIdx.x` owns rows [blockIdx.x * rows_per_cta, +rows_per_cta); each group of G threads
 // takes every (CTA threads / G)-th of them and holds a whole row (D <= G * kItems) in registers.
-template <typename Terms, typename T, int G, int V>
-__global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G)) onePassKernel(Args<T> args, size_t rows_per_cta) {
+template <typename Terms, typename T, typename W, typename S, int G, int V>
+__global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G))
+    onePassKernel(Args<T, W, S> args, size_t rows_per_cta) {
+    using C = ComputeOf<T>;
     constexpr int kGroups = ctaThreads(G) / G;
     __shared__ double2 scratch[G == 32 ? 1 : 33];
-    __shared__ float group_acc[kGroups > 1 ? kGroups - 1 : 1][Terms::kPartials][kItems][kGroups > 1 ? G : 1];
+    __shared__ C group_acc[kGroups > 1 ? kGroups - 1 : 1][Terms::kPartials][kItems][kGroups > 1 ? G : 1];
     const int lane = threadIdx.x % G, group = threadIdx.x / G;
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
 
-    float w[kItems], acc[Terms::kPartials][kItems] = {};
-#pragma unroll
-    for (int e = 0; e < kItems; ++e) {
-        size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
-        w[e] = col < args.dim ? nvidia::toFloat(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : 0.0f;
-    }
+    C w[kItems], acc[Terms::kPartials][kItems] = {};
+    loadWeights<G, V>(args, 0, lane, w);
 
     for (size_t row = first + group; row < last; row += kGroups) {
-        float a[kItems], b[kItems];
-        loadColumns<G, V>(args.a + args.a_rows(row), 0, lane, args.dim, a);
-        loadColumns<G, V>(args.b + args.b_rows(row), 0, lane, args.dim, b);
+        C a[kItems], b[kItems];
+        loadColumns<G, V>(args.a + args.a_rows.offset(row), 0, lane, args.dim, a);
+        loadColumns<G, V>(args.b + args.b_rows.offset(row), 0, lane, args.dim, b);
         double2 sums = threadSums<Terms>(a, b, w);
         if constexpr (G == 32) {
             sums = nvidia::warpSum(sums);
         } else {
             sums = nvidia::blockSum(sums, scratch); // the whole CTA is one group here
         }
-        const auto k = Terms::row(sums.x, sums.y, args.dim, rowScalar<Terms>(args, row));
-        emitColumns<Terms, G, V>(args.out + args.out_rows(row), 0, lane, args.dim, a, b, w, k, acc);
+        const auto k = rowCoefficients<Terms>(args, row, sums);
+        emitColumns<Terms, G, V>(args.out + args.out_rows.offset(row), 0, lane, args.dim, a, b, w, k, acc);
     }
+    if (!anyPartials<Terms>(args)) return; // the same for every thread of the CTA
 
     if constexpr (kGroups > 1) { // groups of a CTA own the same columns: add them in group order
         if (group > 0) {
@@ -173,20 +218,18 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 }
 
 // Split pass 1: the two sums of each (row, chunk), in row-major order.
-template <typename Terms, typename T, int V>
-__global__ void __launch_bounds__(kSplitThreads) chunkSumsKernel(Args<T> args, size_t chunks, double2 *chunk_sums) {
+template <typename Terms, typename T, typename W, typename S, int V>
+__global__ void __launch_bounds__(kSplitThreads) chunkSumsKernel(Args<T, W, S> args, size_t chunks,
+                                                                 double2 *chunk_sums) {
+    using C = ComputeOf<T>;
     __shared__ double2 scratch[33];
     const int lane = threadIdx.x;
     for (size_t item = blockIdx.x; item < args.rows * chunks; item += gridDim.x) {
         const size_t row = item / chunks, base = (item % chunks) * kChunk;
-        float a[kItems], b[kItems], w[kItems];
-        loadColumns<kSplitThreads, V>(args.a + args.a_rows(row), base, lane, args.dim, a);
-        loadColumns<kSplitThreads, V>(args.b + args.b_rows(row), base, lane, args.dim, b);
-#pragma unroll
-        for (int e = 0; e < kItems; ++e) {
-            size_t col = base + static_cast<size_t>((e / V) * kSplitThreads + lane) * V + e % V;
-            w[e] = col < args.dim ? nvidia::toFloat(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : 0.0f;
-        }
+        C a[kItems], b[kItems], w[kItems];
+        loadColumns<kSplitThreads, V>(args.a + args.a_rows.offset(row), base, lane, args.dim, a);
+        loadColumns<kSplitThreads, V>(args.b + args.b_rows.offset(row), base, lane, args.dim, b);
+        loadWeights<kSplitThreads, V>(args, base, lane, w);
         double2 sums = nvidia::blockSum(threadSums<Terms>(a, b, w), scratch);
         if (lane == 0) chunk_sums[item] = sums;
     }
@@ -208,34 +251,31 @@ static __global__ void __launch_bounds__(256) rowSumsKernel(const double2 *chunk
 
 // Split pass 2: CTA (row block, chunk) writes the output of its chunk for its rows and keeps its columns'
 // partials in registers.
-template <typename Terms, typename T, int V>
-__global__ void __launch_bounds__(kSplitThreads, kMinThreadsPerSm / kSplitThreads) splitOutputKernel(Args<T> args, size_t chunks, size_t rows_per_block,
-                                                                   const double2 *row_sums) {
+template <typename Terms, typename T, typename W, typename S, int V>
+__global__ void __launch_bounds__(kSplitThreads, kMinThreadsPerSm / kSplitThreads)
+    splitOutputKernel(Args<T, W, S> args, size_t chunks, size_t rows_per_block, const double2 *row_sums) {
+    using C = ComputeOf<T>;
     const int lane = threadIdx.x;
     const size_t row_block = blockIdx.x / chunks, base = (blockIdx.x % chunks) * kChunk;
     const size_t first = row_block * rows_per_block, last = min(first + rows_per_block, args.rows);
-    float w[kItems], acc[Terms::kPartials][kItems] = {};
-#pragma unroll
-    for (int e = 0; e < kItems; ++e) {
-        size_t col = base + static_cast<size_t>((e / V) * kSplitThreads + lane) * V + e % V;
-        w[e] = col < args.dim ? nvidia::toFloat(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : 0.0f;
-    }
+    C w[kItems], acc[Terms::kPartials][kItems] = {};
+    loadWeights<kSplitThreads, V>(args, base, lane, w);
     for (size_t row = first; row < last; ++row) {
-        float a[kItems], b[kItems];
-        loadColumns<kSplitThreads, V>(args.a + args.a_rows(row), base, lane, args.dim, a);
-        loadColumns<kSplitThreads, V>(args.b + args.b_rows(row), base, lane, args.dim, b);
-        const double2 sums = row_sums[row];
-        const auto k = Terms::row(sums.x, sums.y, args.dim, rowScalar<Terms>(args, row));
-        emitColumns<Terms, kSplitThreads, V>(args.out + args.out_rows(row), base, lane, args.dim, a, b, w, k, acc);
+        C a[kItems], b[kItems];
+        loadColumns<kSplitThreads, V>(args.a + args.a_rows.offset(row), base, lane, args.dim, a);
+        loadColumns<kSplitThreads, V>(args.b + args.b_rows.offset(row), base, lane, args.dim, b);
+        const auto k = rowCoefficients<Terms>(args, row, row_sums[row]);
+        emitColumns<Terms, kSplitThreads, V>(args.out + args.out_rows.offset(row), base, lane, args.dim, a, b, w, k,
+                                             acc);
     }
     storePartials<Terms, kSplitThreads, V>(args, row_block, base, lane, acc);
 }
 
 // out[j * out_stride] = sum of partials[p * dim + j] over p in [0, count): each column's partials are split
 // among kFinalizeDepth threads in a fixed interleave, then added in thread order. count == 0 writes zeros.
-template <typename T>
+template <typename C, typename W>
 __global__ void __launch_bounds__(kFinalizeWidth *kFinalizeDepth)
-    sumPartialsKernel(const float *partials, size_t count, size_t dim, T *out, ptrdiff_t out_stride) {
+    sumPartialsKernel(const C *partials, size_t count, size_t dim, W *out, ptrdiff_t out_stride) {
     __shared__ double lanes[kFinalizeDepth][kFinalizeWidth];
     const size_t col = static_cast<size_t>(blockIdx.x) * kFinalizeWidth + threadIdx.x;
     double sum = 0.0;
@@ -247,15 +287,15 @@ __global__ void __launch_bounds__(kFinalizeWidth *kFinalizeDepth)
     if (threadIdx.y == 0 && col < dim) {
         double total = 0.0;
         for (int y = 0; y < kFinalizeDepth; ++y) total += lanes[y][threadIdx.x];
-        out[static_cast<ptrdiff_t>(col) * out_stride] = nvidia::fromFloat<T>(static_cast<float>(total));
+        out[static_cast<ptrdiff_t>(col) * out_stride] = nvidia::narrow<W>(static_cast<ComputeOf<W>>(total));
     }
 }
 
 inline size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
-// Fixed at descriptor creation from the shape and the device, so the partial layout (and thus every sum's
-// order) is the same on every call.
+// Fixed at descriptor creation from the shape, the wanted outputs and the device, so the partial layout (and
+// thus every sum's order) is the same on every call.
 struct Plan {
     bool split = false;
     int group = 32;              // one pass: threads per row
@@ -266,33 +306,43 @@ struct Plan {
     size_t rows_per_block = 1;   // split
     size_t chunk_sum_ctas = 1;   // split pass 1 grid
     size_t rows = 0, dim = 0;
-    int partial_arrays = 1;
+    int partial_arrays = 0;      // wanted per-column outputs
+    size_t compute_size = 4;     // bytes of a partial
 
     size_t partialCount() const { return split ? row_blocks : ctas; }
-    size_t partialBytes() const { return alignUp(partial_arrays * partialCount() * dim * sizeof(float)); }
+    size_t partialBytes() const { return alignUp(partial_arrays * partialCount() * dim * compute_size); }
     size_t chunkSumBytes() const { return split ? alignUp(rows * chunks * sizeof(double2)) : 0; }
     size_t rowSumBytes() const { return split ? alignUp(rows * sizeof(double2)) : 0; }
-    // + kAlign: the caller's workspace pointer is aligned up before use.
-    size_t workspaceBytes() const { return dim == 0 ? 0 : kAlign + partialBytes() + chunkSumBytes() + rowSumBytes(); }
+    // + kAlign: the caller's workspace pointer is aligned up before use. None when nothing is kept.
+    size_t workspaceBytes() const {
+        const size_t used = partialBytes() + chunkSumBytes() + rowSumBytes();
+        return dim == 0 || used == 0 ? 0 : kAlign + used;
+    }
 };
 
-template <typename Terms, typename T>
+// The row scalar's type for these data and parameter types.
+template <typename Terms, typename T, typename W>
+using ScalarOf = typename Terms::template Scalar<T, W>;
+
+template <typename Terms, typename T, typename W>
 infiniStatus_t occupancyOf(int group, int *ctas_per_sm) {
+    using S = ScalarOf<Terms, T, W>;
     constexpr int V = nvidia::kVec<T>;
     switch (group) {
-    case 32: return nvidia::residentCtas(onePassKernel<Terms, T, 32, V>, ctaThreads(32), ctas_per_sm);
-    case 128: return nvidia::residentCtas(onePassKernel<Terms, T, 128, V>, 128, ctas_per_sm);
-    case 256: return nvidia::residentCtas(onePassKernel<Terms, T, 256, V>, 256, ctas_per_sm);
-    default: return nvidia::residentCtas(onePassKernel<Terms, T, 512, V>, 512, ctas_per_sm);
+    case 32: return nvidia::residentCtas(onePassKernel<Terms, T, W, S, 32, V>, ctaThreads(32), ctas_per_sm);
+    case 128: return nvidia::residentCtas(onePassKernel<Terms, T, W, S, 128, V>, 128, ctas_per_sm);
+    case 256: return nvidia::residentCtas(onePassKernel<Terms, T, W, S, 256, V>, 256, ctas_per_sm);
+    default: return nvidia::residentCtas(onePassKernel<Terms, T, W, S, 512, V>, 512, ctas_per_sm);
     }
 }
 
-template <typename Terms, typename T>
-infiniStatus_t makePlanFor(size_t rows, size_t dim, int device_id, Plan *plan) {
+template <typename Terms, typename T, typename W>
+infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, int device_id, Plan *plan) {
     Plan p;
     p.rows = rows;
     p.dim = dim;
-    p.partial_arrays = Terms::kPartials;
+    p.partial_arrays = partial_arrays;
+    p.compute_size = sizeof(ComputeOf<T>);
     if (dim == 0) {
         *plan = p;
         return INFINI_STATUS_SUCCESS;
@@ -310,8 +360,7 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int device_id, Plan *plan) {
 
     if (!p.split) {
         int per_sm = 1;
-        const infiniStatus_t occupancy = occupancyOf<Terms, T>(p.group, &per_sm);
-        INFINI_CHECK(occupancy);
+        INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
         const size_t resident = static_cast<size_t>(sms) * per_sm;
         p.ctas = std::min(ceilDiv(rows, groups_per_cta), resident);
         if (p.ctas > 0) {
@@ -321,8 +370,8 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int device_id, Plan *plan) {
     } else {
         int per_sm = 1;
         constexpr int V = nvidia::kVec<T>;
-        const infiniStatus_t occupancy = nvidia::residentCtas(splitOutputKernel<Terms, T, V>, kSplitThreads, &per_sm);
-        INFINI_CHECK(occupancy);
+        INFINI_CHECK(nvidia::residentCtas(splitOutputKernel<Terms, T, W, ScalarOf<Terms, T, W>, V>, kSplitThreads,
+                                          &per_sm));
         const size_t resident = static_cast<size_t>(sms) * per_sm;
         p.chunks = chunks;
         p.row_blocks = std::min(rows, std::max<size_t>(1, ceilDiv(resident, chunks)));
@@ -336,87 +385,142 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int device_id, Plan *plan) {
     return INFINI_STATUS_SUCCESS;
 }
 
-template <typename Terms>
-infiniStatus_t makePlan(infiniDtype_t dtype, size_t rows, size_t dim, int device_id, Plan *plan) {
-    return nvidia::withNormFloat(dtype, [&](auto tag) { return makePlanFor<Terms, decltype(tag)>(rows, dim, device_id, plan); });
-}
-
-template <typename Terms, typename T, int V>
-infiniStatus_t launchOnePass(const Plan &plan, const Args<T> &args, cudaStream_t stream) {
+template <typename Terms, typename T, typename W, typename S, int V>
+infiniStatus_t launchOnePass(const Plan &plan, const Args<T, W, S> &args, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(plan.ctas));
     switch (plan.group) {
-    case 32: onePassKernel<Terms, T, 32, V><<<grid, ctaThreads(32), 0, stream>>>(args, plan.rows_per_cta); break;
-    case 128: onePassKernel<Terms, T, 128, V><<<grid, 128, 0, stream>>>(args, plan.rows_per_cta); break;
-    case 256: onePassKernel<Terms, T, 256, V><<<grid, 256, 0, stream>>>(args, plan.rows_per_cta); break;
-    default: onePassKernel<Terms, T, 512, V><<<grid, 512, 0, stream>>>(args, plan.rows_per_cta); break;
+    case 32: onePassKernel<Terms, T, W, S, 32, V><<<grid, ctaThreads(32), 0, stream>>>(args, plan.rows_per_cta); break;
+    case 128: onePassKernel<Terms, T, W, S, 128, V><<<grid, 128, 0, stream>>>(args, plan.rows_per_cta); break;
+    case 256: onePassKernel<Terms, T, W, S, 256, V><<<grid, 256, 0, stream>>>(args, plan.rows_per_cta); break;
+    default: onePassKernel<Terms, T, W, S, 512, V><<<grid, 512, 0, stream>>>(args, plan.rows_per_cta); break;
     }
     return nvidia::launchStatus();
 }
 
-template <typename Terms, typename T, int V>
-infiniStatus_t launchSplit(const Plan &plan, const Args<T> &args, double2 *chunk_sums, double2 *row_sums,
+template <typename Terms, typename T, typename W, typename S, int V>
+infiniStatus_t launchSplit(const Plan &plan, const Args<T, W, S> &args, double2 *chunk_sums, double2 *row_sums,
                            cudaStream_t stream) {
-    chunkSumsKernel<Terms, T, V><<<static_cast<unsigned>(plan.chunk_sum_ctas), kSplitThreads, 0, stream>>>(
+    chunkSumsKernel<Terms, T, W, S, V><<<static_cast<unsigned>(plan.chunk_sum_ctas), kSplitThreads, 0, stream>>>(
         args, plan.chunks, chunk_sums);
     INFINI_CHECK(nvidia::launchStatus());
     const size_t row_sum_ctas = std::min<size_t>(ceilDiv(plan.rows, 8), 65535);
     rowSumsKernel<<<static_cast<unsigned>(row_sum_ctas), 256, 0, stream>>>(chunk_sums, plan.rows, plan.chunks, row_sums);
     INFINI_CHECK(nvidia::launchStatus());
-    splitOutputKernel<Terms, T, V><<<static_cast<unsigned>(plan.row_blocks * plan.chunks), kSplitThreads, 0, stream>>>(
-        args, plan.chunks, plan.rows_per_block, row_sums);
+    splitOutputKernel<Terms, T, W, S, V><<<static_cast<unsigned>(plan.row_blocks * plan.chunks), kSplitThreads, 0,
+                                           stream>>>(args, plan.chunks, plan.rows_per_block, row_sums);
     return nvidia::launchStatus();
 }
 
-template <typename T>
-infiniStatus_t launchSumPartials(const float *partials, size_t count, size_t dim, T *out, ptrdiff_t out_stride,
+template <typename C, typename W>
+infiniStatus_t launchSumPartials(const C *partials, size_t count, size_t dim, W *out, ptrdiff_t out_stride,
                                  cudaStream_t stream) {
     const dim3 block(kFinalizeWidth, kFinalizeDepth);
-    sumPartialsKernel<T><<<static_cast<unsigned>(ceilDiv(dim, kFinalizeWidth)), block, 0, stream>>>(
+    sumPartialsKernel<C, W><<<static_cast<unsigned>(ceilDiv(dim, kFinalizeWidth)), block, 0, stream>>>(
         partials, count, dim, out, out_stride);
     return nvidia::launchStatus();
-}
-
-// Runs a planned row backward. `outs` are the kPartials per-column outputs (grad_w, or grad_weight and
-// grad_bias) with their strides; `vector_ok` says whether all row strides are multiples of the vector width.
-template <typename Terms, typename T>
-infiniStatus_t run(const Plan &plan, bool vector_ok, Args<T> args, void *workspace, T *const *outs,
-                   const ptrdiff_t *out_strides, cudaStream_t stream) {
-    if (plan.dim == 0) return INFINI_STATUS_SUCCESS;
-    char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
-    args.partials = reinterpret_cast<float *>(base);
-    args.partial_stride = plan.partialCount() * plan.dim;
-    auto *chunk_sums = reinterpret_cast<double2 *>(base + plan.partialBytes());
-    auto *row_sums = reinterpret_cast<double2 *>(base + plan.partialBytes() + plan.chunkSumBytes());
-
-    if (plan.partialCount() > 0) {
-        const bool vectors = vector_ok && nvidia::aligned16(args.out) && nvidia::aligned16(args.a) &&
-                             nvidia::aligned16(args.b);
-        constexpr int V = nvidia::kVec<T>;
-        infiniStatus_t status;
-        if (plan.split) {
-            status = vectors ? launchSplit<Terms, T, V>(plan, args, chunk_sums, row_sums, stream)
-                             : launchSplit<Terms, T, 1>(plan, args, chunk_sums, row_sums, stream);
-        } else {
-            status = vectors ? launchOnePass<Terms, T, V>(plan, args, stream) : launchOnePass<Terms, T, 1>(plan, args, stream);
-        }
-        INFINI_CHECK(status);
-    }
-    for (int p = 0; p < Terms::kPartials; ++p) {
-        INFINI_CHECK(launchSumPartials(args.partials + p * args.partial_stride, plan.partialCount(), plan.dim, outs[p],
-                                       out_strides[p], stream));
-    }
-    return INFINI_STATUS_SUCCESS;
 }
 
 // Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
 inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
     const ptrdiff_t vec = static_cast<ptrdiff_t>(16 / element_size);
     for (const RowLayout &layout : layouts) {
-        const RowLayout::TwoLevel l = layout.twoLevel();
-        if (l.outer_stride % vec != 0 || l.inner_stride % vec != 0) return false;
+        for (size_t i = 0; i < layout.depth; ++i) {
+            if (layout.strides[i] % vec != 0) return false;
+        }
     }
     return true;
 }
+
+// A row backward for one op (its Terms), planned at descriptor creation and run on each calculate.
+template <typename Terms>
+class Driver {
+  public:
+    // wanted[p]: whether per-column output p will be computed (its partials get workspace).
+    // row_layouts: those of out, a and b (whether rows may use 16-byte vectors).
+    static infiniStatus_t make(infiniDtype_t dtype, infiniDtype_t parameter_dtype, size_t rows, size_t dim,
+                               const bool (&wanted)[Terms::kPartials], std::initializer_list<RowLayout> row_layouts,
+                               int device_id, Driver *driver) {
+        driver->dtype_ = dtype;
+        driver->parameter_dtype_ = parameter_dtype;
+        driver->vector_ok_ = vectorStrides(infini::dtypeSize(dtype), row_layouts);
+        int partial_arrays = 0;
+        for (int p = 0; p < Terms::kPartials; ++p) {
+            driver->wanted_[p] = wanted[p];
+            partial_arrays += wanted[p] ? 1 : 0;
+        }
+        return nvidia::withDataAndParameterTypes(dtype, parameter_dtype, [&](auto data_tag, auto parameter_tag) {
+            return makePlanFor<Terms, decltype(data_tag), decltype(parameter_tag)>(rows, dim, partial_arrays,
+                                                                                  device_id, &driver->plan_);
+        });
+    }
+
+    size_t workspaceBytes() const { return plan_.workspaceBytes(); }
+
+    infiniStatus_t run(const RowCall &call, void *workspace, cudaStream_t stream) const {
+        return nvidia::withDataAndParameterTypes(dtype_, parameter_dtype_, [&](auto data_tag, auto parameter_tag) {
+            return runTyped<decltype(data_tag), decltype(parameter_tag)>(call, workspace, stream);
+        });
+    }
+
+  private:
+    template <typename T, typename W>
+    infiniStatus_t runTyped(const RowCall &call, void *workspace, cudaStream_t stream) const {
+        using C = ComputeOf<T>;
+        using S = ScalarOf<Terms, T, W>;
+        if (plan_.dim == 0) return INFINI_STATUS_SUCCESS;
+        Args<T, W, S> args{static_cast<T *>(call.out),
+                           static_cast<const T *>(call.a),
+                           static_cast<const T *>(call.b),
+                           static_cast<const W *>(call.w),
+                           static_cast<const S *>(call.scalar),
+                           call.out_rows,
+                           call.a_rows,
+                           call.b_rows,
+                           call.scalar_rows,
+                           call.w_stride,
+                           plan_.rows,
+                           plan_.dim,
+                           call.epsilon,
+                           {}};
+        // Workspace regions, in order: the wanted partial arrays, then (split) chunk sums and row sums.
+        char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+        const size_t partial_elements = plan_.partialCount() * plan_.dim;
+        size_t next = 0;
+        for (int p = 0; p < Terms::kPartials; ++p) {
+            if (!wanted_[p]) continue;
+            args.partials[p] = reinterpret_cast<C *>(base) + next * partial_elements;
+            ++next;
+        }
+        auto *chunk_sums = reinterpret_cast<double2 *>(base + plan_.partialBytes());
+        auto *row_sums = reinterpret_cast<double2 *>(base + plan_.partialBytes() + plan_.chunkSumBytes());
+
+        if (plan_.partialCount() > 0) {
+            const bool vectors = vector_ok_ && nvidia::aligned16(args.out) && nvidia::aligned16(args.a) &&
+                                 nvidia::aligned16(args.b);
+            constexpr int V = nvidia::kVec<T>;
+            infiniStatus_t status;
+            if (plan_.split) {
+                status = vectors ? launchSplit<Terms, T, W, S, V>(plan_, args, chunk_sums, row_sums, stream)
+                                 : launchSplit<Terms, T, W, S, 1>(plan_, args, chunk_sums, row_sums, stream);
+            } else {
+                status = vectors ? launchOnePass<Terms, T, W, S, V>(plan_, args, stream)
+                                 : launchOnePass<Terms, T, W, S, 1>(plan_, args, stream);
+            }
+            INFINI_CHECK(status);
+        }
+        for (int p = 0; p < Terms::kPartials; ++p) {
+            if (!wanted_[p]) continue;
+            INFINI_CHECK(launchSumPartials(args.partials[p], plan_.partialCount(), plan_.dim,
+                                           static_cast<W *>(call.outs[p]), call.out_strides[p], stream));
+        }
+        return INFINI_STATUS_SUCCESS;
+    }
+
+    Plan plan_;
+    infiniDtype_t dtype_ = INFINI_DTYPE_F32, parameter_dtype_ = INFINI_DTYPE_F32;
+    bool vector_ok_ = false;
+    bool wanted_[Terms::kPartials] = {};
+};
 
 } // namespace op::row_backward
 

@@ -2,6 +2,7 @@
 #ifndef INFINIOP_OPS_ROWS_H
 #define INFINIOP_OPS_ROWS_H
 
+#include "common/host_device.h"
 #include "common/tensor.h"
 
 #include <cstddef>
@@ -9,7 +10,8 @@
 namespace op {
 
 // Offsets of rows laid out as up to 7 leading dims with arbitrary strides. Dims of size 1 are dropped and
-// neighbours that step as one dim are merged, so the usual layouts have depth 1 or 2.
+// neighbours that step as one dim are merged, so the usual layouts have depth 1 or 2. Trivially copyable:
+// the CUDA kernels take it by value and call offset() on the device.
 struct RowLayout {
     static constexpr size_t kMaxDepth = 7;
     size_t depth = 0;                   // dims kept, outermost first
@@ -35,18 +37,23 @@ struct RowLayout {
         return layout;
     }
 
-    ptrdiff_t offset(size_t row) const {
-        if (depth == 1) return static_cast<ptrdiff_t>(row) * strides[0];
+    // Offset of row `row` (< the product of sizes): inner dims by division, the outermost by its stride alone.
+    // Unrolled over constant indices so that CUDA kernels read the fields where they are, with no local copy.
+    INFINI_HOST_DEVICE ptrdiff_t offset(size_t row) const {
         ptrdiff_t result = 0;
-        for (size_t i = depth; i-- > 0;) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+        for (size_t i = kMaxDepth - 1; i > 0; --i) {
+            if (i >= depth) continue;
             result += static_cast<ptrdiff_t>(row % sizes[i]) * strides[i];
             row /= sizes[i];
         }
-        return result;
+        return result + static_cast<ptrdiff_t>(row) * strides[0]; // depth 0: row == 0, strides[0] == 0
     }
 
     // As (outer, inner) dims: row -> (row / inner) * outer_stride + (row % inner) * inner_stride.
-    // Only for depth <= 2 (what the device backends take).
+    // Only for depth <= 2 (what the Ascend backend takes).
     struct TwoLevel {
         size_t inner;
         ptrdiff_t outer_stride, inner_stride;

@@ -1,10 +1,12 @@
-// F16 / BF16 storage as raw bits, conversions through float (round to nearest even), 16-byte vector loads.
+// F16 / BF16 storage as raw bits, conversions to and from the compute type (round to nearest even), 16-byte
+// vector loads, and the dtype pairs the kernels are built for.
 #ifndef INFINI_DEVICES_NVIDIA_TYPES_CUH
 #define INFINI_DEVICES_NVIDIA_TYPES_CUH
 
 #include "infinicore.h"
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -18,25 +20,28 @@ struct bf16_t {
     uint16_t bits;
 };
 
-__device__ __forceinline__ float toFloat(float value) { return value; }
-__device__ __forceinline__ float toFloat(f16_t value) { return __half2float(__ushort_as_half(value.bits)); }
-__device__ __forceinline__ float toFloat(bf16_t value) {
-    return __uint_as_float(static_cast<uint32_t>(value.bits) << 16); // exact
+// What sums and coefficients are computed in: F32 for F16/BF16/F32 data, F64 for F64 (as on the CPU).
+template <typename T>
+using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// A stored value in its compute type (exact).
+__device__ __forceinline__ float widen(float value) { return value; }
+__device__ __forceinline__ double widen(double value) { return value; }
+__device__ __forceinline__ float widen(f16_t value) { return __half2float(__ushort_as_half(value.bits)); }
+__device__ __forceinline__ float widen(bf16_t value) {
+    return __uint_as_float(static_cast<uint32_t>(value.bits) << 16);
 }
 
+// A compute-type value stored as T (F16/BF16 round to nearest even).
 template <typename T>
-__device__ __forceinline__ T fromFloat(float value);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float value) {
-    return value;
-}
-template <>
-__device__ __forceinline__ f16_t fromFloat<f16_t>(float value) {
-    return f16_t{__half_as_ushort(__float2half_rn(value))};
-}
-template <>
-__device__ __forceinline__ bf16_t fromFloat<bf16_t>(float value) {
-    return bf16_t{__bfloat16_as_ushort(__float2bfloat16_rn(value))};
+__device__ __forceinline__ T narrow(ComputeOf<T> value) {
+    if constexpr (std::is_same_v<T, f16_t>) {
+        return f16_t{__half_as_ushort(__float2half_rn(value))};
+    } else if constexpr (std::is_same_v<T, bf16_t>) {
+        return bf16_t{__bfloat16_as_ushort(__float2bfloat16_rn(value))};
+    } else {
+        return value;
+    }
 }
 
 // Elements of T in one 16-byte vector.
@@ -50,27 +55,27 @@ union Packet {
     T values[V];
 };
 
-// out[0..V) = p[0..V) as float; p must be 16-byte aligned when V > 1.
+// out[0..V) = p[0..V) widened; p must be 16-byte aligned when V > 1.
 template <int V, typename T>
-__device__ __forceinline__ void loadFloats(const T *p, float *out) {
+__device__ __forceinline__ void loadValues(const T *p, ComputeOf<T> *out) {
     if constexpr (V == 1) {
-        out[0] = toFloat(p[0]);
+        out[0] = widen(p[0]);
     } else {
         Packet<T, V> packet;
         packet.raw = *reinterpret_cast<const uint4 *>(p);
 #pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = toFloat(packet.values[v]);
+        for (int v = 0; v < V; ++v) out[v] = widen(packet.values[v]);
     }
 }
 
 template <int V, typename T>
-__device__ __forceinline__ void storeFloats(T *p, const float *in) {
+__device__ __forceinline__ void storeValues(T *p, const ComputeOf<T> *in) {
     if constexpr (V == 1) {
-        p[0] = fromFloat<T>(in[0]);
+        p[0] = narrow<T>(in[0]);
     } else {
         Packet<T, V> packet;
 #pragma unroll
-        for (int v = 0; v < V; ++v) packet.values[v] = fromFloat<T>(in[v]);
+        for (int v = 0; v < V; ++v) packet.values[v] = narrow<T>(in[v]);
         *reinterpret_cast<uint4 *>(p) = packet.raw;
     }
 }
@@ -78,34 +83,37 @@ __device__ __forceinline__ void storeFloats(T *p, const float *in) {
 // V elements starting at column `col` of a row of length dim, zero past the end: one vector load when the
 // whole vector is inside the row, else element by element.
 template <int V, typename T>
-__device__ __forceinline__ void loadSpan(const T *row, size_t col, size_t dim, float *out) {
+__device__ __forceinline__ void loadSpan(const T *row, size_t col, size_t dim, ComputeOf<T> *out) {
     if (V > 1 && col + V <= dim) {
-        loadFloats<V>(row + col, out);
+        loadValues<V>(row + col, out);
         return;
     }
 #pragma unroll
-    for (int v = 0; v < V; ++v) out[v] = col + v < dim ? toFloat(row[col + v]) : 0.0f;
+    for (int v = 0; v < V; ++v) out[v] = col + v < dim ? widen(row[col + v]) : ComputeOf<T>(0);
 }
 
 template <int V, typename T>
-__device__ __forceinline__ void storeSpan(T *row, size_t col, size_t dim, const float *in) {
+__device__ __forceinline__ void storeSpan(T *row, size_t col, size_t dim, const ComputeOf<T> *in) {
     if (V > 1 && col + V <= dim) {
-        storeFloats<V>(row + col, in);
+        storeValues<V>(row + col, in);
         return;
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) {
-        if (col + v < dim) row[col + v] = fromFloat<T>(in[v]);
+        if (col + v < dim) row[col + v] = narrow<T>(in[v]);
     }
 }
 
-// Calls body(T{}) with T the storage type of a norm dtype (F16, F32 or BF16; checked by info.h).
+// body(T{}, W{}): T the data's storage type, W the parameters' (T, or float for F16/BF16 data with F32
+// parameters); the pairs of the Ex dtype rule (common/layout.h), checked by info.h.
 template <typename Body>
-auto withNormFloat(infiniDtype_t dtype, Body &&body) {
+auto withDataAndParameterTypes(infiniDtype_t dtype, infiniDtype_t parameter_dtype, Body &&body) {
+    const bool f32_parameters = parameter_dtype == INFINI_DTYPE_F32;
     switch (dtype) {
-    case INFINI_DTYPE_F16: return body(f16_t{});
-    case INFINI_DTYPE_BF16: return body(bf16_t{});
-    default: return body(float{});
+    case INFINI_DTYPE_F64: return body(double{}, double{});
+    case INFINI_DTYPE_F16: return f32_parameters ? body(f16_t{}, float{}) : body(f16_t{}, f16_t{});
+    case INFINI_DTYPE_BF16: return f32_parameters ? body(bf16_t{}, float{}) : body(bf16_t{}, bf16_t{});
+    default: return body(float{}, float{});
     }
 }
 

@@ -31,12 +31,6 @@ struct Info {
     // mean and invstd come from running_mean / running_var (otherwise from save_mean / save_invstd).
     bool usesRunning() const { return !(training && has_save); }
 
-    // Nothing beyond what the seed entry point can ask for (any rank collapses to the seed's (N, C, L)).
-    bool seedFeatures() const {
-        return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && layout == Layout::channels_first &&
-               has_grad_weight && has_grad_bias && has_weight && !has_save && training && epsilon == 0.0;
-    }
-
     // infiniopCreateBatchNormBackwardDescriptor: one dtype of F16/F32/BF16, rank 3, fully contiguous.
     static infiniStatus_t create(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
                                  infini::Tensor grad_bias, infini::Tensor input, infini::Tensor grad_output,

@@ -18,13 +18,6 @@ struct Info {
     ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride;
     bool has_grad_weight, has_grad_bias, has_weight;
 
-    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what every backend runs.
-    bool seedFeatures() const {
-        return dtype != INFINI_DTYPE_F64 && parameter_dtype == dtype && has_grad_weight && has_grad_bias &&
-               has_weight && grad_input.depth <= 2 && grad_output.depth <= 2 && input_standardization.depth <= 2 &&
-               input_std_deviation.depth <= 2;
-    }
-
     // infiniopCreateLayerNormBackwardDescriptor: one dtype of F16/F32/BF16, rank 2 or 3, every tensor given.
     static infiniStatus_t create(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
                                  infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,

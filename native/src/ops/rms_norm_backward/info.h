@@ -21,12 +21,6 @@ struct Info {
     bool has_grad_w, has_rstd;
     double epsilon;
 
-    // Nothing beyond what the seed entry point can ask for, rows of depth <= 2: what every backend runs.
-    bool seedFeatures() const {
-        return dtype != INFINI_DTYPE_F64 && weight_dtype == dtype && has_grad_w && !has_rstd && epsilon == 0.0 &&
-               grad_x.depth <= 2 && grad_y.depth <= 2 && x.depth <= 2;
-    }
-
     // infiniopCreateRMSNormBackwardDescriptor: one dtype of F16/F32/BF16, rank 2 or 3, no epsilon.
     static infiniStatus_t create(Info *info, infini::Tensor grad_x, infini::Tensor grad_w, infini::Tensor grad_y,
                                  infini::Tensor x, infini::Tensor w) {

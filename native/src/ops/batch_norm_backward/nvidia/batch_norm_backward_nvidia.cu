@@ -1,9 +1,13 @@
-// BatchNorm backward on NVIDIA GPUs, in three launches on the caller's stream:
-//  1. each CTA sums grad_output and grad_output*(x - mean) over one fixed tile of one channel's N*L elements
-//     into an F64 partial;
-//  2. a warp per channel adds its tiles' partials in a fixed order, writes grad_weight and grad_bias and the
-//     channel's coefficients;
-//  3. grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift, over the same tiles.
+// BatchNorm backward on NVIDIA GPUs, in up to three launches on the caller's stream:
+//  1. sums: each CTA sums grad_output and grad_output*(x - mean) over one fixed tile of the data into an F64
+//     partial per channel (skipped in eval when neither weight gradient is wanted);
+//  2. a warp per channel adds its tiles' partials in a fixed order, writes grad_weight and grad_bias (those
+//     wanted) and the channel's coefficients;
+//  3. grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift (eval: scale_grad *
+//     grad_output, x unread), over the same tiles.
+// Two tilings of the big tensors, as on the CPU: channels-first (N, C, L) with L > 1 tiles each channel's N*L
+// elements; rows of channels (channels-last, or L == 1: N*L rows of C contiguous channels) tiles the rows, a
+// CTA's threads spread over (channel, row) so that neighbouring threads read neighbouring elements.
 // The formulas and F32/F64 choices are the CPU backend's. Tiles are fixed at creation: deterministic.
 #include "../batch_norm_backward.h"
 
@@ -16,22 +20,55 @@
 namespace op::batch_norm_backward {
 namespace {
 
+using nvidia::ComputeOf;
+
 constexpr int kThreads = 256;
-constexpr size_t kMinTile = 4096; // elements of one channel per CTA, so a tile is worth launching
-constexpr size_t kTileAlign = 8;  // tile starts are whole vectors of any width used
+constexpr size_t kMinTile = 4096; // elements per CTA, so a tile is worth launching
+constexpr size_t kTileAlign = 8;  // channels-first tile starts are whole vectors of any width used
+constexpr int kFlushRows = 64;    // rows-of-channels: rows a thread sums in C before adding into F64
 constexpr size_t kAlign = 256;
 
+template <typename C>
 struct ChannelCoefficients {
-    float mean, scale_grad, scale_centered, shift;
+    C mean, scale_grad, scale_centered, shift;
 };
 
+// Where each channel's mean, invstd and weight come from (info.h: saved statistics in training when given,
+// else the running ones; an absent weight is ones). Pointers of tensors not used are NULL.
+template <typename W>
+struct ChannelStatistics {
+    using C = ComputeOf<W>;
+    const W *weight, *running_mean, *running_var;
+    const C *save_mean, *save_invstd;
+    ptrdiff_t weight_stride, running_mean_stride, running_var_stride, save_mean_stride, save_invstd_stride;
+    double epsilon;
+
+    __device__ double mean(size_t c) const {
+        const ptrdiff_t i = static_cast<ptrdiff_t>(c);
+        return save_mean != nullptr ? save_mean[i * save_mean_stride] : nvidia::widen(running_mean[i * running_mean_stride]);
+    }
+    __device__ double invstd(size_t c) const {
+        const ptrdiff_t i = static_cast<ptrdiff_t>(c);
+        if (save_invstd != nullptr) return save_invstd[i * save_invstd_stride];
+        return 1.0 / sqrt(static_cast<double>(nvidia::widen(running_var[i * running_var_stride])) + epsilon);
+    }
+    __device__ double weight_of(size_t c) const {
+        return weight != nullptr ? nvidia::widen(weight[static_cast<ptrdiff_t>(c) * weight_stride]) : 1.0;
+    }
+};
+
+// The big tensors and their tiling.
 template <typename T>
 struct Args {
     T *grad_input;
     const T *input, *grad_output;
     size_t batch, channels, length;
-    size_t tiles, tile_elements; // per channel
+    size_t tiles;         // channels-first: tiles per channel; rows of channels: row tiles
+    size_t tile_elements; // channels-first: elements of a channel per tile; rows of channels: rows per tile
+    bool training;
 };
+
+// ---------------------------------------------------------------- channels-first (N, C, L), L > 1
 
 // Walks this thread's vectors of one tile of channel c: the tile covers [begin, end) of the channel's
 // (n, l) elements in row-major order; thread t takes vectors t, t + kThreads, ... Calls body(offset in
@@ -57,17 +94,19 @@ __device__ __forceinline__ void forTileVectors(const Args<T> &args, size_t c, si
     }
 }
 
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) tileSumsKernel(Args<T> args, const T *running_mean, ptrdiff_t mean_stride,
+// CTA c * tiles + tile: the channel's two sums over the tile into partials[c * tiles + tile].
+template <typename T, typename W, int V>
+__global__ void __launch_bounds__(kThreads) tileSumsKernel(Args<T> args, ChannelStatistics<W> statistics,
                                                            double2 *partials) {
+    using C = ComputeOf<T>;
     __shared__ double2 scratch[33];
     const size_t c = blockIdx.x / args.tiles, tile = blockIdx.x % args.tiles;
-    const float mean = nvidia::toFloat(running_mean[static_cast<ptrdiff_t>(c) * mean_stride]);
-    float sum_grad = 0.0f, sum_grad_centered = 0.0f;
+    const C mean = static_cast<C>(statistics.mean(c));
+    C sum_grad = 0, sum_grad_centered = 0;
     forTileVectors<V>(args, c, tile, [&](ptrdiff_t offset) {
-        float go[V], x[V];
-        nvidia::loadFloats<V>(args.grad_output + offset, go);
-        nvidia::loadFloats<V>(args.input + offset, x);
+        C go[V], x[V];
+        nvidia::loadValues<V>(args.grad_output + offset, go);
+        nvidia::loadValues<V>(args.input + offset, x);
 #pragma unroll
         for (int v = 0; v < V; ++v) {
             sum_grad += go[v];
@@ -78,18 +117,148 @@ __global__ void __launch_bounds__(kThreads) tileSumsKernel(Args<T> args, const T
     if (threadIdx.x == 0) partials[blockIdx.x] = sums;
 }
 
-template <typename T>
-struct ChannelArgs {
-    T *grad_weight, *grad_bias;
-    const T *weight, *running_mean, *running_var;
-    ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride, mean_stride, var_stride;
-    size_t channels, tiles;
-    double count; // N * L
+template <typename C>
+__device__ __forceinline__ C gradInputOf(const ChannelCoefficients<C> &k, C go, C x, bool training) {
+    return training ? k.scale_grad * go + k.scale_centered * (x - k.mean) + k.shift : k.scale_grad * go;
+}
+
+// grad_input may be grad_output itself: each element is read before it is written, by the same thread.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) gradInputKernel(Args<T> args,
+                                                            const ChannelCoefficients<ComputeOf<T>> *coefficients) {
+    using C = ComputeOf<T>;
+    const size_t c = blockIdx.x / args.tiles, tile = blockIdx.x % args.tiles;
+    const ChannelCoefficients<C> k = coefficients[c];
+    forTileVectors<V>(args, c, tile, [&](ptrdiff_t offset) {
+        C go[V], x[V] = {}, out[V];
+        nvidia::loadValues<V>(args.grad_output + offset, go);
+        if (args.training) nvidia::loadValues<V>(args.input + offset, x); // eval never reads x
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = gradInputOf(k, go[v], x[v], args.training);
+        nvidia::storeValues<V>(args.grad_input + offset, out);
+    });
+}
+
+// ---------------------------------------------------------------- rows of channels (N*L rows of C)
+
+// A CTA of kThreads threads as (groups, row lanes): thread (g, y) takes channels [g*V, g*V + V) of CTA channel
+// block `block` and rows first + y, first + y + row_lanes, ... of its row tile.
+struct RowsShape {
+    unsigned groups, row_lanes, channel_blocks;
+
+    static RowsShape of(size_t channels, int V) {
+        const size_t channel_groups = (channels + V - 1) / V;
+        const unsigned groups = static_cast<unsigned>(std::min<size_t>(channel_groups, kThreads));
+        return RowsShape{groups, kThreads / groups, static_cast<unsigned>((channel_groups + groups - 1) / groups)};
+    }
 };
 
-template <typename T>
-__global__ void __launch_bounds__(256) channelKernel(ChannelArgs<T> args, const double2 *partials,
-                                                     ChannelCoefficients *coefficients) {
+// This thread's first channel (of V), whether it has any, and its row tile's rows [first, last).
+struct RowsThread {
+    size_t channel, first, last;
+    bool active;
+};
+
+template <int V, typename T>
+__device__ __forceinline__ RowsThread rowsThread(const Args<T> &args, const RowsShape &shape) {
+    const size_t tile = blockIdx.x / shape.channel_blocks, block = blockIdx.x % shape.channel_blocks;
+    const size_t rows = args.batch * args.length;
+    RowsThread t;
+    t.channel = (block * shape.groups + threadIdx.x) * V;
+    t.active = t.channel < args.channels; // V > 1 only when V divides C: a group is all in or all out
+    t.first = min(tile * args.tile_elements, rows);
+    t.last = min(t.first + args.tile_elements, rows);
+    return t;
+}
+
+// Partials of every channel of the CTA's block for its row tile: per thread, F32 sums (F64 for F64) flushed into
+// F64 every kFlushRows rows; then the row lanes are added in lane order.
+template <typename T, typename W, int V>
+__global__ void __launch_bounds__(kThreads) rowsSumsKernel(Args<T> args, RowsShape shape,
+                                                           ChannelStatistics<W> statistics, double2 *partials) {
+    using C = ComputeOf<T>;
+    __shared__ double2 lanes[kThreads];
+    const RowsThread t = rowsThread<V>(args, shape);
+    C mean[V];
+    double2 total[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        mean[v] = t.active ? static_cast<C>(statistics.mean(t.channel + v)) : C(0);
+        total[v] = make_double2(0.0, 0.0);
+    }
+    if (t.active) {
+        C sum_grad[V] = {}, sum_grad_centered[V] = {};
+        int pending = 0;
+        for (size_t row = t.first + threadIdx.y; row < t.last; row += shape.row_lanes) {
+            const size_t offset = row * args.channels + t.channel;
+            C go[V], x[V];
+            nvidia::loadValues<V>(args.grad_output + offset, go);
+            nvidia::loadValues<V>(args.input + offset, x);
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+                sum_grad[v] += go[v];
+                sum_grad_centered[v] += go[v] * (x[v] - mean[v]);
+            }
+            if (++pending == kFlushRows || row + shape.row_lanes >= t.last) {
+#pragma unroll
+                for (int v = 0; v < V; ++v) {
+                    total[v] = nvidia::add(total[v], make_double2(sum_grad[v], sum_grad_centered[v]));
+                    sum_grad[v] = sum_grad_centered[v] = 0;
+                }
+                pending = 0;
+            }
+        }
+    }
+    const size_t tile = blockIdx.x / shape.channel_blocks;
+    for (int v = 0; v < V; ++v) { // every thread takes part: the barriers are the CTA's
+        lanes[threadIdx.y * shape.groups + threadIdx.x] = total[v];
+        __syncthreads();
+        if (threadIdx.y == 0 && t.active) {
+            double2 sum = make_double2(0.0, 0.0);
+            for (unsigned y = 0; y < shape.row_lanes; ++y) sum = nvidia::add(sum, lanes[y * shape.groups + threadIdx.x]);
+            partials[(t.channel + v) * args.tiles + tile] = sum;
+        }
+        __syncthreads();
+    }
+}
+
+// grad_input may be grad_output itself: each element is read before it is written, by the same thread.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) rowsGradInputKernel(Args<T> args, RowsShape shape,
+                                                                const ChannelCoefficients<ComputeOf<T>> *coefficients) {
+    using C = ComputeOf<T>;
+    const RowsThread t = rowsThread<V>(args, shape);
+    if (!t.active) return;
+    ChannelCoefficients<C> k[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) k[v] = coefficients[t.channel + v];
+    for (size_t row = t.first + threadIdx.y; row < t.last; row += shape.row_lanes) {
+        const size_t offset = row * args.channels + t.channel;
+        C go[V], x[V] = {}, out[V];
+        nvidia::loadValues<V>(args.grad_output + offset, go);
+        if (args.training) nvidia::loadValues<V>(args.input + offset, x); // eval never reads x
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = gradInputOf(k[v], go[v], x[v], args.training);
+        nvidia::storeValues<V>(args.grad_input + offset, out);
+    }
+}
+
+// ---------------------------------------------------------------- per channel
+
+template <typename W>
+struct ChannelArgs {
+    W *grad_weight, *grad_bias; // NULL: not wanted
+    ptrdiff_t grad_weight_stride, grad_bias_stride;
+    ChannelStatistics<W> statistics;
+    size_t channels, tiles; // tiles 0: no sums were taken (eval without weight gradients, or no elements)
+    double count;           // N * L
+    bool training;
+};
+
+template <typename W>
+__global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const double2 *partials,
+                                                     ChannelCoefficients<ComputeOf<W>> *coefficients) {
+    using C = ComputeOf<W>;
     const int lane = threadIdx.x % 32;
     const size_t c = static_cast<size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (c >= args.channels) return; // whole warps leave together
@@ -97,41 +266,31 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<T> args, const 
     for (size_t tile = lane; tile < args.tiles; tile += 32) sums = nvidia::add(sums, partials[c * args.tiles + tile]);
     sums = nvidia::warpSumToLane0(sums);
     if (lane != 0) return;
-    auto value = [](const T *vector, ptrdiff_t stride, size_t i) {
-        return nvidia::toFloat(vector[static_cast<ptrdiff_t>(i) * stride]);
-    };
     const double sum_grad = sums.x, sum_grad_centered = sums.y, count = args.count;
-    const double inv_std = 1.0 / sqrt(static_cast<double>(value(args.running_var, args.var_stride, c)));
-    const double scale = value(args.weight, args.weight_stride, c) * inv_std;
-    args.grad_bias[static_cast<ptrdiff_t>(c) * args.grad_bias_stride] = nvidia::fromFloat<T>(static_cast<float>(sum_grad));
-    args.grad_weight[static_cast<ptrdiff_t>(c) * args.grad_weight_stride] =
-        nvidia::fromFloat<T>(count > 0 ? static_cast<float>(sum_grad_centered * inv_std) : 0.0f);
-    ChannelCoefficients k{value(args.running_mean, args.mean_stride, c), 0.0f, 0.0f, 0.0f};
-    if (count > 0) {
-        k.scale_grad = static_cast<float>(scale);
-        k.scale_centered = static_cast<float>(-scale * inv_std * inv_std * sum_grad_centered / count);
-        k.shift = static_cast<float>(-scale * sum_grad / count);
+    const double invstd = args.statistics.invstd(c);
+    const double scale = args.statistics.weight_of(c) * invstd;
+    const ptrdiff_t i = static_cast<ptrdiff_t>(c);
+    if (args.grad_bias != nullptr) args.grad_bias[i * args.grad_bias_stride] = nvidia::narrow<W>(static_cast<C>(sum_grad));
+    if (args.grad_weight != nullptr) {
+        // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
+        args.grad_weight[i * args.grad_weight_stride] =
+            nvidia::narrow<W>(count > 0 ? static_cast<C>(sum_grad_centered * invstd) : C(0));
+    }
+    ChannelCoefficients<C> k{static_cast<C>(args.statistics.mean(c)), static_cast<C>(scale), C(0), C(0)};
+    if (args.training && count > 0) { // eval: the statistics are constants
+        k.scale_centered = static_cast<C>(-scale * invstd * invstd * sum_grad_centered / count);
+        k.shift = static_cast<C>(-scale * sum_grad / count);
     }
     coefficients[c] = k;
 }
 
-// grad_input may be grad_output itself: each element is read before it is written, by the same thread.
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) gradInputKernel(Args<T> args, const ChannelCoefficients *coefficients) {
-    const size_t c = blockIdx.x / args.tiles, tile = blockIdx.x % args.tiles;
-    const ChannelCoefficients k = coefficients[c];
-    forTileVectors<V>(args, c, tile, [&](ptrdiff_t offset) {
-        float go[V], x[V], out[V];
-        nvidia::loadFloats<V>(args.grad_output + offset, go);
-        nvidia::loadFloats<V>(args.input + offset, x);
-#pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = k.scale_grad * go[v] + k.scale_centered * (x[v] - k.mean) + k.shift;
-        nvidia::storeFloats<V>(args.grad_input + offset, out);
-    });
-}
-
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
+bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
+// training's grad_input needs the sums; eval only for grad_weight / grad_bias.
+bool needsSums(const Info &info) { return info.training || info.has_grad_weight || info.has_grad_bias; }
 
 class NvidiaDescriptor final : public Descriptor {
   public:
@@ -141,23 +300,38 @@ class NvidiaDescriptor final : public Descriptor {
     // + kAlign: the caller's pointer is aligned up before use.
     size_t workspaceSize() const override {
         if (info.channels == 0) return 0;
-        return kAlign + partialBytes() + alignUp(info.channels * sizeof(ChannelCoefficients));
+        const size_t coefficient_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelCoefficients<double>)
+                                                                       : sizeof(ChannelCoefficients<float>);
+        return kAlign + partialBytes() + alignUp(info.channels * coefficient_size);
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *input, const void *grad_output, const void *weight,
-                             const void *running_mean, const void *running_var, const void * /*save_mean*/,
-                             const void * /*save_invstd: seedFeatures only*/, void *stream) const override {
+                             const void *running_mean, const void *running_var, const void *save_mean,
+                             const void *save_invstd, void *stream) const override {
         if (info.channels == 0) return INFINI_STATUS_SUCCESS;
         INFINI_CHECK(nvidia::useDevice(device_id));
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
         auto *partials = reinterpret_cast<double2 *>(base);
-        auto *coefficients = reinterpret_cast<ChannelCoefficients *>(base + partialBytes());
         auto cuda_stream = static_cast<cudaStream_t>(stream);
 
-        return nvidia::withNormFloat(info.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            constexpr int V = nvidia::kVec<T>;
+        return nvidia::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
+            using T = decltype(data_tag);
+            using W = decltype(parameter_tag);
+            using C = ComputeOf<T>;
+            auto *coefficients = reinterpret_cast<ChannelCoefficients<C> *>(base + partialBytes());
+            const bool saved = !info.usesRunning();
+            const ChannelStatistics<W> statistics{info.has_weight ? static_cast<const W *>(weight) : nullptr,
+                                                  saved ? nullptr : static_cast<const W *>(running_mean),
+                                                  saved ? nullptr : static_cast<const W *>(running_var),
+                                                  saved ? static_cast<const C *>(save_mean) : nullptr,
+                                                  saved ? static_cast<const C *>(save_invstd) : nullptr,
+                                                  info.weight_stride,
+                                                  info.running_mean_stride,
+                                                  info.running_var_stride,
+                                                  info.save_mean_stride,
+                                                  info.save_invstd_stride,
+                                                  info.epsilon};
             const Args<T> args{static_cast<T *>(grad_input),
                                static_cast<const T *>(input),
                                static_cast<const T *>(grad_output),
@@ -165,76 +339,130 @@ class NvidiaDescriptor final : public Descriptor {
                                info.channels,
                                info.length,
                                tiles_,
-                               tile_elements_};
-            const bool vectors = info.length % V == 0 && nvidia::aligned16(grad_input) && nvidia::aligned16(input) &&
-                                 nvidia::aligned16(grad_output);
-            const unsigned grid = static_cast<unsigned>(info.channels * tiles_);
+                               tile_elements_,
+                               info.training};
             const bool any_elements = info.batch * info.length > 0;
+            const bool sums = any_elements && needsSums(info);
 
-            if (any_elements) {
-                if (vectors) {
-                    tileSumsKernel<T, V><<<grid, kThreads, 0, cuda_stream>>>(
-                        args, static_cast<const T *>(running_mean), info.running_mean_stride, partials);
-                } else {
-                    tileSumsKernel<T, 1><<<grid, kThreads, 0, cuda_stream>>>(
-                        args, static_cast<const T *>(running_mean), info.running_mean_stride, partials);
-                }
-                INFINI_CHECK(nvidia::launchStatus());
-            }
-
-            const ChannelArgs<T> channel_args{static_cast<T *>(grad_weight),
-                                              static_cast<T *>(grad_bias),
-                                              static_cast<const T *>(weight),
-                                              static_cast<const T *>(running_mean),
-                                              static_cast<const T *>(running_var),
+            if (sums) INFINI_CHECK((this->template launchSums<T, W>(args, statistics, partials, cuda_stream)));
+            const ChannelArgs<W> channel_args{info.has_grad_weight ? static_cast<W *>(grad_weight) : nullptr,
+                                              info.has_grad_bias ? static_cast<W *>(grad_bias) : nullptr,
                                               info.grad_weight_stride,
                                               info.grad_bias_stride,
-                                              info.weight_stride,
-                                              info.running_mean_stride,
-                                              info.running_var_stride,
+                                              statistics,
                                               info.channels,
-                                              any_elements ? tiles_ : 0,
-                                              static_cast<double>(info.batch * info.length)};
-            channelKernel<T><<<static_cast<unsigned>(ceilDiv(info.channels, 8)), 256, 0, cuda_stream>>>(
+                                              sums ? tiles_ : 0,
+                                              static_cast<double>(info.batch * info.length),
+                                              info.training};
+            channelKernel<W><<<static_cast<unsigned>(ceilDiv(info.channels, 8)), 256, 0, cuda_stream>>>(
                 channel_args, partials, coefficients);
             INFINI_CHECK(nvidia::launchStatus());
-
-            if (any_elements) {
-                if (vectors) {
-                    gradInputKernel<T, V><<<grid, kThreads, 0, cuda_stream>>>(args, coefficients);
-                } else {
-                    gradInputKernel<T, 1><<<grid, kThreads, 0, cuda_stream>>>(args, coefficients);
-                }
-                INFINI_CHECK(nvidia::launchStatus());
-            }
+            if (any_elements) INFINI_CHECK(this->template launchGradInput<T>(args, coefficients, cuda_stream));
             return INFINI_STATUS_SUCCESS;
         });
     }
 
   private:
-    size_t partialBytes() const { return alignUp(info.channels * tiles_ * sizeof(double2)); }
+    size_t partialBytes() const { return needsSums(info) ? alignUp(info.channels * tiles_ * sizeof(double2)) : 0; }
+
+    // 16-byte vectors when every tensor allows them: channels-first along L, rows of channels along C.
+    template <typename T>
+    bool vectors(const Args<T> &args) const {
+        constexpr size_t V = nvidia::kVec<T>;
+        const size_t run = rowsOfChannels(info) ? info.channels : info.length;
+        return run % V == 0 && nvidia::aligned16(args.grad_input) && nvidia::aligned16(args.input) &&
+               nvidia::aligned16(args.grad_output);
+    }
+
+    template <typename T, typename W>
+    infiniStatus_t launchSums(const Args<T> &args, const ChannelStatistics<W> &statistics, double2 *partials,
+                              cudaStream_t stream) const {
+        constexpr int V = nvidia::kVec<T>;
+        if (rowsOfChannels(info)) {
+            if (vectors(args)) {
+                const RowsShape shape = RowsShape::of(info.channels, V);
+                rowsSumsKernel<T, W, V><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                    args, shape, statistics, partials);
+            } else {
+                const RowsShape shape = RowsShape::of(info.channels, 1);
+                rowsSumsKernel<T, W, 1><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                    args, shape, statistics, partials);
+            }
+        } else {
+            const unsigned grid = static_cast<unsigned>(info.channels * tiles_);
+            if (vectors(args)) {
+                tileSumsKernel<T, W, V><<<grid, kThreads, 0, stream>>>(args, statistics, partials);
+            } else {
+                tileSumsKernel<T, W, 1><<<grid, kThreads, 0, stream>>>(args, statistics, partials);
+            }
+        }
+        return nvidia::launchStatus();
+    }
+
+    template <typename T>
+    infiniStatus_t launchGradInput(const Args<T> &args, const ChannelCoefficients<ComputeOf<T>> *coefficients,
+                                   cudaStream_t stream) const {
+        constexpr int V = nvidia::kVec<T>;
+        if (rowsOfChannels(info)) {
+            if (vectors(args)) {
+                const RowsShape shape = RowsShape::of(info.channels, V);
+                rowsGradInputKernel<T, V><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                    args, shape, coefficients);
+            } else {
+                const RowsShape shape = RowsShape::of(info.channels, 1);
+                rowsGradInputKernel<T, 1><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                    args, shape, coefficients);
+            }
+        } else {
+            const unsigned grid = static_cast<unsigned>(info.channels * tiles_);
+            if (vectors(args)) {
+                gradInputKernel<T, V><<<grid, kThreads, 0, stream>>>(args, coefficients);
+            } else {
+                gradInputKernel<T, 1><<<grid, kThreads, 0, stream>>>(args, coefficients);
+            }
+        }
+        return nvidia::launchStatus();
+    }
+
+    unsigned gridOf(const RowsShape &shape) const { return static_cast<unsigned>(tiles_ * shape.channel_blocks); }
 
     size_t tiles_, tile_elements_;
 };
 
+// Tiles for about two waves of CTAs, each at least kMinTile elements; *tiles * ctas_per_tile must fit a grid.
+infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t *tile_elements) {
+    const size_t rows = info.batch * info.length;
+    *tiles = 1;
+    *tile_elements = rowsOfChannels(info) ? std::max<size_t>(rows, 1) : kTileAlign;
+    if (info.channels == 0 || rows == 0) return INFINI_STATUS_SUCCESS;
+    INFINI_CHECK(nvidia::useDevice(device_id));
+    int sms = 1, per_sm = 1;
+    INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
+    INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float, float, 4>, kThreads, &per_sm));
+    const size_t waves = 2 * static_cast<size_t>(sms) * per_sm;
+    if (rowsOfChannels(info)) {
+        // Channel blocks as with vectors of the widest kind that divides C; rows split so the CTAs fill `waves`.
+        const int vec = static_cast<int>(16 / infini::dtypeSize(info.dtype));
+        const size_t blocks = RowsShape::of(info.channels, info.channels % vec == 0 ? vec : 1).channel_blocks;
+        const size_t wanted = std::max<size_t>(1, ceilDiv(waves, blocks));
+        *tiles = std::max<size_t>(1, std::min({wanted, ceilDiv(rows * info.channels, kMinTile), rows}));
+        *tile_elements = ceilDiv(rows, *tiles); // rows per tile
+        *tiles = ceilDiv(rows, *tile_elements);
+        return *tiles * RowsShape::of(info.channels, 1).channel_blocks > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE
+                                                                                      : INFINI_STATUS_SUCCESS;
+    }
+    const size_t wanted = ceilDiv(waves, info.channels);
+    *tiles = std::max<size_t>(1, std::min(wanted, ceilDiv(rows, kMinTile)));
+    *tile_elements = ceilDiv(ceilDiv(rows, *tiles), kTileAlign) * kTileAlign;
+    *tiles = ceilDiv(rows, *tile_elements);
+    return info.channels * *tiles > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
+}
+
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
-    size_t tiles = 1, tile_elements = kTileAlign;
-    const size_t per_channel = info.batch * info.length;
-    if (info.channels > 0 && per_channel > 0) {
-        INFINI_CHECK(nvidia::useDevice(device_id));
-        int sms = 1, per_sm = 1;
-        INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
-        INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float, 4>, kThreads, &per_sm));
-        // About two waves of CTAs over all channels, each tile at least kMinTile elements.
-        const size_t wanted = ceilDiv(2 * static_cast<size_t>(sms) * per_sm, info.channels);
-        tiles = std::max<size_t>(1, std::min(wanted, ceilDiv(per_channel, kMinTile)));
-        tile_elements = ceilDiv(ceilDiv(per_channel, tiles), kTileAlign) * kTileAlign;
-        tiles = ceilDiv(per_channel, tile_elements);
-    }
-    if (info.channels * tiles > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // beyond one grid
+    size_t tiles = 1, tile_elements = 1;
+    INFINI_CHECK(planTiles(info, device_id, &tiles, &tile_elements));
     *desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
     return INFINI_STATUS_SUCCESS;
 }

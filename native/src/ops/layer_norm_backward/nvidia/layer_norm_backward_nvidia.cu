@@ -9,79 +9,84 @@ namespace {
 
 namespace rb = op::row_backward;
 
-// Row inputs: a = grad_output, b = xhat; w = weight; the row scalar is the row's std.
+// Row inputs: a = grad_output, b = xhat; w = weight (ones when absent); the row scalar is the row's std.
 // Sums: sum(g), sum(g*xhat) with g = grad_output*weight.
 struct LayerNormTerms {
     static constexpr int kPartials = 2; // grad_weight, grad_bias
-    static constexpr bool kRowScalar = true;
+    template <typename T, typename W>
+    using Scalar = W; // input_std_deviation has the parameters' dtype
+    template <typename C>
     struct Row {
-        float inv_std, mean_g, mean_g_xhat;
+        C inv_std, mean_g, mean_g_xhat;
     };
 
-    __device__ static float2 terms(float go, float xhat, float w) {
-        const float g = go * w;
-        return make_float2(g, g * xhat);
+    template <typename C>
+    __device__ static rb::Pair<C> terms(C go, C xhat, C w) {
+        const C g = go * w;
+        return {g, g * xhat};
     }
 
-    __device__ static Row row(double sum_g, double sum_g_xhat, size_t dim, float std_row) {
-        return Row{1.0f / std_row, static_cast<float>(sum_g / static_cast<double>(dim)),
-                   static_cast<float>(sum_g_xhat / static_cast<double>(dim))};
+    // The std is always given (has_std is true).
+    template <typename C>
+    __device__ static Row<C> row(double sum_g, double sum_g_xhat, size_t dim, double, bool /*has_std*/,
+                                 double std_row) {
+        return Row<C>{C(1) / static_cast<C>(std_row), static_cast<C>(sum_g / static_cast<double>(dim)),
+                      static_cast<C>(sum_g_xhat / static_cast<double>(dim))};
     }
 
-    __device__ static float out(float go, float xhat, float w, const Row &k) {
+    template <typename C>
+    __device__ static C out(C go, C xhat, C w, const Row<C> &k) {
         return (go * w - k.mean_g - xhat * k.mean_g_xhat) * k.inv_std;
     }
 
-    __device__ static float2 partialTerms(float go, float xhat, const Row &) { return make_float2(go * xhat, go); }
+    template <typename C>
+    __device__ static rb::Pair<C> partialTerms(C go, C xhat, const Row<C> &) {
+        return {go * xhat, go};
+    }
 };
 
 class NvidiaDescriptor final : public Descriptor {
   public:
-    NvidiaDescriptor(int device_id, const Info &info, const rb::Plan &plan)
-        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), plan_(plan),
-          vector_ok_(rb::vectorStrides(infini::dtypeSize(info.dtype),
-                                       {info.grad_input, info.grad_output, info.input_standardization})) {}
+    NvidiaDescriptor(int device_id, const Info &info, const rb::Driver<LayerNormTerms> &driver)
+        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), driver_(driver) {}
 
-    size_t workspaceSize() const override { return plan_.workspaceBytes(); }
+    size_t workspaceSize() const override { return driver_.workspaceBytes(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *grad_output, const void *weight, const void *input_standardization,
                              const void *input_std_deviation, void *stream) const override {
         INFINI_CHECK(nvidia::useDevice(device_id));
-        return nvidia::withNormFloat(info.dtype, [&](auto tag) {
-            using T = decltype(tag);
-            rb::Args<T> args{};
-            args.out = static_cast<T *>(grad_input);
-            args.a = static_cast<const T *>(grad_output);
-            args.b = static_cast<const T *>(input_standardization);
-            args.w = static_cast<const T *>(weight);
-            args.scalar = static_cast<const T *>(input_std_deviation);
-            args.out_rows = rb::offsetsOf(info.grad_input);
-            args.a_rows = rb::offsetsOf(info.grad_output);
-            args.b_rows = rb::offsetsOf(info.input_standardization);
-            args.scalar_rows = rb::offsetsOf(info.input_std_deviation);
-            args.w_stride = info.weight_stride;
-            args.rows = info.rows;
-            args.dim = info.dim;
-            T *outs[] = {static_cast<T *>(grad_weight), static_cast<T *>(grad_bias)};
-            const ptrdiff_t strides[] = {info.grad_weight_stride, info.grad_bias_stride};
-            return rb::run<LayerNormTerms, T>(plan_, vector_ok_, args, workspace, outs, strides,
-                                              static_cast<cudaStream_t>(stream));
-        });
+        rb::RowCall call{};
+        call.out = grad_input;
+        call.a = grad_output;
+        call.b = input_standardization;
+        call.w = info.has_weight ? weight : nullptr;
+        call.scalar = input_std_deviation;
+        call.out_rows = info.grad_input;
+        call.a_rows = info.grad_output;
+        call.b_rows = info.input_standardization;
+        call.scalar_rows = info.input_std_deviation;
+        call.w_stride = info.weight_stride;
+        call.outs[0] = info.has_grad_weight ? grad_weight : nullptr;
+        call.outs[1] = info.has_grad_bias ? grad_bias : nullptr;
+        call.out_strides[0] = info.grad_weight_stride;
+        call.out_strides[1] = info.grad_bias_stride;
+        return driver_.run(call, workspace, static_cast<cudaStream_t>(stream));
     }
 
   private:
-    rb::Plan plan_;
-    bool vector_ok_;
+    rb::Driver<LayerNormTerms> driver_;
 };
 
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    if (!info.seedFeatures()) return INFINI_STATUS_NOT_IMPLEMENTED;
-    rb::Plan plan;
-    INFINI_CHECK(rb::makePlan<LayerNormTerms>(info.dtype, info.rows, info.dim, device_id, &plan));
-    *desc = new NvidiaDescriptor(device_id, info, plan);
+    rb::Driver<LayerNormTerms> driver;
+    const bool wanted[] = {info.has_grad_weight, info.has_grad_bias};
+    INFINI_CHECK(rb::Driver<LayerNormTerms>::make(info.dtype, info.parameter_dtype, info.rows, info.dim, wanted,
+                                                  {info.grad_input, info.grad_output, info.input_standardization},
+                                                  device_id, &driver));
+    *desc = new NvidiaDescriptor(device_id, info, driver);
     return INFINI_STATUS_SUCCESS;
 }
 
