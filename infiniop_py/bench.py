@@ -70,7 +70,18 @@ class Case:
         self._rng = rng
 
     def random(self, shape):
-        return self._rng.standard_normal(shape, dtype=np.float32).astype(_numpy_dtype(self.dtype))
+        return aligned(self._rng.standard_normal(shape, dtype=np.float32).astype(_numpy_dtype(self.dtype)))
+
+
+def aligned(values, alignment=64):
+    """A copy of values at an `alignment`-byte boundary, as torch allocates. numpy's large arrays start 16
+    bytes into a page, which splits every 64-byte vector load across two cache lines; torch runs on these
+    same buffers (see _to_torch), so both sides see the same alignment."""
+    raw = np.empty(values.nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    placed = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    placed[...] = values
+    return placed
 
 
 def build_case(op, dtype, shape, handle, rng):
@@ -81,7 +92,7 @@ def build_case(op, dtype, shape, handle, rng):
     torch = _torch()
     if op == "rms_norm":
         grad_y, x, w = case.random(shape), case.random(shape), case.random(shape[-1:])
-        grad_x, grad_w = np.empty_like(grad_y), np.empty_like(w)
+        grad_x, grad_w = aligned(np.empty_like(grad_y)), np.empty_like(w)
         operator = ip.RMSNormBackward(handle, grad_x, grad_w, grad_y, x, w)
         arrays = (grad_x, grad_w, grad_y, x, w)
         torch_run = None
@@ -95,14 +106,14 @@ def build_case(op, dtype, shape, handle, rng):
         mean, std = x64.mean(-1, keepdims=True), np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
         np_dtype = _numpy_dtype(dtype)
         grad_output, weight = case.random(shape), case.random(shape[-1:])
-        xhat, std_dev = ((x64 - mean) / std).astype(np_dtype), std[..., 0].astype(np_dtype)
-        grad_input, grad_weight, grad_bias = np.empty_like(grad_output), np.empty_like(weight), np.empty_like(weight)
+        xhat, std_dev = aligned(((x64 - mean) / std).astype(np_dtype)), std[..., 0].astype(np_dtype)
+        grad_input, grad_weight, grad_bias = aligned(np.empty_like(grad_output)), np.empty_like(weight), np.empty_like(weight)
         operator = ip.LayerNormBackward(handle, grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
         arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
         torch_run = None
         if torch is not None:
             stat_dtype = torch.float32 if dtype == "float32" else _torch_dtype(torch, dtype)
-            tin = _to_torch(torch, x64.astype(np_dtype))
+            tin = _to_torch(torch, aligned(x64.astype(np_dtype)))
             tmean = torch.from_numpy(mean.astype(np.float32)).to(stat_dtype)
             trstd = torch.from_numpy((1 / std).astype(np.float32)).to(stat_dtype)
             tgo, tw = _to_torch(torch, grad_output), _to_torch(torch, weight)
@@ -113,7 +124,7 @@ def build_case(op, dtype, shape, handle, rng):
         x64 = x.astype(np.float64)
         running_mean = x64.mean(axis=(0, 2)).astype(x.dtype)
         running_var = x64.var(axis=(0, 2)).astype(x.dtype)
-        grad_input, grad_weight, grad_bias = np.empty_like(x), np.empty_like(weight), np.empty_like(weight)
+        grad_input, grad_weight, grad_bias = aligned(np.empty_like(x)), np.empty_like(weight), np.empty_like(weight)
         operator = ip.BatchNormBackward(handle, grad_input, grad_weight, grad_bias, x, grad_output, weight,
                                         running_mean, running_var)
         arrays = (grad_input, grad_weight, grad_bias, x, grad_output, weight, running_mean, running_var)
@@ -133,11 +144,11 @@ def _torch_dtype(torch, name):
 
 
 def _to_torch(torch, array):
-    """The same values as a torch tensor (bfloat16 goes through float32: numpy cannot hand it over)."""
-    name = str(array.dtype)
-    if name == "bfloat16":
-        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(array))
+    """A torch tensor on the same memory (numpy cannot hand bfloat16 over, so its bits go as int16)."""
+    array = np.ascontiguousarray(array)
+    if str(array.dtype) == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def cases(ops, dtypes_, quick):
