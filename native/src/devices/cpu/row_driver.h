@@ -6,6 +6,7 @@
 
 #include "parallel.h"
 #include "reduce.h"
+#include "row_hints.h"
 
 #include <cstring>
 
@@ -14,24 +15,24 @@ namespace cpu {
 constexpr size_t kMaxRowBlocks = 64;
 constexpr size_t kRowChunk = 4096; // the reduction chunk of the leaf kernels (simd::kChunk)
 
-// Outputs of at least this many bytes, in rows of at least kFetchAheadRowBytes, are streamed past the caches
-// (simd::storeStream): a consumer could not find them there anyway. Smaller ones stay cached for it, and short
-// rows would spend more on aligning each row for the streamed stores than they save.
-constexpr size_t kStreamOutputBytes = size_t(8) << 20;
-// Rows of at least this many bytes per input have the next row fetched ahead during their elementwise pass:
+// Rows of at least kLongRunBytes per input have the next row fetched ahead during their elementwise pass:
 // shorter rows alternate their two passes often enough for the hardware prefetchers to keep DRAM busy.
-constexpr size_t kFetchAheadRowBytes = 4096;
 
 struct RowPlan {
     size_t rows, dim;
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
-    bool stream_output, fetch_ahead;
+    size_t element_bytes;
+    bool fetch_ahead;
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
         : rows(rows), dim(dim), blocks(Blocks::split(rows, kMaxRowBlocks)), chunks(Blocks::ofSize(dim, kRowChunk)),
-          stream_output(rows * dim * element_bytes >= kStreamOutputBytes && dim * element_bytes >= kFetchAheadRowBytes),
-          fetch_ahead(dim * element_bytes >= kFetchAheadRowBytes) {}
+          element_bytes(element_bytes), fetch_ahead(dim * element_bytes >= kLongRunBytes) {}
+
+    // Whether a run writes its output (rows starting at out, each row contiguous) past the caches.
+    bool streamOutput(const void *out) const {
+        return cpu::streamOutput(out, rows * dim * element_bytes, dim * element_bytes, element_bytes);
+    }
 
     // Scratch the driver needs in the workspace: one PairSums per chunk.
     size_t scratchBytes() const { return chunks.count * sizeof(PairSums); }

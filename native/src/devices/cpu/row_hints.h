@@ -2,7 +2,25 @@
 #ifndef INFINI_DEVICES_CPU_ROW_HINTS_H
 #define INFINI_DEVICES_CPU_ROW_HINTS_H
 
+#include <cstddef>
+#include <cstdint>
+
 namespace cpu {
+
+// Outputs of at least this many bytes are streamed past the caches (simd::storeStream): a consumer could not
+// find them there anyway. Smaller ones stay cached for it.
+constexpr size_t kStreamOutputBytes = size_t(8) << 20;
+// Contiguous runs of at least this many bytes are long: aligning each for the streamed stores (a padded
+// partial vector at its head) costs little against the run.
+constexpr size_t kLongRunBytes = 4096;
+
+// Whether to stream an output of total_bytes, elements of element_bytes written in contiguous runs of run_bytes
+// from `out`: large, and its runs long or all aligned for the streamed stores (16 elements, simd::kWidth).
+inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, size_t element_bytes) {
+    const size_t vector_bytes = 16 * element_bytes;
+    const bool runs_aligned = reinterpret_cast<uintptr_t>(out) % vector_bytes == 0 && run_bytes % vector_bytes == 0;
+    return total_bytes >= kStreamOutputBytes && (run_bytes >= kLongRunBytes || runs_aligned);
+}
 
 template <typename T>
 struct RowHints {

@@ -11,6 +11,7 @@
 #include "batch_norm_backward_simd.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
+#include "devices/cpu/row_hints.h"
 #include "devices/cpu/workspace.h"
 
 #include <algorithm>
@@ -156,15 +157,20 @@ class CpuDescriptor final : public Descriptor {
             fillChannel(w.shift, c, k.shift);
         }
         const Coefficients coefficients{w.mean, w.scale_grad, w.scale_centered, w.shift};
+        // Contiguous runs of grad_input: periods of rows of channels, or stretches of one channel's length that
+        // start at multiples of the length chunk within rows of info.length.
+        const size_t run_elements = rowsOfChannels() ? period_ : std::gcd(info.length, length_chunks_.per_block);
+        const bool stream = cpu::streamOutput(grad_input, info.batch * info.channels * info.length * sizeof(T),
+                                              run_elements * sizeof(T), sizeof(T));
         cpu::parallelFor(tiles(), [&](size_t t) {
             if (rowsOfChannels()) {
                 const RowKernels<T> &kernels = cpu::selectedTable<RowKernels<T>>();
-                info.training ? kernels.apply(rowTile(t), grad_output, input, coefficients, grad_input)
-                              : kernels.scale(rowTile(t), grad_output, w.scale_grad, grad_input);
+                info.training ? kernels.apply(rowTile(t), grad_output, input, coefficients, grad_input, stream)
+                              : kernels.scale(rowTile(t), grad_output, w.scale_grad, grad_input, stream);
             } else {
                 const Kernels<T> &kernels = cpu::selectedTable<Kernels<T>>();
-                info.training ? kernels.apply(tile(t), grad_output, input, coefficients, grad_input)
-                              : kernels.scale(tile(t), grad_output, w.scale_grad, grad_input);
+                info.training ? kernels.apply(tile(t), grad_output, input, coefficients, grad_input, stream)
+                              : kernels.scale(tile(t), grad_output, w.scale_grad, grad_input, stream);
             }
         });
     }

@@ -60,37 +60,33 @@ void sums(const RowTile &tile, const T *grad_output, const T *input, const float
 }
 
 template <typename T>
-void apply(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &k, T *grad_input) {
+void apply(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &k, T *grad_input,
+           bool stream_output) {
     const size_t end = tile.end * tile.channels;
     for (size_t i = tile.begin * tile.channels; i < end; i += tile.period) {
-        const size_t n = end - i < tile.period ? end - i : tile.period;
-        const T *go = grad_output + i, *x = input + i;
-        T *gi = grad_input + i;
-        size_t j = 0;
-        for (; j + simd::kWidth <= n; j += simd::kWidth) {
-            simd::store(gi + j, simd::load(k.scale_grad + j) * simd::load(go + j) +
-                                    simd::load(k.scale_centered + j) * (simd::load(x + j) - simd::load(k.mean + j)) +
-                                    simd::load(k.shift + j));
-        }
-        for (; j < n; ++j) {
-            const float centered = cpu::toFloat(x[j]) - k.mean[j];
-            gi[j] = cpu::fromFloat<T>(k.scale_grad[j] * cpu::toFloat(go[j]) + k.scale_centered[j] * centered + k.shift[j]);
-        }
+        simd::forEachVector(
+            end - i < tile.period ? end - i : tile.period, stream_output,
+            [&](auto stream, T *gi, const auto *go, const auto *x, const float *mean, const float *scale_grad,
+                const float *scale_centered, const float *shift) {
+                simd::put(stream, gi, simd::load(scale_grad) * simd::load(go) +
+                                          simd::load(scale_centered) * (simd::load(x) - simd::load(mean)) +
+                                          simd::load(shift));
+            },
+            simd::Ahead<T>{}, grad_input + i, grad_output + i, input + i, k.mean, k.scale_grad, k.scale_centered,
+            k.shift);
     }
 }
 
 template <typename T>
-void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input) {
+void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
     const size_t end = tile.end * tile.channels;
     for (size_t i = tile.begin * tile.channels; i < end; i += tile.period) {
-        const size_t n = end - i < tile.period ? end - i : tile.period;
-        const T *go = grad_output + i;
-        T *gi = grad_input + i;
-        size_t j = 0;
-        for (; j + simd::kWidth <= n; j += simd::kWidth) {
-            simd::store(gi + j, simd::load(scale_grad + j) * simd::load(go + j));
-        }
-        for (; j < n; ++j) gi[j] = cpu::fromFloat<T>(scale_grad[j] * cpu::toFloat(go[j]));
+        simd::forEachVector(
+            end - i < tile.period ? end - i : tile.period, stream_output,
+            [&](auto stream, T *gi, const auto *go, const float *factor) {
+                simd::put(stream, gi, simd::load(factor) * simd::load(go));
+            },
+            simd::Ahead<T>{}, grad_input + i, grad_output + i, scale_grad);
     }
 }
 

@@ -67,39 +67,33 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
 
 template <typename T>
 void apply(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
-           T *grad_input) {
+           T *grad_input, bool stream_output) {
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t c = 0; c < tile.channels; ++c) {
-            const float k_mean = coefficients.mean[c], k_scale_grad = coefficients.scale_grad[c],
-                        k_scale_centered = coefficients.scale_centered[c], k_shift = coefficients.shift[c];
-            const f32v mean = simd::splat(k_mean), scale_grad = simd::splat(k_scale_grad),
-                       scale_centered = simd::splat(k_scale_centered), shift = simd::splat(k_shift);
-            size_t offset = (n * tile.channels + c) * tile.length + tile.begin, count = tile.end - tile.begin;
-            const T *go = grad_output + offset, *x = input + offset;
-            T *gi = grad_input + offset;
-            size_t j = 0;
-            for (; j + simd::kWidth <= count; j += simd::kWidth) {
-                simd::store(gi + j, scale_grad * simd::load(go + j) + scale_centered * (simd::load(x + j) - mean) + shift);
-            }
-            for (; j < count; ++j) {
-                float centered = cpu::toFloat(x[j]) - k_mean;
-                gi[j] = cpu::fromFloat<T>(k_scale_grad * cpu::toFloat(go[j]) + k_scale_centered * centered + k_shift);
-            }
+            const f32v mean = simd::splat(coefficients.mean[c]), scale_grad = simd::splat(coefficients.scale_grad[c]),
+                       scale_centered = simd::splat(coefficients.scale_centered[c]),
+                       shift = simd::splat(coefficients.shift[c]);
+            size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
+            simd::forEachVector(
+                tile.end - tile.begin, stream_output,
+                [&](auto stream, T *gi, const auto *go, const auto *x) {
+                    simd::put(stream, gi, scale_grad * simd::load(go) + scale_centered * (simd::load(x) - mean) + shift);
+                },
+                simd::Ahead<T>{}, grad_input + offset, grad_output + offset, input + offset);
         }
     }
 }
 
 template <typename T>
-void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input) {
+void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t c = 0; c < tile.channels; ++c) {
             const f32v factor = simd::splat(scale_grad[c]);
-            size_t offset = (n * tile.channels + c) * tile.length + tile.begin, count = tile.end - tile.begin;
-            const T *go = grad_output + offset;
-            T *gi = grad_input + offset;
-            size_t j = 0;
-            for (; j + simd::kWidth <= count; j += simd::kWidth) simd::store(gi + j, factor * simd::load(go + j));
-            for (; j < count; ++j) gi[j] = cpu::fromFloat<T>(scale_grad[c] * cpu::toFloat(go[j]));
+            size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
+            simd::forEachVector(
+                tile.end - tile.begin, stream_output,
+                [&](auto stream, T *gi, const auto *go) { simd::put(stream, gi, factor * simd::load(go)); },
+                simd::Ahead<T>{}, grad_input + offset, grad_output + offset);
         }
     }
 }

@@ -32,11 +32,12 @@ struct Kernels {
     // flushed into F64 every 4096 elements of a channel. scratch: kChannelScratchFloats per channel.
     void (*sums)(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
                  double *sums);
-    // grad_input over the tile; grad_input may be grad_output.
+    // grad_input over the tile; grad_input may be grad_output. stream_output: write it past the caches
+    // (simd::storeStream; the same bits either way).
     void (*apply)(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
-                  T *grad_input);
+                  T *grad_input, bool stream_output);
     // grad_input = scale_grad[c] * grad_output over the tile (eval mode: x is not read).
-    void (*scale)(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input);
+    void (*scale)(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output);
 };
 
 // Rows [begin, end) of `channels` elements each. The element at flat offset i (from row 0) has channel
@@ -58,9 +59,10 @@ struct RowKernels {
                  double *sums);
     // grad_input over the tile; the coefficient arrays hold period values; grad_input may be grad_output.
     void (*apply)(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
-                  T *grad_input);
+                  T *grad_input, bool stream_output);
     // grad_input = scale_grad * grad_output over the tile (eval mode: x is not read).
-    void (*scale)(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input);
+    void (*scale)(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input,
+                  bool stream_output);
 };
 
 } // namespace op::batch_norm_backward

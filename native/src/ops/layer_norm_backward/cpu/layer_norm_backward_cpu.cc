@@ -64,8 +64,9 @@ class CpuDescriptor final : public Descriptor {
 
   private:
     template <typename T>
-    cpu::RowHints<T> hintsFor(size_t row, size_t begin, bool fetch_next, const T *grad_output, const T *xhat) const {
-        cpu::RowHints<T> hints{plan_.stream_output};
+    cpu::RowHints<T> hintsFor(bool stream_output, size_t row, size_t begin, bool fetch_next, const T *grad_output,
+                              const T *xhat) const {
+        cpu::RowHints<T> hints{stream_output};
         if (fetch_next) {
             hints.next_a = grad_output + info.grad_output.offset(row + 1) + begin;
             hints.next_b = xhat + info.input_standardization.offset(row + 1) + begin;
@@ -88,6 +89,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, weight, info.weight_stride, weight_c);
         cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
+        const bool stream_output = plan_.streamOutput(grad_input);
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
         };
@@ -106,7 +108,7 @@ class CpuDescriptor final : public Descriptor {
                               xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                               grad_input + info.grad_input.offset(row) + begin,
                               partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
-                              hintsFor<T>(row, begin, fetch_next, grad_output, xhat));
+                              hintsFor<T>(stream_output, row, begin, fetch_next, grad_output, xhat));
             });
         // weight_c is free again: it holds each summed gradient before narrowing.
         if (weight_partials != nullptr) {

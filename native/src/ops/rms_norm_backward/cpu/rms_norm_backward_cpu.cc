@@ -68,6 +68,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, w, info.w_stride, w_c);
         if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
+        const bool stream_output = plan_.streamOutput(grad_x);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
@@ -84,7 +85,7 @@ class CpuDescriptor final : public Descriptor {
                 const double r = info.has_rstd ? saved_rstd(row)
                                                : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
                 const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
-                cpu::RowHints<T> hints{plan_.stream_output};
+                cpu::RowHints<T> hints{stream_output};
                 if (fetch_next) {
                     hints.next_a = grad_y + info.grad_y.offset(row + 1) + begin;
                     hints.next_b = x + info.x.offset(row + 1) + begin;
