@@ -237,7 +237,8 @@ inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *o
 // Full vectors run in place. The partial ones, the head before `out` is aligned for streamed stores and the
 // tail, run the same step on zero-padded copies, so each element is computed by the same instructions wherever
 // it falls: results never depend on the buffers' alignment or on `stream`. The ahead(j) prefetch runs per full
-// vector.
+// vector. A caller that streams calls fenceStreams() once its whole output is written (per call here would
+// cost a fence per short run).
 template <typename Step, typename Prefetch, typename T, typename... Arrays>
 inline void forEachVector(size_t n, bool stream, Step &&step, const Prefetch &ahead, T *out, Arrays *...arrays) {
     constexpr auto kArrays = std::index_sequence_for<Arrays...>{};
@@ -254,7 +255,6 @@ inline void forEachVector(size_t n, bool stream, Step &&step, const Prefetch &ah
             ahead(j);
             step(std::true_type{}, out + j, (arrays + j)...);
         }
-        fenceStreams();
     } else {
         for (; j + kWidth <= n; j += kWidth) {
             ahead(j);

@@ -75,6 +75,7 @@ void apply(const RowTile &tile, const T *grad_output, const T *input, const Coef
             simd::Ahead<T>{}, grad_input + i, grad_output + i, input + i, k.mean, k.scale_grad, k.scale_centered,
             k.shift);
     }
+    if (stream_output) simd::fenceStreams();
 }
 
 template <typename T>
@@ -88,6 +89,7 @@ void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T
             },
             simd::Ahead<T>{}, grad_input + i, grad_output + i, scale_grad);
     }
+    if (stream_output) simd::fenceStreams();
 }
 
 template <typename T>

@@ -82,6 +82,7 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
                 simd::Ahead<T>{}, grad_input + offset, grad_output + offset, input + offset);
         }
     }
+    if (stream_output) simd::fenceStreams();
 }
 
 template <typename T>
@@ -96,6 +97,7 @@ void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *g
                 simd::Ahead<T>{}, grad_input + offset, grad_output + offset);
         }
     }
+    if (stream_output) simd::fenceStreams();
 }
 
 template <typename T>

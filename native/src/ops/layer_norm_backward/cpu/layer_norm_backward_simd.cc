@@ -52,6 +52,7 @@ void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T 
     } else {
         run();
     }
+    if (hints.stream_output) simd::fenceStreams();
 }
 
 template <typename T>

@@ -40,6 +40,7 @@ void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const f
     } else {
         simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w, partial);
     }
+    if (hints.stream_output) simd::fenceStreams();
 }
 
 template <typename T>
