@@ -89,12 +89,26 @@ inline f32v load(const cpu::f16_t *p) {
 
 // F32 -> 16-bit conversions, rounding to nearest even (NaN stays a quiet NaN).
 inline u16v narrowBits(f32v v, cpu::bf16_t) {
+    u16v half;
 #if defined(__AVX512BF16__)
     // One instruction instead of ten; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
-    u16v bits;
     __m256bh narrowed = _mm512_cvtneps_pbh((__m512)v);
-    std::memcpy(&bits, &narrowed, sizeof bits);
-    return bits;
+    std::memcpy(&half, &narrowed, sizeof half);
+#elif defined(__AVX2__) && !defined(__AVX512F__)
+    // GCC scalarizes comparisons of 16 lanes on 8-lane hardware, so work on the two halves.
+    __m256i wide[2];
+    std::memcpy(wide, &v, sizeof wide);
+    for (__m256i &bits : wide) {
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+        __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)); // ties to even
+        __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
+                                            _mm256_set1_epi32(0x7f800000));
+        __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000)); // keep NaN a quiet NaN
+        bits = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
+    }
+    // packus interleaves the 128-bit lanes of its two sources; the permute puts them back in order.
+    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(wide[0], wide[1]), 0xd8);
+    std::memcpy(&half, &packed, sizeof half);
 #else
     u32v bits = (u32v)v;
     u32v rounded = bits + 0x7fffu + ((bits >> 16) & 1u); // nearest, ties to even
@@ -102,21 +116,12 @@ inline u16v narrowBits(f32v v, cpu::bf16_t) {
     u32v result = (is_nan ? (bits | 0x00400000u) : rounded) >> 16; // keep NaN a quiet NaN
 #if defined(__AVX512F__)
     __m256i narrowed = _mm512_cvtepi32_epi16((__m512i)result);
-    u16v half;
     std::memcpy(&half, &narrowed, sizeof half);
-    return half;
-#elif defined(__AVX2__)
-    __m256i wide[2];
-    std::memcpy(wide, &result, sizeof wide);
-    // packus interleaves the 128-bit lanes of its two sources; the permute puts them back in order.
-    __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(wide[0], wide[1]), 0xd8);
-    u16v half;
-    std::memcpy(&half, &packed, sizeof half);
-    return half;
 #else
-    return __builtin_convertvector(result, u16v);
+    half = __builtin_convertvector(result, u16v);
 #endif
 #endif
+    return half;
 }
 
 inline u16v narrowBits(f32v v, cpu::f16_t) {
