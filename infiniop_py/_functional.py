@@ -126,7 +126,8 @@ def _launch_packed(operator_class, refs, output_names, options):
 
 
 class Signature:
-    """One functional op as run() takes it: the operator class and the names of its tensors and options."""
+    """One functional op: its operator class, the names of its tensors and options, and ``run``, which each
+    functional wrapper calls."""
 
     def __init__(self, operator_class, inputs, outputs, output_specs, options=(), optional=()):
         self.operator_class = operator_class
@@ -137,20 +138,21 @@ class Signature:
         self.output_specs = output_specs
         self.options = options  # keyword names of operator_class's scalar options
         self.optional = optional  # the inputs that may be None (absent)
-        self.fast_run = _known_layouts.fast_run_for(len(outputs), len(inputs))
+        # run(inputs, out, options, wanted): the functional call, see run_checked
+        self.run = _known_layouts.compile_run(self, len(outputs), len(inputs), run_checked)
+
+    def __repr__(self):
+        return f"Signature({self.operator_class.__name__})"
 
 
-def run(signature, inputs, out, options, wanted):
-    """Convert the inputs, allocate (or take from ``out``) the outputs, run, and return the outputs.
+def run_checked(signature, inputs, out, options, wanted):
+    """Convert the inputs, allocate (or take from ``out``) the outputs, check everything, run, and return the
+    outputs: the functional call where the fast path (signature.run, _known_layouts) has no known layout.
 
     ``inputs``: the input arrays (None: absent) in signature.inputs' order; ``options``: the option values in
-    signature.options' order; ``wanted``: per output, whether it is computed. A call on numpy layouts seen
-    before takes the fast path (_known_layouts). A layout the native op refuses as strided runs on packed
-    copies (see _launch_packed).
+    signature.options' order; ``wanted``: per output, whether it is computed. A layout the native op refuses
+    as strided runs on packed copies (see _launch_packed).
     """
-    result = signature.fast_run(signature, options, wanted, out, inputs)
-    if result is not None:
-        return result
     out_given = out is not None
     operator_class, output_names = signature.operator_class, signature.outputs
     inputs = dict(zip(signature.inputs, inputs))

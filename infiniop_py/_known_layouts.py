@@ -12,7 +12,7 @@ path, which raises the precise error: a buffer ffi.from_buffer refuses (strided,
 buffer) and a BAD_PARAM status (tensors sharing memory; the native op checks footprints as _aliasing does).
 
 The whole path costs a few microseconds, most of it one ffi.from_buffer per array, so its steps are written
-to be cheap: see fast_run_for.
+to be cheap: see compile_run.
 """
 
 import threading
@@ -26,7 +26,6 @@ CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has 
 
 _lock = threading.Lock()  # serializes writers; readers use dict.get, which is atomic
 _runners = {}  # key -> run(out, pointers) of one known layout
-_fast_runs = {}  # (number of outputs, number of inputs) -> the fast_run_for function
 
 
 def _layout(array):
@@ -34,7 +33,7 @@ def _layout(array):
 
 
 def key(op, options, wanted, out, inputs):
-    """The fast-path key of a call (the one the fast_run_for functions build, in plain form), or None for a
+    """The fast-path key of a call (the one compile_run's functions build, in plain form), or None for a
     call no entry can match: out= neither None nor a tuple or list, or an argument without numpy's attributes.
     ``op``: the functional op (its Signature); ``options``, ``wanted``: tuples of its option values and of
     which outputs are computed."""
@@ -46,58 +45,52 @@ def key(op, options, wanted, out, inputs):
         return None
 
 
-def fast_run_for(output_count, input_count):
-    """run(op, options, wanted, out, inputs) for ops of this many outputs and inputs: the outputs of a call
-    through its known layout, or None where the call must take the checked path.
+def compile_run(op, output_count, input_count, checked_run):
+    """run(inputs, out, options, wanted) of the functional op ``op`` (of this many outputs and inputs): its
+    outputs, through the known layout where the call has one, else from checked_run(op, inputs, out, options,
+    wanted).
 
-    Written out for the exact number of arrays, without loops, and compiled once: in CPython 3.11 looping over
-    a call's up to ten arrays (for the key, then for the pointers) costs about 1 microsecond more than the same
-    steps in straight-line code, a fifth of the functional API's overhead budget."""
-    function = _fast_runs.get((output_count, input_count))
-    if function is not None:
-        return function
+    Written out for the exact number of arrays, without loops, and compiled once per op: in CPython 3.11
+    looping over a call's up to ten arrays (for the key, then for the pointers) costs about 1 microsecond more
+    than the same steps in straight-line code, a fifth of the functional API's overhead budget."""
     outputs = [f"out{index}" for index in range(output_count)]
     inputs = [f"in{index}" for index in range(input_count)]
 
-    def layout(name):
-        return f"None if {name} is None else (type({name}), {name}.dtype, {name}.shape)"
-
-    def pointer(name, writable):
-        return f"null if {name} is None else from_buffer({name}{', require_writable=True' if writable else ''})"
-
     def layouts(names):
-        return ", ".join(layout(name) for name in names)
+        return ", ".join(f"None if {name} is None else (type({name}), {name}.dtype, {name}.shape)" for name in names)
 
     def pointers(names, writable):
-        return ", ".join(pointer(name, writable) for name in names)
+        keyword = ", require_writable=True" if writable else ""
+        return ", ".join(f"null if {name} is None else from_buffer({name}{keyword})" for name in names)
 
     source = f"""
-def run(op, options, wanted, out, inputs):
+def run(inputs, out, options, wanted):
     {", ".join(inputs)}, = inputs
+    runner = None
     try:
         if out is None:
             runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
-            if runner is None:
-                return None
-            pointers = [{pointers(inputs, False)}]
+            if runner is not None:
+                pointers = [{pointers(inputs, False)}]
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
             runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
-            if runner is None:
-                return None
-            pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
-        else:
-            return None
+            if runner is not None:
+                pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
     # Not numpy-like, an unhashable dtype or shape, or a buffer ffi.from_buffer refuses (strided: not
     # C-contiguous; a read-only output; not a buffer).
     except (AttributeError, BufferError, TypeError, ValueError):
-        return None
-    return runner(out, pointers)
+        runner = None
+    if runner is not None:
+        outputs = runner(out, pointers)
+        if outputs is not None:
+            return outputs
+    return checked_run(op, inputs, out, options, wanted)
 """
-    namespace = {"get_runner": _runners.get, "from_buffer": ffi.from_buffer, "null": ffi.NULL}
-    exec(compile(source, f"<fast path for {output_count} outputs, {input_count} inputs>", "exec"), namespace)
-    function = _fast_runs[(output_count, input_count)] = namespace["run"]
-    return function
+    namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
+                 "null": ffi.NULL}
+    exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
+    return namespace["run"]
 
 
 def remember(op, options, wanted, out_given, out, inputs, operator):

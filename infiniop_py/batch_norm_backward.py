@@ -82,7 +82,7 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
     if out is None:
         out = _outputs_like_channels_last(input, {"weight": weight, "running_mean": running_mean,
                                                   "running_var": running_var}, wanted)
-    return _functional.run(_SIGNATURE, (input, grad_output, weight, running_mean, running_var, save_mean, save_invstd),
+    return _SIGNATURE.run((input, grad_output, weight, running_mean, running_var, save_mean, save_invstd),
                            out, (float(eps), bool(training)), wanted)
 
 

@@ -57,5 +57,5 @@ def layer_norm_backward(grad_output, weight, input_standardization, input_std_de
     ``weight`` None: no affine (all ones). A gradient not wanted is returned as None. ``out``: preallocated
     outputs in that order (None for those not wanted). Layouts the native op refuses (e.g. a non-unit last
     stride) run on packed copies, at one extra copy each."""
-    return _functional.run(_SIGNATURE, (grad_output, weight, input_standardization, input_std_deviation), out, (),
+    return _SIGNATURE.run((grad_output, weight, input_standardization, input_std_deviation), out, (),
                            (True, bool(need_grad_weight), bool(need_grad_bias)))

@@ -47,4 +47,4 @@ def rms_norm_backward(grad_y, x, w, *, eps=0.0, rstd=None, need_grad_weight=True
     of x). ``rstd``: the forward's saved 1/sqrt(mean(x^2) + eps) (then eps is unused). grad_w is None when
     ``need_grad_weight`` is False. ``out``: preallocated (grad_x, grad_w or None), else fresh C-contiguous ones.
     Layouts the native op refuses (e.g. a non-unit last stride) run on packed copies, at one extra copy each."""
-    return _functional.run(_SIGNATURE, (grad_y, x, w, rstd), out, (float(eps),), (True, bool(need_grad_weight)))
+    return _SIGNATURE.run((grad_y, x, w, rstd), out, (float(eps),), (True, bool(need_grad_weight)))
