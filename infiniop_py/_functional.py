@@ -153,10 +153,10 @@ def run_checked(signature, inputs, out, options, wanted):
     signature.options' order; ``wanted``: per output, whether it is computed. A layout the native op refuses
     as strided runs on packed copies (see _launch_packed).
     """
-    out_given = out is not None
+    out_given, input_arrays, option_values = out is not None, inputs, options
     operator_class, output_names = signature.operator_class, signature.outputs
-    inputs = dict(zip(signature.inputs, inputs))
-    options_values, options = options, dict(zip(signature.options, options))
+    inputs = dict(zip(signature.inputs, input_arrays))
+    options = dict(zip(signature.options, option_values))
     for name, array in inputs.items():
         if array is None and name not in signature.optional:
             raise TypeError(f"{name}: expected an array, got None")
@@ -182,5 +182,5 @@ def run_checked(signature, inputs, out, options, wanted):
             return tuple(out)
         raise
     operator._launch([refs[name] for name in operator.layouts], None, library_stream(_first_present(refs)))
-    _known_layouts.remember(signature, options_values, wanted, out_given, out, tuple(inputs.values()), operator)
+    _known_layouts.remember(signature, option_values, wanted, out_given, out, input_arrays, operator)
     return tuple(out)
