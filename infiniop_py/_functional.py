@@ -1,4 +1,4 @@
-"""What the functional API shares: default handles, the operator cache, output allocation."""
+"""What the functional API shares: default handles, the operator cache, output allocation, the checked run."""
 
 import collections
 import threading
@@ -6,10 +6,9 @@ import threading
 import numpy as np
 
 from . import dtypes
-from ._ffi import ffi
-from . import _layout
+from . import _known_layouts, _layout
 from ._layout import TensorSpec, contiguous_strides, significant_strides
-from .errors import BadParamError, BadTensorStridesError
+from .errors import BadTensorStridesError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -18,9 +17,6 @@ CACHE_SIZE = 64  # operator objects kept, least recently used dropped first
 _lock = threading.RLock()
 _handles = {}  # (device, device_id) -> Handle
 _operators = collections.OrderedDict()  # layout key -> operator object
-# (operator class, numpy layouts of out or None, numpy layouts of the inputs) -> (operator, output (shape, dtype)s):
-# layouts that passed every check once, so later calls with plain numpy arrays skip straight to the native run.
-_numpy_fast_path = {}
 
 
 def default_handle(device, device_id):
@@ -93,41 +89,6 @@ def library_stream(ref):
     return None
 
 
-def _layouts(arrays):
-    """(type, dtype, shape, byte strides) of each array (None stays None); AttributeError for objects without
-    numpy's attributes."""
-    return tuple([None if array is None else (type(array), array.dtype, array.shape, array.strides)
-                  for array in arrays])
-
-
-def _fast_key(operator_class, inputs, out, options, wanted):
-    """The fast-path key of a call; entries exist only for all-numpy calls (see run), so others never match.
-    An operator class's functional wrapper always passes the same option names, so their values suffice."""
-    try:
-        return (operator_class, tuple(options.values()), wanted, None if out is None else _layouts(out),
-                _layouts(inputs.values()))
-    except (AttributeError, TypeError):  # not numpy-like, or out not a sequence
-        return None
-
-
-def _run_fast(entry, inputs, out):
-    """Run through a known layout, or return None when a buffer cannot be taken directly (the slow path then
-    checks everything and raises the precise error)."""
-    operator, output_specs = entry
-    if out is None:
-        out = tuple(None if spec is None else np.empty(spec[0], dtype=spec[1]) for spec in output_specs)
-    try:
-        buffers = [ffi.NULL if array is None else ffi.from_buffer(array, require_writable=True) for array in out]
-        buffers += [ffi.NULL if array is None else ffi.from_buffer(array) for array in inputs.values()]
-    except (BufferError, TypeError, ValueError):  # strided (not C-contiguous) or read-only
-        return None
-    try:
-        operator._run_buffers(buffers[:len(operator.layouts)])
-    except BadParamError:  # tensors sharing memory: the checked path raises the error naming them
-        return None
-    return tuple(out)
-
-
 def _packed(ref, name, writable):
     """A packed (C-contiguous) copy of ref's array, or None where it is packed already or cannot be copied
     (an output that overlaps itself has no one value per element to copy back)."""
@@ -164,28 +125,43 @@ def _launch_packed(operator_class, refs, output_names, options):
     return True
 
 
-def run(operator_class, inputs, output_names, output_specs, out, options=None, wanted=None, optional=()):
-    """Convert the inputs, allocate (or take from ``out``) the outputs, run, and return the outputs.
+class Signature:
+    """One functional op: its operator class, the names of its tensors and options, and ``run``, which each
+    functional wrapper calls."""
 
-    ``inputs``: name -> array (None: absent) in C order; ``output_specs(refs)``: per output, (shape, name of
-    the input whose dtype and device it takes) for a fresh allocation; ``wanted``: per output, whether it
-    is computed (all by default); ``options``: keyword arguments of ``operator_class``; ``optional``: the
-    inputs that may be None (absent). A layout the native op refuses as strided runs on
-    packed copies (see _launch_packed).
+    def __init__(self, operator_class, inputs, outputs, output_specs, options=(), optional=()):
+        self.operator_class = operator_class
+        self.inputs = inputs  # names of the input arrays, in C order
+        self.outputs = outputs  # names of the outputs, in C order
+        # refs (name -> TensorRef or None) -> per output, (shape, name of the input whose dtype and device
+        # a fresh one takes)
+        self.output_specs = output_specs
+        self.options = options  # keyword names of operator_class's scalar options
+        self.optional = optional  # the inputs that may be None (absent)
+        # run(inputs, out, options, wanted): the functional call, see run_checked
+        self.run = _known_layouts.compile_run(self, len(outputs), len(inputs), run_checked)
+
+    def __repr__(self):
+        return f"Signature({self.operator_class.__name__})"
+
+
+def run_checked(signature, inputs, out, options, wanted):
+    """Convert the inputs, allocate (or take from ``out``) the outputs, check everything, run, and return the
+    outputs: the functional call where the fast path (signature.run, _known_layouts) has no known layout.
+
+    ``inputs``: the input arrays (None: absent) in signature.inputs' order; ``options``: the option values in
+    signature.options' order; ``wanted``: per output, whether it is computed. A layout the native op refuses
+    as strided runs on packed copies (see _launch_packed).
     """
-    options = options or {}
-    wanted = tuple(wanted or (True,) * len(output_names))
-    fast_key = _fast_key(operator_class, inputs, out, options, wanted)
-    fast_entry = _numpy_fast_path.get(fast_key) if fast_key is not None else None
-    if fast_entry is not None:
-        result = _run_fast(fast_entry, inputs, out)
-        if result is not None:
-            return result
+    out_given, input_arrays, option_values = out is not None, inputs, options
+    operator_class, output_names = signature.operator_class, signature.outputs
+    inputs = dict(zip(signature.inputs, input_arrays))
+    options = dict(zip(signature.options, option_values))
     for name, array in inputs.items():
-        if array is None and name not in optional:
+        if array is None and name not in signature.optional:
             raise TypeError(f"{name}: expected an array, got None")
     input_refs = {name: None if array is None else as_tensor(array, name) for name, array in inputs.items()}
-    specs = [spec if want else None for spec, want in zip(output_specs(input_refs), wanted)]
+    specs = [spec if want else None for spec, want in zip(signature.output_specs(input_refs), wanted)]
     if out is None:
         out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
     elif not isinstance(out, (tuple, list)) or len(out) != len(output_names):
@@ -206,10 +182,5 @@ def run(operator_class, inputs, output_names, output_specs, out, options=None, w
             return tuple(out)
         raise
     operator._launch([refs[name] for name in operator.layouts], None, library_stream(_first_present(refs)))
-    arrays = [array for array in (*out, *inputs.values()) if array is not None]
-    if fast_key is not None and all(type(array) is np.ndarray for array in arrays):
-        with _lock:
-            if len(_numpy_fast_path) >= CACHE_SIZE:
-                _numpy_fast_path.clear()
-            _numpy_fast_path[fast_key] = (operator, [None if a is None else (a.shape, a.dtype) for a in out])
+    _known_layouts.remember(signature, option_values, wanted, out_given, out, input_arrays, operator)
     return tuple(out)

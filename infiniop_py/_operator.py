@@ -222,21 +222,6 @@ class Operator(NativeResource):
                 self._spare_workspaces.append(own_workspace)
         check(status, f"infiniop{self._c_name}")
 
-    def _run_buffers(self, buffers):
-        """Run on cffi buffers given in C order, on this object's workspace and the default stream: the
-        functional API's fast path, for layouts that already passed every check of _launch."""
-        pointer = self._open_pointer()
-        if self.workspace_size == 0:
-            status = self._run_native(pointer, ffi.NULL, 0, *buffers, ffi.NULL)
-        else:
-            workspace = self._take_workspace()
-            try:
-                status = self._run_native(pointer, workspace[1], self.workspace_size, *buffers, ffi.NULL)
-            finally:
-                self._spare_workspaces.append(workspace)
-        if status != 0:
-            check(status, f"infiniop{self._c_name}")
-
     def _call(self, arrays, workspace, stream):
         refs = [None if arrays[name] is None else as_tensor(arrays[name], name, writable=name in self._outputs)
                 for name in self.layouts]

@@ -50,6 +50,18 @@ class BatchNormBackward(Operator):
         self._call(dict(zip(_TENSORS, arguments)), workspace, stream)
 
 
+def _output_specs(refs):
+    channels = refs["input"].shape[1:2]
+    return (refs["input"].shape, "input"), (channels, _parameter_like(refs)), (channels, _parameter_like(refs))
+
+
+_SIGNATURE = _functional.Signature(
+    BatchNormBackward,
+    inputs=("input", "grad_output", "weight", "running_mean", "running_var", "save_mean", "save_invstd"),
+    outputs=("grad_input", "grad_weight", "grad_bias"), output_specs=_output_specs, options=("eps", "training"),
+    optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"))
+
+
 def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *, eps=0.0, save_mean=None,
                         save_invstd=None, training=True, need_grad_weight=True, need_grad_bias=True, out=None):
     """(grad_input, grad_weight, grad_bias) of BatchNorm over (N, C, *spatial) arrays of rank 2..5.
@@ -67,22 +79,11 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
     each such output, which is computed into a packed temporary and copied back.
     """
     wanted = (True, bool(need_grad_weight), bool(need_grad_bias))
-    parameters = {"weight": weight, "running_mean": running_mean, "running_var": running_var}
     if out is None:
-        out = _outputs_like_channels_last(input, parameters, wanted)
-
-    def output_specs(refs):
-        channels = refs["input"].shape[1:2]
-        return (refs["input"].shape, "input"), (channels, _parameter_like(refs)), (channels, _parameter_like(refs))
-
-    return _functional.run(
-        BatchNormBackward,
-        {"input": input, "grad_output": grad_output, "weight": weight, "running_mean": running_mean,
-         "running_var": running_var, "save_mean": save_mean, "save_invstd": save_invstd},
-        ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
-        {"eps": float(eps), "training": bool(training)}, wanted,
-        optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"),
-    )
+        out = _outputs_like_channels_last(input, {"weight": weight, "running_mean": running_mean,
+                                                  "running_var": running_var}, wanted)
+    return _SIGNATURE.run((input, grad_output, weight, running_mean, running_var, save_mean, save_invstd),
+                           out, (float(eps), bool(training)), wanted)
 
 
 def _parameter_like(refs):
@@ -93,6 +94,8 @@ def _parameter_like(refs):
 def _outputs_like_channels_last(input, parameters, wanted):
     """Fresh outputs with grad_input laid out like a channels-last ``input`` (a C-contiguous one would not
     share its layout and so cost copies); None for any other input, which takes the default outputs."""
+    if type(input) is np.ndarray and input.flags.c_contiguous:  # channels-first (or too few dims to tell)
+        return None
     ref = as_tensor(input, "input")
     spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
     if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":

@@ -6,6 +6,7 @@ O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times 
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -194,31 +195,60 @@ def run(args):
                 "torch_bandwidth": case.bytes_moved / torch_s if torch_s else None,
             })
         progress(len(planned), len(planned), "done")
-    overhead = functional_overhead(args.repeats)
+    overheads = functional_overheads(args.repeats)
     return {
         "machine": machine_description(), "threads": threads, "copy_bandwidth": copy,
         "torch_version": torch.__version__ if torch is not None else None,
-        "functional_overhead_s": overhead, "results": results,
+        "functional_overhead_s": overheads["rms_norm"], "functional_overheads_s": overheads, "results": results,
+    }
+
+
+def _overhead_cases(ip):
+    """op -> (operator class, its tiny F32 arrays in C order, the functional call on them with out= given)."""
+    ones = lambda *shape: np.ones(shape, np.float32)  # noqa: E731
+    grad_y, x, w = ones(4, 8), ones(4, 8), ones(8)
+    rms_out = (ones(4, 8), ones(8))
+    grad_output, weight, xhat, std = ones(4, 8), ones(8), ones(4, 8), ones(4)
+    layer_out = (ones(4, 8), ones(8), ones(8))
+    input, batch_grad_output = ones(2, 4, 8), ones(2, 4, 8)
+    channel_weight, running_mean, running_var = ones(4), ones(4), ones(4)
+    batch_out = (ones(2, 4, 8), ones(4), ones(4))
+    return {
+        "rms_norm": (ip.RMSNormBackward, (*rms_out, grad_y, x, w),
+                     lambda: ip.rms_norm_backward(grad_y, x, w, out=rms_out)),
+        "layer_norm": (ip.LayerNormBackward, (*layer_out, grad_output, weight, xhat, std),
+                       lambda: ip.layer_norm_backward(grad_output, weight, xhat, std, out=layer_out)),
+        "batch_norm": (ip.BatchNormBackward,
+                       (*batch_out, input, batch_grad_output, channel_weight, running_mean, running_var),
+                       lambda: ip.batch_norm_backward(input, batch_grad_output, channel_weight, running_mean,
+                                                      running_var, out=batch_out)),
     }
 
 
 def functional_overhead(repeats, rounds=9):
-    """Python time of a cached functional call beyond the native run, on a tiny shape (seconds): the median,
-    over alternating rounds, of (functional call - bare C call on the same descriptor), so drifting load on a
-    shared machine hits both sides of each difference alike."""
+    """functional_overheads of rms_norm alone (seconds)."""
+    return functional_overheads(repeats, rounds, ops=("rms_norm",))["rms_norm"]
+
+
+def functional_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_norm")):
+    """op -> Python time of a cached functional call beyond the native run, on a tiny shape (seconds): the
+    median, over alternating rounds, of (functional call - bare C call on the same descriptor), so drifting load
+    on a shared machine hits both sides of each difference alike."""
     import infiniop_py as ip
 
-    grad_y = np.ones((4, 8), np.float32)
-    x, w = np.ones_like(grad_y), np.ones(8, np.float32)
-    grad_x, grad_w = np.empty_like(grad_y), np.empty_like(w)
-    functional = lambda: ip.rms_norm_backward(grad_y, x, w, out=(grad_x, grad_w))  # noqa: E731
-    differences = []
-    with ip.Handle("cpu") as handle, ip.RMSNormBackward(handle, grad_x, grad_w, grad_y, x, w) as operator:
-        workspace = np.empty(max(operator.workspace_size, 1), np.uint8)
-        native = native_call(operator, [a.ctypes.data for a in (grad_x, grad_w, grad_y, x, w)], workspace.ctypes.data)
+    cases = {op: case for op, case in _overhead_cases(ip).items() if op in ops}
+    differences = {op: [] for op in cases}
+    with ip.Handle("cpu") as handle, contextlib.ExitStack() as stack:
+        natives, workspaces = {}, []  # the native calls only have the workspaces' addresses: keep them alive
+        for op, (operator_class, arrays, _) in cases.items():
+            operator = stack.enter_context(operator_class(handle, *arrays))
+            workspaces.append(np.empty(max(operator.workspace_size, 1), np.uint8))
+            natives[op] = native_call(operator, [a.ctypes.data for a in arrays],
+                                     workspaces[-1].ctypes.data)
         for _ in range(rounds):
-            differences.append(median_seconds(functional, 300, 0.05) - median_seconds(native, 300, 0.05))
-    return statistics.median(differences)
+            for op, (_, _, functional) in cases.items():
+                differences[op].append(median_seconds(functional, 300, 0.05) - median_seconds(natives[op], 300, 0.05))
+    return {op: statistics.median(values) for op, values in differences.items()}
 
 
 def native_call(operator, addresses, workspace_address, stream_address=0):
@@ -274,8 +304,11 @@ def format_table(report):
         lines.append("")
         lines.append(f"median speedup over torch: {statistics.median(speedups):.2f}x; "
                      f"slowest case: {min(speedups):.2f}x")
-    if report["functional_overhead_s"] is not None:
-        lines.append(f"functional API Python overhead per cached call: {report['functional_overhead_s'] * 1e6:.1f} us")
+    overheads = report.get("functional_overheads_s") or (
+        {"rms_norm": report["functional_overhead_s"]} if report["functional_overhead_s"] is not None else None)
+    if overheads:
+        lines.append("functional API Python overhead per cached call: "
+                     + ", ".join(f"{op} {seconds * 1e6:.1f} us" for op, seconds in overheads.items()))
     return "\n".join(lines)
 
 

@@ -40,21 +40,22 @@ class LayerNormBackward(Operator):
         }, workspace, stream)
 
 
+def _output_specs(refs):
+    normalized = refs["grad_output"].shape[len(refs["input_std_deviation"].shape):]
+    parameter = "weight" if refs["weight"] is not None else "input_std_deviation"
+    return (refs["grad_output"].shape, "grad_output"), (normalized, parameter), (normalized, parameter)
+
+
+_SIGNATURE = _functional.Signature(
+    LayerNormBackward, inputs=("grad_output", "weight", "input_standardization", "input_std_deviation"),
+    outputs=("grad_input", "grad_weight", "grad_bias"), output_specs=_output_specs, optional=("weight",))
+
+
 def layer_norm_backward(grad_output, weight, input_standardization, input_std_deviation, *, need_grad_weight=True,
                         need_grad_bias=True, out=None):
     """(grad_input, grad_weight, grad_bias) of LayerNorm, normalized over the dims after input_std_deviation's.
     ``weight`` None: no affine (all ones). A gradient not wanted is returned as None. ``out``: preallocated
     outputs in that order (None for those not wanted). Layouts the native op refuses (e.g. a non-unit last
     stride) run on packed copies, at one extra copy each."""
-    def output_specs(refs):
-        normalized = refs["grad_output"].shape[len(refs["input_std_deviation"].shape):]
-        parameter = "weight" if refs["weight"] is not None else "input_std_deviation"
-        return (refs["grad_output"].shape, "grad_output"), (normalized, parameter), (normalized, parameter)
-
-    return _functional.run(
-        LayerNormBackward,
-        {"grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
-         "input_std_deviation": input_std_deviation},
-        ("grad_input", "grad_weight", "grad_bias"), output_specs, out,
-        wanted=(True, bool(need_grad_weight), bool(need_grad_bias)), optional=("weight",),
-    )
+    return _SIGNATURE.run((grad_output, weight, input_standardization, input_std_deviation), out, (),
+                           (True, bool(need_grad_weight), bool(need_grad_bias)))

@@ -33,13 +33,18 @@ class RMSNormBackward(Operator):
                    workspace, stream)
 
 
+def _output_specs(refs):
+    return (refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w")
+
+
+_SIGNATURE = _functional.Signature(RMSNormBackward, inputs=("grad_y", "x", "w", "rstd"),
+                                   outputs=("grad_x", "grad_w"), output_specs=_output_specs, options=("eps",),
+                                   optional=("rstd",))
+
+
 def rms_norm_backward(grad_y, x, w, *, eps=0.0, rstd=None, need_grad_weight=True, out=None):
     """(grad_x, grad_w) of RMSNorm y = x * w / sqrt(mean(x^2) + eps), normalized over w's dims (the last w.ndim
     of x). ``rstd``: the forward's saved 1/sqrt(mean(x^2) + eps) (then eps is unused). grad_w is None when
     ``need_grad_weight`` is False. ``out``: preallocated (grad_x, grad_w or None), else fresh C-contiguous ones.
     Layouts the native op refuses (e.g. a non-unit last stride) run on packed copies, at one extra copy each."""
-    return _functional.run(
-        RMSNormBackward, {"grad_y": grad_y, "x": x, "w": w, "rstd": rstd}, ("grad_x", "grad_w"),
-        lambda refs: ((refs["grad_y"].shape, "grad_y"), (refs["w"].shape, "w")),
-        out, {"eps": float(eps)}, (True, bool(need_grad_weight)), optional=("rstd",),
-    )
+    return _SIGNATURE.run((grad_y, x, w, rstd), out, (float(eps),), (True, bool(need_grad_weight)))

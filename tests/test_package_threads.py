@@ -9,9 +9,37 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import infiniop_py
 from infiniop_py import reference
+
+
+def _main_thread_pause_during_calls(operator, arrays):
+    """(longest pause of a busy loop in this thread while another thread makes 4 native calls, the time of one
+    call alone), in seconds."""
+    one_call = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        operator(*arrays)
+        one_call = min(one_call, time.perf_counter() - start)
+    finished = threading.Event()
+
+    def run_calls():
+        for _ in range(4):
+            operator(*arrays)
+        finished.set()
+
+    worker = threading.Thread(target=run_calls)
+    longest_pause = 0.0
+    last = time.perf_counter()
+    worker.start()
+    while not finished.is_set():
+        now = time.perf_counter()
+        longest_pause = max(longest_pause, now - last)
+        last = now
+    worker.join()
+    return longest_pause, one_call
 
 
 def test_native_call_releases_the_gil(cpu_handle):
@@ -19,30 +47,17 @@ def test_native_call_releases_the_gil(cpu_handle):
     rng = np.random.default_rng(0)
     grad_y, x, w = (rng.standard_normal(s).astype(np.float32) for s in ((rows, d), (rows, d), (d,)))
     grad_x, grad_w = np.empty_like(x), np.empty_like(w)
+    attempts = []
     with infiniop_py.RMSNormBackward(cpu_handle, grad_x, grad_w, grad_y, x, w) as operator:
-        one_call = float("inf")
-        for _ in range(2):
-            start = time.perf_counter()
-            operator(grad_x, grad_w, grad_y, x, w)
-            one_call = min(one_call, time.perf_counter() - start)
-        finished = threading.Event()
-
-        def run_calls():
-            for _ in range(4):
-                operator(grad_x, grad_w, grad_y, x, w)
-            finished.set()
-
-        worker = threading.Thread(target=run_calls)
-        longest_pause = 0.0
-        last = time.perf_counter()
-        worker.start()
-        while not finished.is_set():
-            now = time.perf_counter()
-            longest_pause = max(longest_pause, now - last)
-            last = now
-        worker.join()
-    # A native call holding the GIL would stall this loop for a whole call.
-    assert longest_pause < 0.5 * one_call, (longest_pause, one_call)
+        # A native call holding the GIL stalls the busy loop for a whole call in every attempt. One that releases
+        # it can still see this thread descheduled for that long on a loaded machine, hence a few attempts.
+        for _ in range(3):
+            longest_pause, one_call = _main_thread_pause_during_calls(operator, (grad_x, grad_w, grad_y, x, w))
+            if longest_pause < 0.5 * one_call:
+                return
+            attempts.append(f"paused {longest_pause * 1e3:.1f} ms, one call {one_call * 1e3:.1f} ms")
+    pytest.fail("the main thread stalled for at least half a native call in every attempt, as if the call held "
+                "the GIL: " + "; ".join(attempts))
 
 
 def test_functional_api_from_many_threads_gives_identical_results():
