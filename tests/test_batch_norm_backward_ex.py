@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import infiniop_py
@@ -140,6 +140,11 @@ def problems(draw):
 @settings(max_examples=200)
 @given(problem=problems())
 def test_matches_float64_reference(device, problem):
+    # A channel of equal values (two BF16 samples can round alike) with eps 0 has an infinite invstd; such
+    # non-finite results are test_non_finite.py's subject, compared by their NaN/Inf pattern.
+    _, invstd = batch_norm_statistics(problem.running_mean, problem.running_var, problem.eps, problem.save_mean,
+                                      problem.save_invstd, problem.training)
+    assume(np.all(np.isfinite(invstd)))
     problem.check(problem.run_on(device))
 
 
