@@ -89,7 +89,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, weight, info.weight_stride, weight_c);
         cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        const bool stream_output = plan_.streamOutput(grad_input);
+        const bool stream_output = plan_.streamOutput();
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
         };

@@ -68,7 +68,7 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, w, info.w_stride, w_c);
         if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        const bool stream_output = plan_.streamOutput(grad_x);
+        const bool stream_output = plan_.streamOutput();
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
