@@ -22,18 +22,26 @@ struct RowPlan {
     size_t rows, dim;
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
-    size_t element_bytes;
-    bool fetch_ahead;
+    // Only long rows stream, at any alignment. Short aligned rows could too (BatchNorm's short runs gain from
+    // it, see cpu::streamOutput), but measured slower here: BF16 rows of 1 KiB lost a quarter of their speed.
+    bool stream_output, fetch_ahead;
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
         : rows(rows), dim(dim), blocks(Blocks::split(rows, kMaxRowBlocks)), chunks(Blocks::ofSize(dim, kRowChunk)),
-          element_bytes(element_bytes), fetch_ahead(dim * element_bytes >= kLongRunBytes) {}
+          stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
+          fetch_ahead(dim * element_bytes >= kLongRunBytes) {}
 
-    // Whether a run writes its output past the caches: only long rows, at any alignment. Short aligned rows
-    // could stream too (BatchNorm's short runs gain from it), but measured slower here: BF16 rows of 1 KiB
-    // lost a quarter of their speed.
-    bool streamOutput() const {
-        return rows * dim * element_bytes >= kStreamOutputBytes && dim * element_bytes >= kLongRunBytes;
+    // The hints of the elements of `row` from `begin`: the plan's streaming, and, if fetch_next, the same
+    // elements of row + 1 of the two inputs a and b (each placed by its row layout).
+    template <typename T, typename Layout>
+    RowHints<T> hints(size_t row, size_t begin, bool fetch_next, const T *a, const Layout &a_rows, const T *b,
+                      const Layout &b_rows) const {
+        RowHints<T> hints{stream_output};
+        if (fetch_next) {
+            hints.next_a = a + a_rows.offset(row + 1) + begin;
+            hints.next_b = b + b_rows.offset(row + 1) + begin;
+        }
+        return hints;
     }
 
     // Scratch the driver needs in the workspace: one PairSums per chunk.

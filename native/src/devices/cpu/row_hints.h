@@ -14,12 +14,17 @@ constexpr size_t kStreamOutputBytes = size_t(8) << 20;
 // partial vector at its head) costs little against the run.
 constexpr size_t kLongRunBytes = 4096;
 
-// Whether to stream an output of total_bytes, elements of element_bytes written in contiguous runs of run_bytes
-// from `out`: large, and its runs long or all aligned for the streamed stores (16 elements, simd::kWidth).
+// Whether to stream an output of total_bytes written in contiguous runs of run_bytes: large, in long runs.
+inline bool streamLongRuns(size_t total_bytes, size_t run_bytes) {
+    return total_bytes >= kStreamOutputBytes && run_bytes >= kLongRunBytes;
+}
+
+// The same, but runs of any length also stream when they are all aligned for the streamed stores (16 elements of
+// element_bytes, simd::kWidth) from `out`.
 inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, size_t element_bytes) {
     const size_t vector_bytes = 16 * element_bytes;
     const bool runs_aligned = reinterpret_cast<uintptr_t>(out) % vector_bytes == 0 && run_bytes % vector_bytes == 0;
-    return total_bytes >= kStreamOutputBytes && (run_bytes >= kLongRunBytes || runs_aligned);
+    return streamLongRuns(total_bytes, run_bytes) || (total_bytes >= kStreamOutputBytes && runs_aligned);
 }
 
 template <typename T>

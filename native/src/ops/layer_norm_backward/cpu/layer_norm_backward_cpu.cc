@@ -63,17 +63,6 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
-    template <typename T>
-    cpu::RowHints<T> hintsFor(bool stream_output, size_t row, size_t begin, bool fetch_next, const T *grad_output,
-                              const T *xhat) const {
-        cpu::RowHints<T> hints{stream_output};
-        if (fetch_next) {
-            hints.next_a = grad_output + info.grad_output.offset(row + 1) + begin;
-            hints.next_b = xhat + info.input_standardization.offset(row + 1) + begin;
-        }
-        return hints;
-    }
-
     size_t partialCount() const { return (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0); }
 
     template <typename T, typename W>
@@ -89,7 +78,6 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, weight, info.weight_stride, weight_c);
         cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        const bool stream_output = plan_.streamOutput();
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
         };
@@ -108,7 +96,8 @@ class CpuDescriptor final : public Descriptor {
                               xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                               grad_input + info.grad_input.offset(row) + begin,
                               partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
-                              hintsFor<T>(stream_output, row, begin, fetch_next, grad_output, xhat));
+                              plan_.hints(row, begin, fetch_next, grad_output, info.grad_output, xhat,
+                                          info.input_standardization));
             });
         // weight_c is free again: it holds each summed gradient before narrowing.
         if (weight_partials != nullptr) {

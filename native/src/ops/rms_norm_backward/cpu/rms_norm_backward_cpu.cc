@@ -68,7 +68,6 @@ class CpuDescriptor final : public Descriptor {
         cpu::widenVector(dim, w, info.w_stride, w_c);
         if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        const bool stream_output = plan_.streamOutput();
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
@@ -85,14 +84,10 @@ class CpuDescriptor final : public Descriptor {
                 const double r = info.has_rstd ? saved_rstd(row)
                                                : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
                 const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
-                cpu::RowHints<T> hints{stream_output};
-                if (fetch_next) {
-                    hints.next_a = grad_y + info.grad_y.offset(row + 1) + begin;
-                    hints.next_b = x + info.x.offset(row + 1) + begin;
-                }
                 kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
                               x + info.x.offset(row) + begin, w_c + begin, grad_x + info.grad_x.offset(row) + begin,
-                              partials == nullptr ? nullptr : partials + block * dim + begin, hints);
+                              partials == nullptr ? nullptr : partials + block * dim + begin,
+                              plan_.hints(row, begin, fetch_next, grad_y, info.grad_y, x, info.x));
             });
         // w_c is free again: it holds the summed grad_w before narrowing.
         if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_c, grad_w, info.grad_w_stride);
