@@ -225,11 +225,6 @@ def _overhead_cases(ip):
     }
 
 
-def functional_overhead(repeats, rounds=9):
-    """functional_overheads of rms_norm alone (seconds)."""
-    return functional_overheads(repeats, rounds, ops=("rms_norm",))["rms_norm"]
-
-
 def functional_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_norm")):
     """op -> Python time of a cached functional call beyond the native run, on a tiny shape (seconds): the
     median, over alternating rounds, of (functional call - bare C call on the same descriptor), so drifting load

@@ -1,8 +1,8 @@
 """Large outputs take the CPU's streaming path when their contiguous runs are long (or, for BatchNorm, all
-aligned): stores that bypass the caches, each run's head computed on a padded copy until the output is aligned for them, and (RMS,
-LayerNorm) the next row fetched ahead. devices/cpu/row_hints.h has the thresholds: 8 MiB of output, runs of
-4 KiB. None of that may change a result: the same bits at every output alignment (streamed or not), in place
-or not, and the same bits as the cached path that a few of the same rows take."""
+aligned): stores that bypass the caches, each run's head computed on a padded copy until the output is aligned
+for them, and (RMS, LayerNorm) the next row fetched ahead. devices/cpu/row_hints.h has the thresholds: 8 MiB of
+output, runs of 4 KiB. None of that may change a result: the same bits at every output alignment (streamed or
+not), in place or not, and the same bits as the cached path that a few of the same rows take."""
 
 import numpy as np
 import pytest
@@ -16,14 +16,14 @@ ROWS = {F32: 520, F16: 1040, BF16: 1040}  # 8.5 MB of grad_x each: just over the
 OFFSETS = (0, 1, 3, 7)  # elements into a larger buffer: the outputs' addresses differ modulo 64 bytes
 
 
-def _rms(dtype, rows, rng_seed=0):
-    grad_y, x, w = rms_norm_inputs(np.random.default_rng(rng_seed), (rows, DIM), dtype)
+def _rms(dtype, rows):
+    grad_y, x, w = rms_norm_inputs(np.random.default_rng(0), (rows, DIM), dtype)
     return (grad_y, x, w), (lambda inputs, out: infiniop_py.rms_norm_backward(*inputs, out=out)), \
         rms_norm_backward_reference
 
 
-def _layer(dtype, rows, rng_seed=0):
-    grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(rng_seed), (rows, DIM), dtype)
+def _layer(dtype, rows):
+    grad_output, weight, xhat, std = layer_norm_inputs(np.random.default_rng(0), (rows, DIM), dtype)
     return (grad_output, weight, xhat, std), \
         (lambda inputs, out: infiniop_py.layer_norm_backward(*inputs, out=out)), layer_norm_backward_reference
 
