@@ -33,11 +33,16 @@ void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T 
     // partial_at: the wanted partials, weight's first.
     auto step = [&](auto stream, T *out, const auto *go_at, const auto *xh_at, const float *weight_at,
                     auto *...partial_at) {
-        f32v go = simd::load(go_at), xh = simd::load(xh_at);
+        // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
+        // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
+        const f32v go = simd::load(go_at), xh = simd::load(xh_at), weight_v = simd::load(weight_at);
         float *partials[] = {partial_at..., nullptr};
-        if constexpr (kWeight) simd::store(partials[0], simd::load(partials[0]) + go * xh);
-        if constexpr (kBias) simd::store(partials[kWeight], simd::load(partials[kWeight]) + go);
-        simd::put(stream, out, (go * simd::load(weight_at) - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
+        f32v weight_sum = {}, bias_sum = {};
+        if constexpr (kWeight) weight_sum = simd::load(partials[0]) + go * xh;
+        if constexpr (kBias) bias_sum = simd::load(partials[kWeight]) + go;
+        if constexpr (kWeight) simd::store(partials[0], weight_sum);
+        if constexpr (kBias) simd::store(partials[kWeight], bias_sum);
+        simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
     };
     const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
     auto run = [&](auto *...partials) {

@@ -31,9 +31,11 @@ void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const f
     const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
     // partial_at: grad_w's partial, if wanted.
     auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const float *w_at, auto *...partial_at) {
-        const f32v gy = simd::load(gy_at), xj = simd::load(x_at);
+        // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
+        // behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
+        const f32v gy = simd::load(gy_at), xj = simd::load(x_at), wj = simd::load(w_at);
         ((simd::store(partial_at, simd::load(partial_at) + gy * xj * r_v)), ...);
-        simd::put(stream, out, r_v * gy * simd::load(w_at) - x_coef_v * xj);
+        simd::put(stream, out, r_v * gy * wj - x_coef_v * xj);
     };
     if (partial == nullptr) {
         simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w);
