@@ -21,6 +21,23 @@ void parallelFor(size_t count, Body &&body) {
     for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i));
 }
 
+// body(thread, threads) once on each thread of one parallel region; barrier() inside it waits for all of them.
+template <typename Body>
+void parallelRegion(Body &&body) {
+#ifdef ENABLE_OMP
+#pragma omp parallel
+    body(static_cast<size_t>(omp_get_thread_num()), static_cast<size_t>(omp_get_num_threads()));
+#else
+    body(size_t(0), size_t(1));
+#endif
+}
+
+inline void barrier() {
+#ifdef ENABLE_OMP
+#pragma omp barrier
+#endif
+}
+
 inline size_t maxThreads() {
 #ifdef ENABLE_OMP
     return static_cast<size_t>(omp_get_max_threads());

@@ -1,5 +1,5 @@
 // The two-pass schedule shared by the row-normalizing ops: per row, reduce a pair of sums, then apply.
-// Many row blocks: threads take whole row blocks. Few: threads take the fixed chunks of each row in turn.
+// Many row blocks: threads take whole row blocks. Few: the threads split every row at fixed chunk boundaries.
 // Both schedules do the same arithmetic in the same order, so results never depend on the thread count.
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
 #define INFINI_DEVICES_CPU_ROW_DRIVER_H
@@ -14,9 +14,17 @@ namespace cpu {
 
 constexpr size_t kMaxRowBlocks = 64;
 constexpr size_t kRowChunk = 4096; // the reduction chunk of the leaf kernels (simd::kChunk)
+// The row blocks' weight-gradient partials of one gradient take at most this much (or one block): with long rows,
+// 64 blocks of partials would be written, read and summed from DRAM, as much traffic as the data itself.
+constexpr size_t kPartialBytes = size_t(4) << 20;
 
 // Rows of at least kLongRunBytes per input have the next row fetched ahead during their elementwise pass:
 // shorter rows alternate their two passes often enough for the hardware prefetchers to keep DRAM busy.
+
+inline size_t maxRowBlocks(size_t dim) {
+    const size_t fitting = kPartialBytes / (dim * sizeof(float) + 1);
+    return fitting < 1 ? 1 : fitting < kMaxRowBlocks ? fitting : kMaxRowBlocks;
+}
 
 struct RowPlan {
     size_t rows, dim;
@@ -27,7 +35,7 @@ struct RowPlan {
     bool stream_output, fetch_ahead;
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
-        : rows(rows), dim(dim), blocks(Blocks::split(rows, kMaxRowBlocks)), chunks(Blocks::ofSize(dim, kRowChunk)),
+        : rows(rows), dim(dim), blocks(Blocks::split(rows, maxRowBlocks(dim))), chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
           fetch_ahead(dim * element_bytes >= kLongRunBytes) {}
 
@@ -44,8 +52,8 @@ struct RowPlan {
         return hints;
     }
 
-    // Scratch the driver needs in the workspace: one PairSums per chunk.
-    size_t scratchBytes() const { return chunks.count * sizeof(PairSums); }
+    // Scratch the driver needs in the workspace: one PairSums per chunk, for two rows.
+    size_t scratchBytes() const { return 2 * chunks.count * sizeof(PairSums); }
 };
 
 // sums(row, begin, n) -> PairSums of the row's elements [begin, begin + n);
@@ -63,22 +71,31 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         });
         return;
     }
-    for (size_t row = 0; row < plan.rows; ++row) {
-        parallelFor(plan.chunks.count, [&](size_t c) {
-            size_t begin = plan.chunks.begin(c);
-            chunk_sums[c] = sums(row, begin, plan.chunks.end(c, plan.dim) - begin);
-        });
-        PairSums total;
-        for (size_t c = 0; c < plan.chunks.count; ++c) {
-            total.first += chunk_sums[c].first;
-            total.second += chunk_sums[c].second;
+    // One region for all rows (a region per pass cost more than it saved). Each thread keeps the same chunks of
+    // every row; chunk sums alternate between two buffers, so one barrier per row keeps a fast thread from
+    // overwriting sums another is still adding up.
+    parallelRegion([&](size_t thread, size_t threads) {
+        const size_t first = plan.chunks.count * thread / threads, last = plan.chunks.count * (thread + 1) / threads;
+        for (size_t row = 0; row < plan.rows; ++row) {
+            PairSums *row_sums = chunk_sums + (row % 2) * plan.chunks.count;
+            for (size_t c = first; c < last; ++c) {
+                size_t begin = plan.chunks.begin(c);
+                row_sums[c] = sums(row, begin, plan.chunks.end(c, plan.dim) - begin);
+            }
+            barrier();
+            PairSums total;
+            for (size_t c = 0; c < plan.chunks.count; ++c) {
+                total.first += row_sums[c].first;
+                total.second += row_sums[c].second;
+            }
+            const size_t block = row / plan.blocks.per_block;
+            for (size_t c = first; c < last; ++c) {
+                size_t begin = plan.chunks.begin(c);
+                apply(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin,
+                      plan.fetch_ahead && row + 1 < plan.rows);
+            }
         }
-        size_t block = row / plan.blocks.per_block;
-        parallelFor(plan.chunks.count, [&](size_t c) {
-            size_t begin = plan.chunks.begin(c);
-            apply(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin, plan.fetch_ahead && row + 1 < plan.rows);
-        });
-    }
+    });
 }
 
 template <typename C>

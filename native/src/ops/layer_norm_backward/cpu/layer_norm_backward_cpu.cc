@@ -71,7 +71,7 @@ class CpuDescriptor final : public Descriptor {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim, blocks = plan_.blocks.count;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        C *weight_c = reinterpret_cast<C *>(chunk_sums + plan_.chunks.count);
+        C *weight_c = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         C *next_partials = weight_c + dim;
         C *weight_partials = info.has_grad_weight ? std::exchange(next_partials, next_partials + blocks * dim) : nullptr;
         C *bias_partials = info.has_grad_bias ? next_partials : nullptr;

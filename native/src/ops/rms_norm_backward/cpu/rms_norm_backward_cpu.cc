@@ -63,7 +63,7 @@ class CpuDescriptor final : public Descriptor {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        C *w_c = reinterpret_cast<C *>(chunk_sums + plan_.chunks.count);
+        C *w_c = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         C *partials = info.has_grad_w ? w_c + dim : nullptr;
         cpu::widenVector(dim, w, info.w_stride, w_c);
         if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
