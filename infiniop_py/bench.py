@@ -273,27 +273,33 @@ def machine_description():
 
 
 def format_table(report):
+    """The report as a Markdown table. Where the results carry their own copy_bandwidth (the CPU's, timed with each
+    case) the fractions use it and a last column shows it; otherwise they use the report's one copy."""
     copy = report["copy_bandwidth"]
+    per_case_copy = all("copy_bandwidth" in r for r in report["results"])
     threads = f"; threads: {report['threads']}" if report["threads"] else ""
+    copy_header, copy_rule = (" copy GB/s |", "---:|") if per_case_copy else ("", "")
     lines = [
         f"machine: {report['machine']}{threads}; torch {report['torch_version']}",
         f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
-        "| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        f"| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |{copy_header}",
+        f"|---|---|---|---:|---:|---:|---:|---:|---:|{copy_rule}",
     ]
     speedups = []
     for r in report["results"]:
+        case_copy = r.get("copy_bandwidth", copy)
         speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
         if speedup:
             speedups.append(speedup)
         torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
         speedup_cell = f"{speedup:.2f}x" if speedup else "-"
-        torch_fraction = f"{r['torch_bandwidth'] / copy:.2f}" if r["torch_bandwidth"] else "-"
+        torch_fraction = f"{r['torch_bandwidth'] / case_copy:.2f}" if r["torch_bandwidth"] else "-"
+        copy_cell = f" {case_copy / 1e9:.1f} |" if per_case_copy else ""
         shape = "x".join(map(str, r["shape"]))
         lines.append(
             f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} | "
-            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / copy:.2f} | {torch_fraction} |"
+            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | {torch_fraction} |{copy_cell}"
         )
     if speedups:
         lines.append("")
@@ -314,9 +320,9 @@ def plot(report, path):
 
     results = report["results"]
     labels = [f"{r['op']}\n{r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
-    copy = report["copy_bandwidth"]
-    ours = [r["ours_bandwidth"] / copy for r in results]
-    theirs = [(r["torch_bandwidth"] or 0) / copy for r in results]
+    copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
+    ours = [r["ours_bandwidth"] / copy for r, copy in zip(results, copies)]
+    theirs = [(r["torch_bandwidth"] or 0) / copy for r, copy in zip(results, copies)]
     positions = np.arange(len(results))
     figure, axes = plt.subplots(figsize=(max(8, 0.6 * len(results)), 5))
     axes.bar(positions - 0.2, ours, 0.4, label="infiniop-py")
