@@ -2,7 +2,10 @@
 (this module: the CPU, the command line and the table; bench_nvidia.py: the GPU).
 
 Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
-O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians.
+O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians. On the CPU the
+copy, our op and torch's op are timed in interleaved rounds, and each case is set against its own rounds' copy:
+a shared machine's memory bandwidth drifts from minute to minute, and one copy timed at the start would put
+that drift into every fraction.
 """
 
 import argparse
@@ -19,6 +22,7 @@ import numpy as np
 ROW_SHAPES = [(4096, 4096), (32768, 512), (256, 65536), (1, 1048576)]
 BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576)]
 DTYPES = ["float32", "bfloat16", "float16"]
+COPY_BYTES = 256 << 20  # far beyond every cache
 
 
 def median_seconds(run, repeats, min_seconds=0.2):
@@ -35,17 +39,35 @@ def median_seconds(run, repeats, min_seconds=0.2):
     return statistics.median(times)
 
 
-def copy_bandwidth(threads, repeats):
-    """Best of a numpy copy and a torch copy with `threads` threads, in bytes/s (read + write counted)."""
-    source = np.ones(64 << 20, dtype=np.float32)  # 256 MiB: far beyond every cache
+def interleaved_medians(runs, repeats, min_seconds=0.2):
+    """Median wall time of each callable in `runs`, timed in rounds: after one warm-up call of each, every round
+    calls each once, in order. All get the same rounds: at least `repeats`, and more until each has run
+    min_seconds in all (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike."""
+    for run in runs:
+        run()
+    times = [[] for _ in runs]
+    totals = [0.0] * len(runs)
+    while len(times[0]) < repeats or min(totals) < min_seconds:
+        for index, run in enumerate(runs):
+            begin = time.perf_counter()
+            run()
+            times[index].append(time.perf_counter() - begin)
+            totals[index] += times[index][-1]
+        if len(times[0]) >= 20 * repeats:
+            break
+    return [statistics.median(own) for own in times]
+
+
+def copy_call(torch):
+    """(a call that copies COPY_BYTES, its name): torch's copy_ where torch is present, numpy's copyto otherwise.
+    torch's copies with the benchmark's threads (torch.set_num_threads), numpy's with one, so where both exist
+    torch's is the one that can reach the memory bandwidth the operators have."""
+    source = np.ones(COPY_BYTES // 4, dtype=np.float32)
     target = np.empty_like(source)
-    best = 2 * source.nbytes / median_seconds(lambda: np.copyto(target, source), repeats)
-    torch = _torch()
-    if torch is not None:
-        torch.set_num_threads(threads)
-        source_t, target_t = torch.from_numpy(source), torch.from_numpy(target)
-        best = max(best, 2 * source.nbytes / median_seconds(lambda: target_t.copy_(source_t), repeats))
-    return best
+    if torch is None:
+        return (lambda: np.copyto(target, source)), "numpy copyto"
+    source_t, target_t = torch.from_numpy(source), torch.from_numpy(target)
+    return (lambda: target_t.copy_(source_t)), "torch copy"
 
 
 def _torch():
@@ -179,7 +201,7 @@ def run(args):
     if torch is not None:
         torch.set_num_threads(threads)
     rng = np.random.default_rng(0)
-    copy = copy_bandwidth(threads, args.repeats)
+    copy, copy_name = copy_call(torch)
     planned = list(cases(args.ops, args.dtypes, args.quick))
     results = []
     with ip.Handle(args.device) as handle:
@@ -187,17 +209,21 @@ def run(args):
             progress(index, len(planned), f"{op} {dtype} {shape}")
             case, operator, ours, theirs = build_case(op, dtype, shape, handle, rng)
             with operator:
-                ours_s = median_seconds(ours, args.repeats)
-                torch_s = median_seconds(theirs, args.repeats) if theirs is not None else None
+                participants = [copy, ours] + ([theirs] if theirs is not None else [])
+                copy_s, ours_s, *torch_s = interleaved_medians(participants, args.repeats)
+            torch_s = torch_s[0] if torch_s else None
             results.append({
                 "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
                 "ours_bandwidth": case.bytes_moved / ours_s,
                 "torch_bandwidth": case.bytes_moved / torch_s if torch_s else None,
+                "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
             })
         progress(len(planned), len(planned), "done")
     overheads = functional_overheads(args.repeats)
     return {
-        "machine": machine_description(), "threads": threads, "copy_bandwidth": copy,
+        "machine": machine_description(), "threads": threads,
+        "copy_bandwidth": statistics.median(r["copy_bandwidth"] for r in results),
+        "copy_method": f"{copy_name} of {COPY_BYTES >> 20} MiB, interleaved with each case; median over cases",
         "torch_version": torch.__version__ if torch is not None else None,
         "functional_overhead_s": overheads["rms_norm"], "functional_overheads_s": overheads, "results": results,
     }
@@ -273,27 +299,33 @@ def machine_description():
 
 
 def format_table(report):
+    """The report as a Markdown table. Where the results carry their own copy_bandwidth (the CPU's, timed with each
+    case) the fractions use it and a last column shows it; otherwise they use the report's one copy."""
     copy = report["copy_bandwidth"]
+    per_case_copy = all("copy_bandwidth" in r for r in report["results"])
     threads = f"; threads: {report['threads']}" if report["threads"] else ""
+    copy_header, copy_rule = (" copy GB/s |", "---:|") if per_case_copy else ("", "")
     lines = [
         f"machine: {report['machine']}{threads}; torch {report['torch_version']}",
         f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
-        "| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        f"| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |{copy_header}",
+        f"|---|---|---|---:|---:|---:|---:|---:|---:|{copy_rule}",
     ]
     speedups = []
     for r in report["results"]:
+        case_copy = r.get("copy_bandwidth", copy)
         speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
         if speedup:
             speedups.append(speedup)
         torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
         speedup_cell = f"{speedup:.2f}x" if speedup else "-"
-        torch_fraction = f"{r['torch_bandwidth'] / copy:.2f}" if r["torch_bandwidth"] else "-"
+        torch_fraction = f"{r['torch_bandwidth'] / case_copy:.2f}" if r["torch_bandwidth"] else "-"
+        copy_cell = f" {case_copy / 1e9:.1f} |" if per_case_copy else ""
         shape = "x".join(map(str, r["shape"]))
         lines.append(
             f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} | "
-            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / copy:.2f} | {torch_fraction} |"
+            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | {torch_fraction} |{copy_cell}"
         )
     if speedups:
         lines.append("")
@@ -314,9 +346,9 @@ def plot(report, path):
 
     results = report["results"]
     labels = [f"{r['op']}\n{r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
-    copy = report["copy_bandwidth"]
-    ours = [r["ours_bandwidth"] / copy for r in results]
-    theirs = [(r["torch_bandwidth"] or 0) / copy for r in results]
+    copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
+    ours = [r["ours_bandwidth"] / copy for r, copy in zip(results, copies)]
+    theirs = [(r["torch_bandwidth"] or 0) / copy for r, copy in zip(results, copies)]
     positions = np.arange(len(results))
     figure, axes = plt.subplots(figsize=(max(8, 0.6 * len(results)), 5))
     axes.bar(positions - 0.2, ours, 0.4, label="infiniop-py")
@@ -338,7 +370,9 @@ def main(argv=None):
     parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
                         choices=["rms_norm", "layer_norm", "batch_norm"])
     parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
-    parser.add_argument("--repeats", type=int, default=7, help="timed calls per case at least (median reported)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed rounds per case at least, each calling the copy, ours and torch's once "
+                             "(medians reported)")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")

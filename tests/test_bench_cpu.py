@@ -1,0 +1,110 @@
+"""The CPU benchmark's timing (infiniop_py/bench.py): the copy, our op and torch's op are timed in interleaved rounds,
+and each case's fractions are taken against the copy of its own rounds, so a memory bandwidth that drifts during a
+run on a shared machine does not drift the fractions."""
+
+import argparse
+import statistics
+import types
+
+import pytest
+
+from infiniop_py import bench
+
+
+class FakeClock:
+    """A perf_counter that only moves when a fake run says how long it took."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def fake_runs(clock, log, durations):
+    """name -> a call that logs its name and advances the clock by its next duration."""
+    def make(name):
+        remaining = iter(durations[name])
+
+        def run():
+            log.append(name)
+            clock.now += next(remaining)
+        return run
+    return [make(name) for name in durations]
+
+
+def test_rounds_call_each_in_turn_after_one_warm_up_each(monkeypatch):
+    clock, log = FakeClock(), []
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    # The first duration of each is its warm-up, which must not count.
+    durations = {"copy": [9.0, 0.030, 0.010, 0.020], "ours": [9.0, 0.001, 0.003, 0.002],
+                 "torch": [9.0, 0.005, 0.004, 0.006]}
+
+    medians = bench.interleaved_medians(fake_runs(clock, log, durations), repeats=3, min_seconds=0)
+
+    assert log == ["copy", "ours", "torch"] * 4
+    assert medians == [pytest.approx(0.020), pytest.approx(0.002), pytest.approx(0.005)]
+
+
+def test_rounds_go_on_until_each_has_run_min_seconds_and_stop_at_twenty_times_repeats(monkeypatch):
+    clock, log = FakeClock(), []
+    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    durations = {"copy": [0.010] * 100, "ours": [0.001] * 100}
+
+    bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=0.0055)
+    # ours, the faster, sets the count: 6 timed rounds of 1 ms reach 5.5 ms.
+    assert log == ["copy", "ours"] * (1 + 6)
+
+    log.clear()
+    bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=10)
+    assert log == ["copy", "ours"] * (1 + 40)
+
+
+def test_run_sets_each_case_against_its_own_copy(monkeypatch):
+    torch = pytest.importorskip("torch", reason="the report's torch columns need torch")
+    monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))  # run() sets torch's threads from it
+    monkeypatch.setattr(bench, "ROW_SHAPES", [(4, 64), (2, 128), (8, 32)])
+    monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(bench, "functional_overheads", lambda repeats: dict.fromkeys(
+        ("rms_norm", "layer_norm", "batch_norm"), 1e-6))  # timed elsewhere; slow here
+    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False)
+
+    report = bench.run(args)
+
+    results = report["results"]
+    assert [r["shape"] for r in results] == [[4, 64], [2, 128], [8, 32]]
+    assert all(r["copy_bandwidth"] > 0 and r["ours_bandwidth"] > 0 and r["torch_bandwidth"] > 0 for r in results)
+    assert report["copy_bandwidth"] == statistics.median(r["copy_bandwidth"] for r in results)
+    assert report["copy_method"] == "torch copy of 1 MiB, interleaved with each case; median over cases"
+
+    table = bench.format_table(report)
+    rows = [line for line in table.splitlines() if line.startswith("| rms_norm")]
+    assert len(rows) == len(results)
+    for row, r in zip(rows, results):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[7:] == [f"{r['ours_bandwidth'] / r['copy_bandwidth']:.2f}",
+                             f"{r['torch_bandwidth'] / r['copy_bandwidth']:.2f}", f"{r['copy_bandwidth'] / 1e9:.1f}"]
+
+
+def test_cpu_report_table_uses_each_case_copy():
+    results = [
+        {"op": "rms_norm", "dtype": "float32", "shape": [4096, 4096], "ours_s": 6e-3, "torch_s": 1.5e-1,
+         "ours_bandwidth": 30e9, "torch_bandwidth": 1.2e9, "copy_bandwidth": 40e9},
+        {"op": "layer_norm", "dtype": "bfloat16", "shape": [1, 1048576], "ours_s": 1e-3, "torch_s": None,
+         "ours_bandwidth": 6e9, "torch_bandwidth": None, "copy_bandwidth": 60e9},
+    ]
+    report = {"machine": "CPU under test", "threads": 2, "copy_bandwidth": 50e9, "copy_method": "copy method",
+              "torch_version": "2.13.0", "functional_overhead_s": 3e-6,
+              "functional_overheads_s": {"rms_norm": 3e-6}, "results": results}
+
+    lines = bench.format_table(report).splitlines()
+
+    assert lines[0] == "machine: CPU under test; threads: 2; torch 2.13.0" and lines[1] == "copy bandwidth (copy method): 50.0 GB/s"
+    header = lines.index("| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy "
+                         "| copy GB/s |")
+    assert lines[header + 1] == "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[header + 2:header + 4]]
+    assert rows == [
+        ["rms_norm", "float32", "4096x4096", "6.000", "150.000", "25.00x", "30.0", "0.75", "0.03", "40.0"],
+        ["layer_norm", "bfloat16", "1x1048576", "1.000", "-", "-", "6.0", "0.10", "-", "60.0"],
+    ]
