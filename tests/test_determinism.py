@@ -1,4 +1,4 @@
-"""Results are bitwise identical between runs, and between OMP_NUM_THREADS=1 and 2."""
+"""Results are bitwise identical between runs, and between OMP_NUM_THREADS=1, 2 and 3."""
 
 import os
 import subprocess
@@ -7,11 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from _helpers import BF16, F32, OPS
+from _helpers import BF16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_reference
 
 # Many rows / a large batch, so that the work splits into several row blocks and partial sums.
 SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 192),
           "batch_norm_backward": (48, 6, 700)}
+# The row ops' other schedules (devices/cpu/row_driver.h): fewer row blocks than two per thread, where the
+# threads split every row at fixed chunks (3 chunks, uneven across 2 threads); and rows so long that the row
+# blocks are capped by the size of their partials (16 rows of 70000: 8 blocks of 2 rows).
+LONG_ROW_SHAPES = {"split rows": (3, 9000), "capped blocks": (16, 70000)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 
@@ -32,26 +36,32 @@ for line in open(directory + "/cases.txt").read().split():
 """
 
 
-@pytest.fixture(scope="module")
-def saved_inputs(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("determinism")
+def save_inputs(directory, cases, shape_of):
+    """Save each case's inputs for RUN_ALL; the cases' ops, in order."""
     lines = []
-    for case in OPS:
+    for case in cases:
         for dtype_name, dtype in DTYPES.items():
-            inputs = case.make_inputs(np.random.default_rng(11), SHAPES[case.name], dtype)
+            inputs = case.make_inputs(np.random.default_rng(11), shape_of(case), dtype)
             for i, array in enumerate(inputs):
                 np.save(directory / f"{case.name}-{dtype_name}-{i}.npy", array.view(RAW[array.itemsize]))
             lines.append(f"{case.name}:{dtype_name}:{len(inputs)}")
     (directory / "cases.txt").write_text("\n".join(lines))
-    return directory
+    return cases
 
 
-def run_in_subprocess(directory, omp_threads):
-    """Run every case in a fresh interpreter; {(op, dtype): output bytes}."""
+@pytest.fixture(scope="module")
+def saved_inputs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("determinism")
+    return directory, save_inputs(directory, OPS, lambda case: SHAPES[case.name])
+
+
+def run_in_subprocess(saved, omp_threads):
+    """Run every saved case in a fresh interpreter; {(op, dtype): output bytes}."""
+    directory, cases = saved
     env = dict(os.environ, OMP_NUM_THREADS=str(omp_threads))
     subprocess.run([sys.executable, "-c", RUN_ALL, str(directory)], env=env, check=True, timeout=300)
     outputs = {}
-    for case in OPS:
+    for case in cases:
         for dtype_name in DTYPES:
             path = directory / f"{case.name}-{dtype_name}.out"
             outputs[case.name, dtype_name] = path.read_bytes()
@@ -59,13 +69,31 @@ def run_in_subprocess(directory, omp_threads):
     return outputs
 
 
-def test_one_and_two_threads_give_identical_bits(saved_inputs):
-    one_thread = run_in_subprocess(saved_inputs, 1)
-    two_threads = run_in_subprocess(saved_inputs, 2)
-    assert one_thread.keys() == two_threads.keys()
-    for key in one_thread:
-        assert len(one_thread[key]) > 0
-        assert one_thread[key] == two_threads[key], f"{key}: OMP_NUM_THREADS=1 and 2 differ"
+def assert_same_bits_with_1_2_and_3_threads(saved):
+    one_thread = run_in_subprocess(saved, 1)
+    for threads in (2, 3):
+        more_threads = run_in_subprocess(saved, threads)
+        assert one_thread.keys() == more_threads.keys()
+        for key in one_thread:
+            assert len(one_thread[key]) > 0
+            assert one_thread[key] == more_threads[key], f"{key}: OMP_NUM_THREADS=1 and {threads} differ"
+
+
+def test_one_two_and_three_threads_give_identical_bits(saved_inputs):
+    assert_same_bits_with_1_2_and_3_threads(saved_inputs)
+
+
+@pytest.mark.parametrize("shape", LONG_ROW_SHAPES.values(), ids=LONG_ROW_SHAPES.keys())
+def test_long_row_schedules_give_identical_bits_with_1_2_and_3_threads(tmp_path, shape):
+    assert_same_bits_with_1_2_and_3_threads((tmp_path, save_inputs(tmp_path, (RMS_NORM, LAYER_NORM), lambda _: shape)))
+
+
+@pytest.mark.parametrize("shape", LONG_ROW_SHAPES.values(), ids=LONG_ROW_SHAPES.keys())
+@pytest.mark.parametrize("case", (RMS_NORM, LAYER_NORM), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
+def test_long_row_schedules_match_the_reference(case, dtype, shape):
+    inputs = case.make_inputs(np.random.default_rng(13), shape, dtype)
+    assert_matches_reference(case, case.function()(*inputs), inputs, dtype)
 
 
 @pytest.mark.parametrize("case", OPS, ids=str)
