@@ -3,9 +3,9 @@
 
 Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
 O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians. On the CPU the
-copy, our op and torch's op are timed in interleaved rounds, and each case is set against its own rounds' copy:
-a shared machine's memory bandwidth drifts from minute to minute, and one copy timed at the start would put
-that drift into every fraction.
+copy, our op and torch's op are timed in interleaved rounds (each call timed right after an untimed call of
+itself), and each case is set against its own rounds' copy: a shared machine's memory bandwidth drifts from
+minute to minute, and one copy timed at the start would put that drift into every fraction.
 """
 
 import argparse
@@ -40,15 +40,16 @@ def median_seconds(run, repeats, min_seconds=0.2):
 
 
 def interleaved_medians(runs, repeats, min_seconds=0.2):
-    """Median wall time of each callable in `runs`, timed in rounds: after one warm-up call of each, every round
-    calls each once, in order. All get the same rounds: at least `repeats`, and more until each has run
-    min_seconds in all (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike."""
-    for run in runs:
-        run()
+    """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
+    times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
+    the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
+    the caches cold). All get the same rounds: at least `repeats`, and more until each has run min_seconds in all
+    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike."""
     times = [[] for _ in runs]
     totals = [0.0] * len(runs)
     while len(times[0]) < repeats or min(totals) < min_seconds:
         for index, run in enumerate(runs):
+            run()
             begin = time.perf_counter()
             run()
             times[index].append(time.perf_counter() - begin)
@@ -371,7 +372,7 @@ def main(argv=None):
                         choices=["rms_norm", "layer_norm", "batch_norm"])
     parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
     parser.add_argument("--repeats", type=int, default=7,
-                        help="timed rounds per case at least, each calling the copy, ours and torch's once "
+                        help="timed rounds per case at least, each calling the copy, ours and torch's twice and timing the second call "
                              "(medians reported)")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")

@@ -33,31 +33,31 @@ def fake_runs(clock, log, durations):
     return [make(name) for name in durations]
 
 
-def test_rounds_call_each_in_turn_after_one_warm_up_each(monkeypatch):
+def test_rounds_time_each_in_turn_right_after_an_untimed_call_of_itself(monkeypatch):
     clock, log = FakeClock(), []
     monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
-    # The first duration of each is its warm-up, which must not count.
-    durations = {"copy": [9.0, 0.030, 0.010, 0.020], "ours": [9.0, 0.001, 0.003, 0.002],
-                 "torch": [9.0, 0.005, 0.004, 0.006]}
+    # Each round calls each twice; the first, untimed call must not count (9 s here).
+    durations = {"copy": [9.0, 0.030, 9.0, 0.010, 9.0, 0.020], "ours": [9.0, 0.001, 9.0, 0.003, 9.0, 0.002],
+                 "torch": [9.0, 0.005, 9.0, 0.004, 9.0, 0.006]}
 
     medians = bench.interleaved_medians(fake_runs(clock, log, durations), repeats=3, min_seconds=0)
 
-    assert log == ["copy", "ours", "torch"] * 4
+    assert log == ["copy", "copy", "ours", "ours", "torch", "torch"] * 3
     assert medians == [pytest.approx(0.020), pytest.approx(0.002), pytest.approx(0.005)]
 
 
 def test_rounds_go_on_until_each_has_run_min_seconds_and_stop_at_twenty_times_repeats(monkeypatch):
     clock, log = FakeClock(), []
     monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
-    durations = {"copy": [0.010] * 100, "ours": [0.001] * 100}
+    durations = {"copy": [0.010] * 200, "ours": [0.001] * 200}
 
     bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=0.0055)
     # ours, the faster, sets the count: 6 timed rounds of 1 ms reach 5.5 ms.
-    assert log == ["copy", "ours"] * (1 + 6)
+    assert log == ["copy", "copy", "ours", "ours"] * 6
 
     log.clear()
     bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=10)
-    assert log == ["copy", "ours"] * (1 + 40)
+    assert log == ["copy", "copy", "ours", "ours"] * 40
 
 
 def test_run_sets_each_case_against_its_own_copy(monkeypatch):
