@@ -372,8 +372,8 @@ def main(argv=None):
                         choices=["rms_norm", "layer_norm", "batch_norm"])
     parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
     parser.add_argument("--repeats", type=int, default=7,
-                        help="timed rounds per case at least, each calling the copy, ours and torch's twice and timing the second call "
-                             "(medians reported)")
+                        help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
+                             "and times the second call (medians reported)")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")

@@ -18,13 +18,15 @@ constexpr size_t kRowChunk = 4096; // the reduction chunk of the leaf kernels (s
 // 64 blocks of partials would be written, read and summed from DRAM, as much traffic as the data itself.
 constexpr size_t kPartialBytes = size_t(4) << 20;
 
+inline size_t maxRowBlocks(size_t dim) {
+    const size_t partial_bytes = dim * sizeof(float);
+    if (partial_bytes * kMaxRowBlocks <= kPartialBytes) return kMaxRowBlocks;
+    const size_t fitting = kPartialBytes / partial_bytes;
+    return fitting < 1 ? 1 : fitting;
+}
+
 // Rows of at least kLongRunBytes per input have the next row fetched ahead during their elementwise pass:
 // shorter rows alternate their two passes often enough for the hardware prefetchers to keep DRAM busy.
-
-inline size_t maxRowBlocks(size_t dim) {
-    const size_t fitting = kPartialBytes / (dim * sizeof(float) + 1);
-    return fitting < 1 ? 1 : fitting < kMaxRowBlocks ? fitting : kMaxRowBlocks;
-}
 
 struct RowPlan {
     size_t rows, dim;
