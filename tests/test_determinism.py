@@ -96,6 +96,25 @@ def test_long_row_schedules_match_the_reference(case, dtype, shape):
     assert_matches_reference(case, case.function()(*inputs), inputs, dtype)
 
 
+# Long rows are reduced inside the previous row's elementwise pass, except the first row of each row block (or,
+# with rows split across threads, row 0): blocks of 3 rows of 5000 (two 4096-element chunks, the second with a
+# scalar tail), and 3 rows of 9000 split across threads.
+IDENTICAL_ROW_SHAPES = {"blocks of 3 rows": (130, 5000), "split rows": (3, 9000)}
+
+
+@pytest.mark.parametrize("shape", IDENTICAL_ROW_SHAPES.values(), ids=IDENTICAL_ROW_SHAPES.keys())
+@pytest.mark.parametrize("case", (RMS_NORM, LAYER_NORM), ids=str)
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
+def test_identical_rows_give_identical_bits_however_they_are_reduced(case, dtype, shape):
+    rows, dim = shape
+    one_row = case.make_inputs(np.random.default_rng(14), (1, dim), dtype)
+    inputs = [np.repeat(a, rows, axis=0) if a.shape[0] == 1 else a for a in one_row]  # the weight stays (dim,)
+    grad = case.function()(*inputs)[0]
+    assert grad.shape == (rows, dim)
+    for row in range(1, rows):
+        assert grad[row].tobytes() == grad[0].tobytes(), f"row {row} differs from row 0"
+
+
 @pytest.mark.parametrize("case", OPS, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
 def test_repeated_runs_give_identical_bits(case, dtype):

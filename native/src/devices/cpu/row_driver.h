@@ -1,4 +1,5 @@
-// The two-pass schedule shared by the row-normalizing ops: per row, reduce a pair of sums, then apply.
+// The two-pass schedule shared by the row-normalizing ops: per row, reduce a pair of sums, then apply. For long
+// rows the apply pass also reduces the next row, so that reading it from DRAM overlaps this row's arithmetic.
 // Many row blocks: threads take whole row blocks. Few: the threads split every row at fixed chunk boundaries.
 // Both schedules do the same arithmetic in the same order, so results never depend on the thread count.
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
@@ -7,6 +8,7 @@
 #include "parallel.h"
 #include "reduce.h"
 #include "row_hints.h"
+#include "workspace.h"
 
 #include <cstring>
 
@@ -25,50 +27,63 @@ inline size_t maxRowBlocks(size_t dim) {
     return fitting < 1 ? 1 : fitting;
 }
 
-// Rows of at least kLongRunBytes per input have the next row fetched ahead during their elementwise pass:
-// shorter rows alternate their two passes often enough for the hardware prefetchers to keep DRAM busy.
-
 struct RowPlan {
     size_t rows, dim;
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
     // Only long rows stream, at any alignment. Short aligned rows could too (BatchNorm's short runs gain from
     // it, see cpu::streamOutput), but measured slower here: BF16 rows of 1 KiB lost a quarter of their speed.
-    bool stream_output, fetch_ahead;
+    bool stream_output;
+    // Long rows reduce the next row inside their elementwise pass. Short ones alternate their two passes often
+    // enough for the hardware prefetchers to keep DRAM busy, and measured 5% slower with the fused pass.
+    bool reduce_alongside;
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
         : rows(rows), dim(dim), blocks(Blocks::split(rows, maxRowBlocks(dim))), chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
-          fetch_ahead(dim * element_bytes >= kLongRunBytes) {}
+          reduce_alongside(dim * element_bytes >= kLongRunBytes) {}
 
-    // The hints of the elements of `row` from `begin`: the plan's streaming, and, if fetch_next, the same
+    // The hints of the elements of `row` from `begin`: the plan's streaming, and, if reduce_next, the same
     // elements of row + 1 of the two inputs a and b (each placed by its row layout).
     template <typename T, typename Layout>
-    RowHints<T> hints(size_t row, size_t begin, bool fetch_next, const T *a, const Layout &a_rows, const T *b,
+    RowHints<T> hints(size_t row, size_t begin, bool reduce_next, const T *a, const Layout &a_rows, const T *b,
                       const Layout &b_rows) const {
         RowHints<T> hints{stream_output};
-        if (fetch_next) {
+        if (reduce_next) {
             hints.next_a = a + a_rows.offset(row + 1) + begin;
             hints.next_b = b + b_rows.offset(row + 1) + begin;
         }
         return hints;
     }
 
-    // Scratch the driver needs in the workspace: one PairSums per chunk, for two rows.
-    size_t scratchBytes() const { return 2 * chunks.count * sizeof(PairSums); }
+    // Scratch the driver needs at the workspace's start: one PairSums per chunk, for two rows. Rounded up to
+    // whole cache lines: the vectors the callers keep after it would otherwise each straddle two lines.
+    size_t scratchBytes() const {
+        const size_t bytes = 2 * chunks.count * sizeof(PairSums);
+        return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+    }
 };
 
 // sums(row, begin, n) -> PairSums of the row's elements [begin, begin + n);
-// apply(block, row, total, begin, n, fetch_next) finishes those elements given the row's total sums, fetching
-// the same elements of row + 1 ahead if fetch_next (that row is the same thread's next one in both schedules).
+// apply(block, row, total, begin, n, reduce_next) finishes those elements given the row's total sums and, if
+// reduce_next, returns the sums of the same elements of row + 1 (that row is the same thread's next one in both
+// schedules).
 template <typename Sums, typename Apply>
 void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&apply) {
-    if (plan.dim == 0) return; // rows of no elements: nothing to reduce or write (and their data may be NULL)
+    if (plan.dim == 0 || plan.rows == 0) return; // nothing to reduce or write (and the data may be NULL)
+    // Finishes the elements of `row` and returns the sums of the same elements of row + 1, if has_next.
+    auto finishThenReduceNext = [&](size_t block, size_t row, const PairSums &total, size_t begin, size_t n,
+                                    bool has_next) {
+        if (plan.reduce_alongside && has_next) return apply(block, row, total, begin, n, true);
+        apply(block, row, total, begin, n, false);
+        return has_next ? sums(row + 1, begin, n) : PairSums{};
+    };
     if (plan.blocks.count >= 2 * maxThreads()) {
         parallelFor(plan.blocks.count, [&](size_t block) {
-            for (size_t row = plan.blocks.begin(block); row < plan.blocks.end(block, plan.rows); ++row) {
-                PairSums total = sums(row, 0, plan.dim);
-                apply(block, row, total, 0, plan.dim, plan.fetch_ahead && row + 1 < plan.blocks.end(block, plan.rows));
+            const size_t first = plan.blocks.begin(block), end = plan.blocks.end(block, plan.rows);
+            PairSums total = sums(first, 0, plan.dim);
+            for (size_t row = first; row < end; ++row) {
+                total = finishThenReduceNext(block, row, total, 0, plan.dim, row + 1 < end);
             }
         });
         return;
@@ -78,13 +93,14 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
     // overwriting sums another is still adding up.
     parallelRegion([&](size_t thread, size_t threads) {
         const size_t first = plan.chunks.count * thread / threads, last = plan.chunks.count * (thread + 1) / threads;
+        for (size_t c = first; c < last; ++c) {
+            size_t begin = plan.chunks.begin(c);
+            chunk_sums[c] = sums(0, begin, plan.chunks.end(c, plan.dim) - begin);
+        }
         for (size_t row = 0; row < plan.rows; ++row) {
-            PairSums *row_sums = chunk_sums + (row % 2) * plan.chunks.count;
-            for (size_t c = first; c < last; ++c) {
-                size_t begin = plan.chunks.begin(c);
-                row_sums[c] = sums(row, begin, plan.chunks.end(c, plan.dim) - begin);
-            }
             barrier();
+            const PairSums *row_sums = chunk_sums + (row % 2) * plan.chunks.count;
+            PairSums *next_sums = chunk_sums + ((row + 1) % 2) * plan.chunks.count;
             PairSums total;
             for (size_t c = 0; c < plan.chunks.count; ++c) {
                 total.first += row_sums[c].first;
@@ -93,8 +109,8 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
             const size_t block = row / plan.blocks.per_block;
             for (size_t c = first; c < last; ++c) {
                 size_t begin = plan.chunks.begin(c);
-                apply(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin,
-                      plan.fetch_ahead && row + 1 < plan.rows);
+                next_sums[c] = finishThenReduceNext(block, row, total, begin, plan.chunks.end(c, plan.dim) - begin,
+                                                    row + 1 < plan.rows);
             }
         }
     });

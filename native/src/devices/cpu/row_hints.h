@@ -1,4 +1,5 @@
-// How a row kernel's elementwise pass treats memory: decided per descriptor and row, never changing a result.
+// How a row kernel's elementwise pass runs: whether it streams its output (never changing a result), and which
+// row it reduces alongside.
 #ifndef INFINI_DEVICES_CPU_ROW_HINTS_H
 #define INFINI_DEVICES_CPU_ROW_HINTS_H
 
@@ -30,7 +31,9 @@ inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, 
 template <typename T>
 struct RowHints {
     bool stream_output = false;             // write the output past the caches: it is large, not read again soon
-    const T *next_a = nullptr, *next_b = nullptr; // the next row's two inputs, to fetch ahead (NULL: none)
+    // The next row's two inputs, reduced during this pass (NULL: none): the pass reads this row from the caches,
+    // and would leave DRAM idle if the next one were not read meanwhile.
+    const T *next_a = nullptr, *next_b = nullptr;
 };
 
 } // namespace cpu

@@ -200,18 +200,9 @@ inline void put(std::false_type, T *p, f32v v) {
     store(p, v);
 }
 
-// Fetches the next row's two inputs into the caches while this row is computed from them: the elementwise
-// pass of a long row reads only cached data, which would leave DRAM idle. One prefetch per 64-byte line.
-template <typename T>
-struct Ahead {
-    const T *first = nullptr, *second = nullptr;
-
-    void operator()(size_t j) const {
-        constexpr size_t kVectorsPerLine = 64 / (kWidth * sizeof(T)) > 0 ? 64 / (kWidth * sizeof(T)) : 1;
-        if (first == nullptr || (j / kWidth) % kVectorsPerLine != 0) return;
-        __builtin_prefetch(first + j);
-        __builtin_prefetch(second + j);
-    }
+// forEachVector's side work for a pass that has none.
+struct NoSideWork {
+    void operator()() const {}
 };
 
 namespace detail {
@@ -241,11 +232,11 @@ inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *o
 // it is given and stores its output with put(stream, ...); arrays it takes as non-const are updated in place.
 // Full vectors run in place. The partial ones, the head before `out` is aligned for streamed stores and the
 // tail, run the same step on zero-padded copies, so each element is computed by the same instructions wherever
-// it falls: results never depend on the buffers' alignment or on `stream`. The ahead(j) prefetch runs per full
-// vector. A caller that streams calls fenceStreams() once its whole output is written (per call here would
-// cost a fence per short run).
-template <typename Step, typename Prefetch, typename T, typename... Arrays>
-inline void forEachVector(size_t n, bool stream, Step &&step, const Prefetch &ahead, T *out, Arrays *...arrays) {
+// it falls: results never depend on the buffers' alignment or on `stream`. side_work() runs once per two full
+// vectors: work interleaved with the pass (RowSums::step), or NoSideWork. A caller that streams calls
+// fenceStreams() once its whole output is written (per call here would cost a fence per short run).
+template <typename Step, typename SideWork, typename T, typename... Arrays>
+inline void forEachVector(size_t n, bool stream, Step &&step, SideWork &&side_work, T *out, Arrays *...arrays) {
     constexpr auto kArrays = std::index_sequence_for<Arrays...>{};
     size_t j = 0;
     const size_t misalignment = reinterpret_cast<uintptr_t>(out) % kStreamAlignment<T>;
@@ -255,16 +246,21 @@ inline void forEachVector(size_t n, bool stream, Step &&step, const Prefetch &ah
         if (j > n) j = n;
         detail::stepPadded(step, j, kArrays, out, arrays...);
     }
+    auto full_vectors = [&](auto stream_tag) {
+        for (; j + 2 * kWidth <= n; j += 2 * kWidth) {
+            side_work();
+            step(stream_tag, out + j, (arrays + j)...);
+            step(stream_tag, out + j + kWidth, (arrays + j + kWidth)...);
+        }
+        if (j + kWidth <= n) {
+            step(stream_tag, out + j, (arrays + j)...);
+            j += kWidth;
+        }
+    };
     if (stream) {
-        for (; j + kWidth <= n; j += kWidth) {
-            ahead(j);
-            step(std::true_type{}, out + j, (arrays + j)...);
-        }
+        full_vectors(std::true_type{});
     } else {
-        for (; j + kWidth <= n; j += kWidth) {
-            ahead(j);
-            step(std::false_type{}, out + j, (arrays + j)...);
-        }
+        full_vectors(std::false_type{});
     }
     if (j < n) detail::stepPadded(step, n - j, kArrays, out + j, (arrays + j)...);
 }
@@ -276,27 +272,59 @@ inline double sum(f32v v) {
     return total;
 }
 
-// Sums of the two terms that terms(f32v...) gives for the vectors of `n` elements starting at each pointer,
-// chunk by chunk; `scalar_terms(j, float &first, float &second)` handles the tail of each chunk.
+// Sums of two terms over the n elements of a row, chunk by chunk: F32 lanes inside a kChunk-element chunk, F64
+// across chunks. vector_terms(j, f32v &first, f32v &second) adds the terms of the vector at j;
+// scalar_terms(j, float &first, float &second) those of one element of the last chunk's tail. The vectors of a
+// chunk go by pairs to two accumulator pairs, whether the row is reduced on its own (finish) or a pair of vectors
+// at a time inside another pass (step, then finish): both give the same bits.
 template <typename VectorTerms, typename ScalarTerms>
-inline cpu::PairSums chunkedSums(size_t n, VectorTerms &&vector_terms, ScalarTerms &&scalar_terms) {
-    cpu::PairSums total;
-    for (size_t begin = 0; begin < n; begin += kChunk) {
-        size_t end = begin + kChunk < n ? begin + kChunk : n;
-        f32v first0 = {}, first1 = {}, second0 = {}, second1 = {};
-        size_t j = begin;
-        for (; j + 2 * kWidth <= end; j += 2 * kWidth) {
-            vector_terms(j, first0, second0);
-            vector_terms(j + kWidth, first1, second1);
-        }
-        for (; j + kWidth <= end; j += kWidth) vector_terms(j, first0, second0);
-        float tail_first = 0.0f, tail_second = 0.0f;
-        for (; j < end; ++j) scalar_terms(j, tail_first, tail_second);
-        total.first += sum(first0 + first1) + tail_first;
-        total.second += sum(second0 + second1) + tail_second;
+class RowSums {
+  public:
+    RowSums(size_t n, VectorTerms vector_terms, ScalarTerms scalar_terms)
+        : n_(n), chunk_end_(n < kChunk ? n : kChunk), vector_terms_(vector_terms), scalar_terms_(scalar_terms) {}
+
+    // The next pair of vectors of the current chunk, if one is left.
+    void step() {
+        if (j_ + 2 * kWidth > chunk_end_) return;
+        stepPair();
+        if (j_ == chunk_end_ && j_ < n_) closeChunk(0.0f, 0.0f); // kChunk holds whole pairs
     }
-    return total;
-}
+
+    // Everything not stepped yet; the row's sums.
+    cpu::PairSums finish() {
+        for (;;) {
+            while (j_ + 2 * kWidth <= chunk_end_) stepPair();
+            if (j_ + kWidth <= chunk_end_) {
+                vector_terms_(j_, even_first_, even_second_);
+                j_ += kWidth;
+            }
+            float tail_first = 0.0f, tail_second = 0.0f;
+            for (; j_ < chunk_end_; ++j_) scalar_terms_(j_, tail_first, tail_second);
+            closeChunk(tail_first, tail_second);
+            if (j_ >= n_) return total_;
+        }
+    }
+
+  private:
+    void stepPair() {
+        vector_terms_(j_, even_first_, even_second_);
+        vector_terms_(j_ + kWidth, odd_first_, odd_second_);
+        j_ += 2 * kWidth;
+    }
+
+    void closeChunk(float tail_first, float tail_second) {
+        total_.first += sum(even_first_ + odd_first_) + tail_first;
+        total_.second += sum(even_second_ + odd_second_) + tail_second;
+        even_first_ = even_second_ = odd_first_ = odd_second_ = f32v{};
+        chunk_end_ = n_ - chunk_end_ < kChunk ? n_ : chunk_end_ + kChunk;
+    }
+
+    size_t n_, j_ = 0, chunk_end_;
+    VectorTerms vector_terms_;
+    ScalarTerms scalar_terms_;
+    f32v even_first_ = {}, even_second_ = {}, odd_first_ = {}, odd_second_ = {}; // by the vector's index in its chunk
+    cpu::PairSums total_;
+};
 
 } // namespace simd
 } // namespace

@@ -72,7 +72,7 @@ void apply(const RowTile &tile, const T *grad_output, const T *input, const Coef
                                           simd::load(scale_centered) * (simd::load(x) - simd::load(mean)) +
                                           simd::load(shift));
             },
-            simd::Ahead<T>{}, grad_input + i, grad_output + i, input + i, k.mean, k.scale_grad, k.scale_centered,
+            simd::NoSideWork{}, grad_input + i, grad_output + i, input + i, k.mean, k.scale_grad, k.scale_centered,
             k.shift);
     }
     if (stream_output) simd::fenceStreams();
@@ -87,7 +87,7 @@ void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T
             [&](auto stream, T *gi, const auto *go, const float *factor) {
                 simd::put(stream, gi, simd::load(factor) * simd::load(go));
             },
-            simd::Ahead<T>{}, grad_input + i, grad_output + i, scale_grad);
+            simd::NoSideWork{}, grad_input + i, grad_output + i, scale_grad);
     }
     if (stream_output) simd::fenceStreams();
 }

@@ -79,7 +79,7 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
                 [&](auto stream, T *gi, const auto *go, const auto *x) {
                     simd::put(stream, gi, scale_grad * simd::load(go) + scale_centered * (simd::load(x) - mean) + shift);
                 },
-                simd::Ahead<T>{}, grad_input + offset, grad_output + offset, input + offset);
+                simd::NoSideWork{}, grad_input + offset, grad_output + offset, input + offset);
         }
     }
     if (stream_output) simd::fenceStreams();
@@ -94,7 +94,7 @@ void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *g
             simd::forEachVector(
                 tile.end - tile.begin, stream_output,
                 [&](auto stream, T *gi, const auto *go) { simd::put(stream, gi, factor * simd::load(go)); },
-                simd::Ahead<T>{}, grad_input + offset, grad_output + offset);
+                simd::NoSideWork{}, grad_input + offset, grad_output + offset);
         }
     }
     if (stream_output) simd::fenceStreams();

@@ -25,15 +25,16 @@ cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *xhat, c
     return total;
 }
 
-void applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
-              const double *xhat, const double *weight, double *grad_input, double *weight_partial,
-              double *bias_partial, const cpu::RowHints<double> &) {
+cpu::PairSums applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
+                       const double *xhat, const double *weight, double *grad_input, double *weight_partial,
+                       double *bias_partial, const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
         const double go = grad_output[j], xh = xhat[j];
         if (weight_partial != nullptr) weight_partial[j] += go * xh;
         if (bias_partial != nullptr) bias_partial[j] += go;
         grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std;
     }
+    return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, weight);
 }
 
 const Kernels<double> kF64Kernels{sumsF64, applyF64};
@@ -88,16 +89,16 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
                                     xhat + info.input_standardization.offset(row) + begin, weight_c + begin);
             },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool fetch_next) {
+            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
                 const C inv_std = static_cast<C>(1.0 / cpu::toDouble(std_deviation[info.input_std_deviation.offset(row)]));
-                kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
-                              static_cast<C>(total.second / static_cast<double>(dim)),
-                              grad_output + info.grad_output.offset(row) + begin,
-                              xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
-                              grad_input + info.grad_input.offset(row) + begin,
-                              partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
-                              plan_.hints(row, begin, fetch_next, grad_output, info.grad_output, xhat,
-                                          info.input_standardization));
+                return kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
+                                     static_cast<C>(total.second / static_cast<double>(dim)),
+                                     grad_output + info.grad_output.offset(row) + begin,
+                                     xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
+                                     grad_input + info.grad_input.offset(row) + begin,
+                                     partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
+                                     plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
+                                                 info.input_standardization));
             });
         // weight_c is free again: it holds each summed gradient before narrowing.
         if (weight_partials != nullptr) {

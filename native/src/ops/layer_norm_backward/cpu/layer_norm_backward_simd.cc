@@ -8,26 +8,32 @@ namespace {
 
 using simd::f32v;
 
+// The reduction of one row: sums of g and g*xhat with g = grad_output*weight.
 template <typename T>
-cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
-    return simd::chunkedSums(
+auto rowSums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
+    return simd::RowSums(
         n,
-        [&](size_t j, f32v &sum_g, f32v &sum_g_xhat) {
+        [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) {
             f32v g = simd::load(grad_output + j) * simd::load(weight + j);
             sum_g += g;
             sum_g_xhat += g * simd::load(xhat + j);
         },
-        [&](size_t j, float &sum_g, float &sum_g_xhat) {
+        [=](size_t j, float &sum_g, float &sum_g_xhat) {
             float g = cpu::toFloat(grad_output[j]) * weight[j];
             sum_g += g;
             sum_g_xhat += g * cpu::toFloat(xhat[j]);
         });
 }
 
+template <typename T>
+cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
+    return rowSums(n, grad_output, xhat, weight).finish();
+}
+
 template <typename T, bool kWeight, bool kBias>
-void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-              const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
-              const cpu::RowHints<T> &hints) {
+cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
+                       const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
+                       const cpu::RowHints<T> &hints) {
     const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
     // partial_at: the wanted partials, weight's first.
@@ -44,39 +50,45 @@ void applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T 
         if constexpr (kBias) simd::store(partials[kWeight], bias_sum);
         simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
     };
-    const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
-    auto run = [&](auto *...partials) {
-        simd::forEachVector(n, hints.stream_output, step, ahead, grad_input, grad_output, xhat, weight, partials...);
+    auto run = [&](auto &&side_work) {
+        auto pass = [&](auto *...partials) {
+            simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
+                                partials...);
+        };
+        if constexpr (kWeight && kBias) {
+            pass(weight_partial, bias_partial);
+        } else if constexpr (kWeight) {
+            pass(weight_partial);
+        } else if constexpr (kBias) {
+            pass(bias_partial);
+        } else {
+            pass();
+        }
     };
-    if constexpr (kWeight && kBias) {
-        run(weight_partial, bias_partial);
-    } else if constexpr (kWeight) {
-        run(weight_partial);
-    } else if constexpr (kBias) {
-        run(bias_partial);
+    cpu::PairSums next_sums;
+    if (hints.next_a != nullptr) {
+        auto next = rowSums(n, hints.next_a, hints.next_b, weight);
+        run([&next] { next.step(); });
+        next_sums = next.finish();
     } else {
-        run();
+        run(simd::NoSideWork{});
     }
     if (hints.stream_output) simd::fenceStreams();
+    return next_sums;
 }
 
 template <typename T>
-void apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-           const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
-           const cpu::RowHints<T> &hints) {
+cpu::PairSums apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
+                    const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
+                    const cpu::RowHints<T> &hints) {
     auto run = [&](auto kernel) {
-        kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial, bias_partial,
-               hints);
+        return kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial,
+                      bias_partial, hints);
     };
-    if (weight_partial != nullptr && bias_partial != nullptr) {
-        run(applyRow<T, true, true>);
-    } else if (weight_partial != nullptr) {
-        run(applyRow<T, true, false>);
-    } else if (bias_partial != nullptr) {
-        run(applyRow<T, false, true>);
-    } else {
-        run(applyRow<T, false, false>);
-    }
+    if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true>);
+    if (weight_partial != nullptr) return run(applyRow<T, true, false>);
+    if (bias_partial != nullptr) return run(applyRow<T, false, true>);
+    return run(applyRow<T, false, false>);
 }
 
 template <typename T>

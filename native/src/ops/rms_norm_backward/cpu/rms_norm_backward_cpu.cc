@@ -23,13 +23,14 @@ cpu::PairSums sumsF64(size_t n, const double *grad_y, const double *x, const dou
     return total;
 }
 
-void applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
-              double *grad_x, double *partial, const cpu::RowHints<double> &) {
+cpu::PairSums applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
+                       double *grad_x, double *partial, const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
         const double gy = grad_y[j], xj = x[j];
         if (partial != nullptr) partial[j] += gy * xj * r;
         grad_x[j] = r * gy * w[j] - x_coef * xj;
     }
+    return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, w);
 }
 
 const Kernels<double> kF64Kernels{sumsF64, applyF64};
@@ -79,15 +80,16 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
                                     w_c + begin);
             },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool fetch_next) {
+            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
                 // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
                 const double r = info.has_rstd ? saved_rstd(row)
                                                : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
                 const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
-                kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
-                              x + info.x.offset(row) + begin, w_c + begin, grad_x + info.grad_x.offset(row) + begin,
-                              partials == nullptr ? nullptr : partials + block * dim + begin,
-                              plan_.hints(row, begin, fetch_next, grad_y, info.grad_y, x, info.x));
+                return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
+                                     x + info.x.offset(row) + begin, w_c + begin,
+                                     grad_x + info.grad_x.offset(row) + begin,
+                                     partials == nullptr ? nullptr : partials + block * dim + begin,
+                                     plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
             });
         // w_c is free again: it holds the summed grad_w before narrowing.
         if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_c, grad_w, info.grad_w_stride);

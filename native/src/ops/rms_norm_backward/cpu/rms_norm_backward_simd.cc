@@ -8,16 +8,17 @@ namespace {
 
 using simd::f32v;
 
+// The reduction of one row: sums of x^2 and grad_y*w*x.
 template <typename T>
-cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
-    return simd::chunkedSums(
+auto rowSums(size_t n, const T *grad_y, const T *x, const float *w) {
+    return simd::RowSums(
         n,
-        [&](size_t j, f32v &sum_squares, f32v &sum_gwx) {
+        [=](size_t j, f32v &sum_squares, f32v &sum_gwx) {
             f32v xj = simd::load(x + j);
             sum_squares += xj * xj;
             sum_gwx += simd::load(grad_y + j) * simd::load(w + j) * xj;
         },
-        [&](size_t j, float &sum_squares, float &sum_gwx) {
+        [=](size_t j, float &sum_squares, float &sum_gwx) {
             float xj = cpu::toFloat(x[j]);
             sum_squares += xj * xj;
             sum_gwx += cpu::toFloat(grad_y[j]) * w[j] * xj;
@@ -25,10 +26,14 @@ cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
 }
 
 template <typename T>
-void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x, float *partial,
-           const cpu::RowHints<T> &hints) {
+cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
+    return rowSums(n, grad_y, x, w).finish();
+}
+
+template <typename T>
+cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
+                    float *partial, const cpu::RowHints<T> &hints) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
-    const simd::Ahead<T> ahead{hints.next_a, hints.next_b};
     // partial_at: grad_w's partial, if wanted.
     auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const float *w_at, auto *...partial_at) {
         // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
@@ -37,12 +42,23 @@ void apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const f
         ((simd::store(partial_at, simd::load(partial_at) + gy * xj * r_v)), ...);
         simd::put(stream, out, r_v * gy * wj - x_coef_v * xj);
     };
-    if (partial == nullptr) {
-        simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w);
+    auto run = [&](auto &&side_work) {
+        if (partial == nullptr) {
+            simd::forEachVector(n, hints.stream_output, step, side_work, grad_x, grad_y, x, w);
+        } else {
+            simd::forEachVector(n, hints.stream_output, step, side_work, grad_x, grad_y, x, w, partial);
+        }
+    };
+    cpu::PairSums next_sums;
+    if (hints.next_a != nullptr) {
+        auto next = rowSums(n, hints.next_a, hints.next_b, w);
+        run([&next] { next.step(); });
+        next_sums = next.finish();
     } else {
-        simd::forEachVector(n, hints.stream_output, step, ahead, grad_x, grad_y, x, w, partial);
+        run(simd::NoSideWork{});
     }
     if (hints.stream_output) simd::fenceStreams();
+    return next_sums;
 }
 
 template <typename T>
