@@ -43,8 +43,9 @@ struct RowPlan {
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
           reduce_alongside(dim * element_bytes >= kLongRunBytes) {}
 
-    // The hints of the elements of `row` from `begin`: the plan's streaming, and, if reduce_next, the same
-    // elements of row + 1 of the two inputs a and b (each placed by its row layout).
+    // The hints of the elements of `row` from `begin`: the plan's streaming and, if reduce_next, the same
+    // elements of row + 1 to reduce and of row + 2 (where there is one) to fetch, of the two inputs a and b
+    // (each placed by its row layout).
     template <typename T, typename Layout>
     RowHints<T> hints(size_t row, size_t begin, bool reduce_next, const T *a, const Layout &a_rows, const T *b,
                       const Layout &b_rows) const {
@@ -52,6 +53,10 @@ struct RowPlan {
         if (reduce_next) {
             hints.next_a = a + a_rows.offset(row + 1) + begin;
             hints.next_b = b + b_rows.offset(row + 1) + begin;
+        }
+        if (reduce_next && row + 2 < rows) {
+            hints.fetch_a = a + a_rows.offset(row + 2) + begin;
+            hints.fetch_b = b + b_rows.offset(row + 2) + begin;
         }
         return hints;
     }

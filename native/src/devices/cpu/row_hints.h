@@ -1,5 +1,5 @@
-// How a row kernel's elementwise pass runs: whether it streams its output (never changing a result), and which
-// row it reduces alongside.
+// How a row kernel's elementwise pass runs: whether it streams its output (never changing a result), which row
+// it reduces alongside, and which it fetches.
 #ifndef INFINI_DEVICES_CPU_ROW_HINTS_H
 #define INFINI_DEVICES_CPU_ROW_HINTS_H
 
@@ -34,6 +34,8 @@ struct RowHints {
     // The next row's two inputs, reduced during this pass (NULL: none): the pass reads this row from the caches,
     // and would leave DRAM idle if the next one were not read meanwhile.
     const T *next_a = nullptr, *next_b = nullptr;
+    // The same elements of the row after next, fetched into L2 during this pass (NULL: none).
+    const T *fetch_a = nullptr, *fetch_b = nullptr;
 };
 
 } // namespace cpu

@@ -65,14 +65,10 @@ cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat,
             pass();
         }
     };
-    cpu::PairSums next_sums;
-    if (hints.next_a != nullptr) {
-        auto next = rowSums(n, hints.next_a, hints.next_b, weight);
-        run([&next] { next.step(); });
-        next_sums = next.finish();
-    } else {
-        run(simd::NoSideWork{});
-    }
+    const cpu::PairSums next_sums = simd::passAlongside(
+        hints, [&](const T *next_grad_output, const T *next_xhat) {
+            return rowSums(n, next_grad_output, next_xhat, weight);
+        }, run);
     if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }

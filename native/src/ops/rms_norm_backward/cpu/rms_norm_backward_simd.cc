@@ -49,14 +49,8 @@ cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x
             simd::forEachVector(n, hints.stream_output, step, side_work, grad_x, grad_y, x, w, partial);
         }
     };
-    cpu::PairSums next_sums;
-    if (hints.next_a != nullptr) {
-        auto next = rowSums(n, hints.next_a, hints.next_b, w);
-        run([&next] { next.step(); });
-        next_sums = next.finish();
-    } else {
-        run(simd::NoSideWork{});
-    }
+    const cpu::PairSums next_sums = simd::passAlongside(
+        hints, [&](const T *next_grad_y, const T *next_x) { return rowSums(n, next_grad_y, next_x, w); }, run);
     if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }
