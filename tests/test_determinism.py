@@ -14,7 +14,7 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
           "batch_norm_backward": (48, 6, 700)}
 # The row ops' other schedules (devices/cpu/row_driver.h): fewer row blocks than two per thread, where the
 # threads split every row at fixed chunks (3 chunks, uneven across 2 threads); and rows so long that the row
-# blocks are capped by the size of their partials (16 rows of 70000: 8 blocks of 2 rows).
+# blocks are capped by the size of their partials (16 rows of 70000: 6 blocks of up to 3 rows).
 LONG_ROW_SHAPES = {"split rows": (3, 9000), "capped blocks": (16, 70000)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
