@@ -1,7 +1,7 @@
 """Large outputs take the CPU's streaming path when their contiguous runs are long (or, for BatchNorm, all
 aligned): stores that bypass the caches, each run's head computed on a padded copy until the output is aligned
-for them, and (RMS, LayerNorm) the next row fetched ahead. devices/cpu/row_hints.h has the thresholds: 8 MiB of
-output, runs of 4 KiB. None of that may change a result: the same bits at every output alignment (streamed or
+for them, and (RMS, LayerNorm) the next row reduced and the one after fetched during each row's pass.
+devices/cpu/row_hints.h has the thresholds: 8 MiB of output, runs of 4 KiB. None of that may change a result: the same bits at every output alignment (streamed or
 not), in place or not, and the same bits as the cached path that a few of the same rows take."""
 
 import numpy as np
