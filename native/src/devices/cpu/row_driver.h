@@ -51,11 +51,10 @@ struct RowPlan {
     RowHints<T> hints(size_t row, size_t begin, bool reduce_next, const T *a, const Layout &a_rows, const T *b,
                       const Layout &b_rows) const {
         RowHints<T> hints{stream_output};
-        if (reduce_next) {
-            hints.next_a = a + a_rows.offset(row + 1) + begin;
-            hints.next_b = b + b_rows.offset(row + 1) + begin;
-        }
-        if (reduce_next && row + 2 < rows) {
+        if (!reduce_next) return hints;
+        hints.next_a = a + a_rows.offset(row + 1) + begin;
+        hints.next_b = b + b_rows.offset(row + 1) + begin;
+        if (row + 2 < rows) { // a fetch only ever goes with a reduction (simd::passAlongside relies on it)
             hints.fetch_a = a + a_rows.offset(row + 2) + begin;
             hints.fetch_b = b + b_rows.offset(row + 2) + begin;
         }
