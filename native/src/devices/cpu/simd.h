@@ -20,7 +20,12 @@
 // infinicore.h's __C (upstream's name) is also a parameter name inside GCC's intrinsic headers.
 #pragma push_macro("__C")
 #undef __C
+// GCC 12's _mm512_undefined_* initialize a variable with itself, which -Wuninitialized reports wherever an
+// intrinsic using them is inlined (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 #pragma pop_macro("__C")
 #endif
 
@@ -210,21 +215,55 @@ namespace detail {
 template <typename A>
 using Padded = std::array<std::remove_const_t<A>, kWidth>;
 
+#if defined(__AVX512BW__)
+// A partial vector in and out with byte-masked moves: a few instructions where memcpy of a variable length is a
+// call. Masked-off bytes are neither read (no fault past an array's end) nor written.
+template <typename A>
+inline void copyIn(Padded<A> &copy, const A *array, size_t count) {
+    static_assert(sizeof copy == 64 || sizeof copy == 32, "a padded vector is 64 or 32 bytes");
+    if constexpr (sizeof copy == 64) {
+        _mm512_storeu_si512(copy.data(), _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, count * sizeof(A)), array));
+    } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(copy.data()),
+                            _mm256_maskz_loadu_epi8(_bzhi_u32(~0u, count * sizeof(A)), array));
+    }
+}
+template <typename A>
+inline void copyOut(A *array, const Padded<A> &copy, size_t count) {
+    if constexpr (sizeof copy == 64) {
+        _mm512_mask_storeu_epi8(array, _bzhi_u64(~0ull, count * sizeof(A)), _mm512_loadu_si512(copy.data()));
+    } else {
+        _mm256_mask_storeu_epi8(array, _bzhi_u32(~0u, count * sizeof(A)),
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i *>(copy.data())));
+    }
+}
+#else
+template <typename A>
+inline void copyIn(Padded<A> &copy, const A *array, size_t count) {
+    copy = {};
+    std::memcpy(copy.data(), array, count * sizeof(A));
+}
+template <typename A>
+inline void copyOut(A *array, const Padded<A> &copy, size_t count) {
+    std::memcpy(array, copy.data(), count * sizeof(A));
+}
+#endif
+
 template <typename A>
 inline void copyBack(const A *, const Padded<A> &, size_t) {}
 template <typename A>
 inline void copyBack(A *array, const Padded<A> &copy, size_t count) {
-    std::memcpy(array, copy.data(), count * sizeof(A));
+    copyOut(array, copy, count);
 }
 
 // step on zero-padded copies of `count` < kWidth elements; what it wrote is copied back.
 template <typename Step, typename T, typename... Arrays, size_t... I>
 inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *out, Arrays *...arrays) {
-    std::tuple<Padded<Arrays>...> copies{};
-    (std::memcpy(std::get<I>(copies).data(), arrays, count * sizeof(Arrays)), ...);
-    Padded<T> out_copy{};
+    std::tuple<Padded<Arrays>...> copies;
+    (copyIn(std::get<I>(copies), arrays, count), ...);
+    Padded<T> out_copy;
     step(std::false_type{}, out_copy.data(), std::get<I>(copies).data()...);
-    std::memcpy(out, out_copy.data(), count * sizeof(T));
+    copyOut(out, out_copy, count);
     (copyBack(arrays, std::get<I>(copies), count), ...);
 }
 } // namespace detail
