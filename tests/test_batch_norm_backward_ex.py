@@ -163,6 +163,23 @@ def test_channels_last_many_rows(device, channels, dtype, training):
     problem.check(outputs)
 
 
+# Channels-first (N, C, L) around the CPU's choice of path: runs shorter than a vector (L < 16) are periodic rows
+# of C * L, unless C * L > 16384; longer runs keep the channels-first tiles, with or without a partial vector.
+SHORT_RUN_SHAPES = {"periodic, C*L not a multiple of 16": (2500, 7, 3), "periodic, L = 15": (400, 64, 15),
+                    "one vector per run": (400, 64, 16), "a partial vector per run": (300, 33, 24),
+                    "short runs in rows too long to be periodic": (6, 2049, 8)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", SHORT_RUN_SHAPES.values(), ids=SHORT_RUN_SHAPES.keys())
+@pytest.mark.parametrize("dtype", (F32, BF16, F16), ids=str)
+@pytest.mark.parametrize("training", (True, False), ids=("training", "eval"))
+def test_channels_first_short_runs_many_rows(device, shape, dtype, training):
+    """Enough rows for several tiles; all-positive data, so the sums grow with the row count."""
+    problem = Problem(np.random.default_rng(shape[2]), shape, dtype, training=training, eps=1e-5, positive=True)
+    problem.check(problem.run_on(device))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", ((6000, 24), (5000, 3, 1), (16, 8, 3000), (3, 5, 7, 9, 11)), ids=str)
 @pytest.mark.parametrize("dtype, parameter_dtype", ((F32, F32), (F16, F32), (BF16, F32), (BF16, BF16), (F64, F64)),
@@ -639,6 +656,7 @@ def determinism_problems():
         Problem(rng(5), (48, 6, 700), F16, parameter_dtype=F32, saved=True, affine=False),
         Problem(rng(6), (48, 6, 700), F64, eps=1e-3),
         Problem(rng(7), (16, 12, 20, 20), F64, layout="channels_last", training=False),
+        Problem(rng(8), (3000, 7, 9), BF16, parameter_dtype=F32),  # channels-first runs shorter than a vector
     ]
 
 

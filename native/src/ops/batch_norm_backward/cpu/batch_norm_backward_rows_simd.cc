@@ -1,4 +1,4 @@
-// The rows-of-channels kernels (see batch_norm_backward_simd.h). Compiled once per ISA. A tile is walked in
+// The periodic-row kernels (see batch_norm_backward_simd.h). Compiled once per ISA. A tile is walked in
 // memory order, one period (a whole number of rows whose channel pattern the next period repeats) at a time,
 // so the per-position coefficients and accumulators line up with whole vectors even for C = 3.
 #include "batch_norm_backward_simd.h"
@@ -31,8 +31,9 @@ void accumulate(const T *grad_output, const T *input, const float *mean, size_t 
 }
 
 // Adds each period position's accumulators into its channel's F64 sums, in position order, and clears them.
-void flush(size_t channels, size_t period, float *grad, float *centered, double *sums) {
-    for (size_t p = 0, c = 0; p < period; ++p, c = c + 1 == channels ? 0 : c + 1) {
+void flush(const RowTile &tile, float *grad, float *centered, double *sums) {
+    for (size_t p = 0; p < tile.period; ++p) {
+        const size_t c = p / tile.run % tile.channels;
         sums[2 * c] += grad[p];
         sums[2 * c + 1] += centered[p];
         grad[p] = centered[p] = 0.0f;
@@ -42,28 +43,28 @@ void flush(size_t channels, size_t period, float *grad, float *centered, double 
 template <typename T>
 void sums(const RowTile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
           double *sums) {
-    const size_t period = tile.period, end = tile.end * tile.channels;
-    const size_t rows_per_period = period / tile.channels;
+    const size_t period = tile.period, end = tile.end * tile.rowElements();
+    const size_t rows_per_period = period / tile.rowElements();
     const size_t periods_per_flush = rows_per_period >= kFlushRows ? 1 : kFlushRows / rows_per_period;
     float *grad = scratch, *centered = scratch + period;
     for (size_t p = 0; p < 2 * period; ++p) scratch[p] = 0.0f;
-    size_t i = tile.begin * tile.channels, pending = 0;
+    size_t i = tile.begin * tile.rowElements(), pending = 0;
     for (; i + period <= end; i += period) {
         accumulate(grad_output + i, input + i, mean, period, grad, centered);
         if (++pending == periods_per_flush) {
-            flush(tile.channels, period, grad, centered, sums);
+            flush(tile, grad, centered, sums);
             pending = 0;
         }
     }
     accumulate(grad_output + i, input + i, mean, end - i, grad, centered); // a last, partial period
-    flush(tile.channels, period, grad, centered, sums);
+    flush(tile, grad, centered, sums);
 }
 
 template <typename T>
 void apply(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &k, T *grad_input,
            bool stream_output) {
-    const size_t end = tile.end * tile.channels;
-    for (size_t i = tile.begin * tile.channels; i < end; i += tile.period) {
+    const size_t end = tile.end * tile.rowElements();
+    for (size_t i = tile.begin * tile.rowElements(); i < end; i += tile.period) {
         simd::forEachVector(
             end - i < tile.period ? end - i : tile.period, stream_output,
             [&](auto stream, T *gi, const auto *go, const auto *x, const float *mean, const float *scale_grad,
@@ -80,8 +81,8 @@ void apply(const RowTile &tile, const T *grad_output, const T *input, const Coef
 
 template <typename T>
 void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
-    const size_t end = tile.end * tile.channels;
-    for (size_t i = tile.begin * tile.channels; i < end; i += tile.period) {
+    const size_t end = tile.end * tile.rowElements();
+    for (size_t i = tile.begin * tile.rowElements(); i < end; i += tile.period) {
         simd::forEachVector(
             end - i < tile.period ? end - i : tile.period, stream_output,
             [&](auto stream, T *gi, const auto *go, const float *factor) {

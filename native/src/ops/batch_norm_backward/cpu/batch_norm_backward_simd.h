@@ -1,7 +1,8 @@
 // BatchNorm backward CPU leaf kernels, per ISA, for the two layouts of the big tensors:
 // - channels-first (N, C, L): over one Tile (a block of the batch x a chunk of the length), all channels;
-// - rows of channels (N*L rows of C contiguous channels, i.e. channels-last, or channels-first with L == 1):
-//   over one RowTile (a block of rows), with the channel pattern repeating every `period` elements.
+// - periodic rows: over one RowTile (a block of rows), with the channel pattern repeating every `period`
+//   elements. Channels-last tensors are N*L rows of C channels; channels-first ones with a short L are N rows
+//   of C runs of L elements of one channel.
 // In both, grad_input = scale_grad * grad_output + scale_centered * (x - mean) + shift, per channel.
 #ifndef INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_SIMD_H
 #define INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_SIMD_H
@@ -40,11 +41,13 @@ struct Kernels {
     void (*scale)(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output);
 };
 
-// Rows [begin, end) of `channels` elements each. The element at flat offset i (from row 0) has channel
-// i % channels and period position i % period, where period is a multiple of channels; begin * channels
-// is a multiple of period.
+// Rows [begin, end) of channels * run elements each: C runs of `run` elements of one channel. The element at
+// flat offset i (from row 0) has period position p = i % period and channel p / run % channels, where period
+// is a multiple of the row; begin * channels * run is a multiple of period.
 struct RowTile {
-    size_t begin, end, channels, period;
+    size_t begin, end, channels, run, period;
+
+    size_t rowElements() const { return channels * run; }
 };
 
 // Periods are multiples of this (a multiple of every ISA's vector width) when they can be kept short.
