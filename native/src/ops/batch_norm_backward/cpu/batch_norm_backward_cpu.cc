@@ -53,10 +53,7 @@ class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info) : Descriptor(INFINI_DEVICE_CPU, device_id, info) {
         if (periodic()) {
-            const bool channels_last = info.layout == Layout::channels_last;
-            const size_t rows = channels_last ? info.batch * info.length : info.batch;
-            run_ = channels_last ? 1 : info.length;
-            const size_t row = info.channels * run_;
+            const size_t rows = periodicRows(), row = info.channels * run();
             if (rows == 0 || row == 0) return; // no tiles
             period_ = periodOf(row);
             const size_t rows_per_period = period_ / row;
@@ -102,6 +99,13 @@ class CpuDescriptor final : public Descriptor {
         return info.layout == Layout::channels_last || info.length == 1 ||
                (info.length < kMinChannelRun && info.channels * info.length <= kMaxPeriodicRow);
     }
+    // Periodic rows: N*L rows of C channels (channels-last), or N rows of C runs of L (channels-first).
+    size_t periodicRows() const {
+        return info.layout == Layout::channels_last ? info.batch * info.length : info.batch;
+    }
+    // Elements of one channel in a row of the position arrays: L for periodic channels-first rows, else 1
+    // (channels-last rows, and the per-channel arrays of channels-first tiles).
+    size_t run() const { return periodic() && info.layout != Layout::channels_last ? info.length : 1; }
     size_t tiles() const { return periodic() ? row_blocks_.count : batch_blocks_.count * length_chunks_.count; }
     size_t positions() const { return periodic() ? period_ : info.channels; }
     size_t sumsCount() const { return needsSums(info) ? tiles() * info.channels * 2 : 0; }
@@ -130,14 +134,14 @@ class CpuDescriptor final : public Descriptor {
     }
 
     RowTile rowTile(size_t index) const {
-        const size_t rows = info.layout == Layout::channels_last ? info.batch * info.length : info.batch;
-        return RowTile{row_blocks_.begin(index), row_blocks_.end(index, rows), info.channels, run_, period_};
+        return RowTile{row_blocks_.begin(index), row_blocks_.end(index, periodicRows()), info.channels, run(), period_};
     }
 
-    // Sets the positions of channel c in `array` (its runs of run_, every C * run_ positions) to value.
+    // Sets the positions of channel c in `array` (its runs, every C runs) to value.
     void fillChannel(float *array, size_t c, double value) const {
-        for (size_t start = c * run_; start < positions(); start += info.channels * run_)
-            std::fill_n(array + start, run_, static_cast<float>(value));
+        const size_t run_length = run();
+        for (size_t start = c * run_length; start < positions(); start += info.channels * run_length)
+            std::fill_n(array + start, run_length, static_cast<float>(value));
     }
 
     template <typename T>
@@ -194,9 +198,9 @@ class CpuDescriptor final : public Descriptor {
 
     // Channels-first tiles.
     cpu::Blocks batch_blocks_{1, 0}, length_chunks_{1, 0};
-    // Periodic tiles; run_ is also the stride of fillChannel, 1 for channels-first tiles' per-channel arrays.
+    // Periodic tiles.
     cpu::Blocks row_blocks_{1, 0};
-    size_t period_ = 0, run_ = 1;
+    size_t period_ = 0;
 };
 
 } // namespace
