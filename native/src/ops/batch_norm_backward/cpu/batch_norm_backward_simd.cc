@@ -65,40 +65,51 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
     flush(tile.channels, scratch, sums);
 }
 
+// The elementwise pass over one run of `width` elements of a channel (simd::forEachVector's contract). Runs of
+// whole vectors, all aligned for streamed stores if those are wanted (whole_vectors), take a plain loop: with
+// short runs (L = 16 is one vector), forEachVector's per-run setup for heads and tails costs as much as the run.
+// The same step computes every element either way.
+template <typename Step, typename T, typename... Arrays>
+void passOverRun(bool whole_vectors, size_t width, bool stream_output, Step &&step, T *out, Arrays *...arrays) {
+    if (!whole_vectors) {
+        simd::forEachVector(width, stream_output, step, simd::NoSideWork{}, out, arrays...);
+        return;
+    }
+    auto run = [&](auto stream) {
+        for (size_t j = 0; j < width; j += simd::kWidth) step(stream, out + j, (arrays + j)...);
+    };
+    if (stream_output) {
+        run(std::true_type{});
+    } else {
+        run(std::false_type{});
+    }
+}
+
+// Whether every run of the tile is whole vectors, and aligned for streamed stores into grad_input if wanted.
 template <typename T>
-void apply(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
-           T *grad_input, bool stream_output) {
-    const size_t width = tile.end - tile.begin;
-    // Runs of whole vectors, all aligned for streamed stores if those are wanted, take a plain loop: with short
-    // runs (L = 16 is one vector), forEachVector's per-run setup for heads and tails cost as much as the run.
+bool wholeVectors(const Tile &tile, const T *grad_input, bool stream_output) {
     constexpr size_t kAlignment = simd::kStreamAlignment<T>;
     const bool runs_aligned = reinterpret_cast<uintptr_t>(grad_input) % kAlignment == 0 &&
                               tile.length * sizeof(T) % kAlignment == 0 && tile.begin * sizeof(T) % kAlignment == 0;
-    const bool whole_vectors = width % simd::kWidth == 0 && (runs_aligned || !stream_output);
+    return (tile.end - tile.begin) % simd::kWidth == 0 && (runs_aligned || !stream_output);
+}
+
+template <typename T>
+void apply(const Tile &tile, const T *grad_output, const T *input, const Coefficients &coefficients,
+           T *grad_input, bool stream_output) {
+    const bool whole_vectors = wholeVectors(tile, grad_input, stream_output);
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t c = 0; c < tile.channels; ++c) {
             const f32v mean = simd::splat(coefficients.mean[c]), scale_grad = simd::splat(coefficients.scale_grad[c]),
                        scale_centered = simd::splat(coefficients.scale_centered[c]),
                        shift = simd::splat(coefficients.shift[c]);
             size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
-            auto step = [&](auto stream, T *gi, const auto *go, const auto *x) {
-                simd::put(stream, gi, scale_grad * simd::load(go) + scale_centered * (simd::load(x) - mean) + shift);
-            };
-            if (!whole_vectors) {
-                simd::forEachVector(width, stream_output, step, simd::NoSideWork{}, grad_input + offset,
-                                    grad_output + offset, input + offset);
-                continue;
-            }
-            auto run = [&](auto stream) {
-                for (size_t j = offset; j < offset + width; j += simd::kWidth) {
-                    step(stream, grad_input + j, grad_output + j, input + j);
-                }
-            };
-            if (stream_output) {
-                run(std::true_type{});
-            } else {
-                run(std::false_type{});
-            }
+            passOverRun(
+                whole_vectors, tile.end - tile.begin, stream_output,
+                [&](auto stream, T *gi, const auto *go, const auto *x) {
+                    simd::put(stream, gi, scale_grad * simd::load(go) + scale_centered * (simd::load(x) - mean) + shift);
+                },
+                grad_input + offset, grad_output + offset, input + offset);
         }
     }
     if (stream_output) simd::fenceStreams();
@@ -106,14 +117,15 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
 
 template <typename T>
 void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
+    const bool whole_vectors = wholeVectors(tile, grad_input, stream_output);
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t c = 0; c < tile.channels; ++c) {
             const f32v factor = simd::splat(scale_grad[c]);
             size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
-            simd::forEachVector(
-                tile.end - tile.begin, stream_output,
+            passOverRun(
+                whole_vectors, tile.end - tile.begin, stream_output,
                 [&](auto stream, T *gi, const auto *go) { simd::put(stream, gi, factor * simd::load(go)); },
-                simd::NoSideWork{}, grad_input + offset, grad_output + offset);
+                grad_input + offset, grad_output + offset);
         }
     }
     if (stream_output) simd::fenceStreams();
