@@ -36,39 +36,82 @@
 namespace {
 namespace simd {
 
+// The per-vector helpers are always inlined, and on 8-lane hardware the passes inline everything they call
+// (steps, side work, the callers' lambdas): GCC left calls per vector there, which cost AVX2 up to 4x. AVX-512
+// code needs no flattening (GCC inlines it all) and keeps the code it was tuned with.
+#define SIMD_INLINE inline __attribute__((always_inline))
+#if defined(__AVX512F__)
+#define SIMD_FLATTEN
+#else
+#define SIMD_FLATTEN __attribute__((flatten))
+#endif
+
 constexpr size_t kWidth = 16; // floats per vector
 // Row reductions run in chunks of this many elements: F32 lanes inside a chunk, F64 across chunks.
 // Chunk boundaries are fixed relative to the row start, so a row split across threads sums identically.
 constexpr size_t kChunk = 4096;
 
-typedef float f32v __attribute__((vector_size(64)));
+typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint32_t u32v __attribute__((vector_size(64)));
 typedef int32_t i32v __attribute__((vector_size(64)));
 typedef uint16_t u16v __attribute__((vector_size(32)));
 typedef _Float16 f16v __attribute__((vector_size(32)));
 
-inline f32v splat(float value) { return f32v{} + value; }
+#if defined(__AVX__) && !defined(__AVX512F__)
+// 8-lane hardware: a vector is two 256-bit halves. A 16-lane vector type has no machine mode there, so GCC keeps
+// such variables (accumulators, captured coefficients) on the stack and moves them in pieces that stores cannot
+// forward to loads (AVX2 ran up to 10x slower than AVX-512); the halves stay in registers.
+struct f32v {
+    f32x8 low, high;
+};
+SIMD_INLINE f32v operator+(f32v a, f32v b) { return {a.low + b.low, a.high + b.high}; }
+SIMD_INLINE f32v operator-(f32v a, f32v b) { return {a.low - b.low, a.high - b.high}; }
+SIMD_INLINE f32v operator*(f32v a, f32v b) { return {a.low * b.low, a.high * b.high}; }
+SIMD_INLINE f32v &operator+=(f32v &a, f32v b) { return a = a + b; }
+SIMD_INLINE f32x8 lowHalf(f32v v) { return v.low; }
+SIMD_INLINE f32x8 highHalf(f32v v) { return v.high; }
+SIMD_INLINE f32v joinHalves(__m256 low, __m256 high) { return {(f32x8)low, (f32x8)high}; }
+#else
+typedef float f32v __attribute__((vector_size(64)));
+SIMD_INLINE f32x8 lowHalf(f32v v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
+SIMD_INLINE f32x8 highHalf(f32v v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+#endif
 
-inline f32v load(const float *p) {
+// A broadcast on every ISA (`f32v{} + value` was built from 16 scalar stores on 8-lane hardware).
+SIMD_INLINE f32v splat(float value) {
+#if defined(__AVX512F__)
+    return (f32v)_mm512_set1_ps(value);
+#elif defined(__AVX__)
+    const __m256 half = _mm256_set1_ps(value);
+    return joinHalves(half, half);
+#else
+    return f32v{value, value, value, value, value, value, value, value,
+                value, value, value, value, value, value, value, value};
+#endif
+}
+
+SIMD_INLINE f32v load(const float *p) {
+#if defined(__AVX__) && !defined(__AVX512F__)
+    return joinHalves(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+#else
     f32v v;
     std::memcpy(&v, p, sizeof v);
     return v;
+#endif
 }
 
 // BF16 is the top half of an F32. GCC 12 widens 16 lanes through four 256-bit shuffles, so say it directly.
-inline f32v load(const cpu::bf16_t *p) {
+SIMD_INLINE f32v load(const cpu::bf16_t *p) {
 #if defined(__AVX512F__)
     __m512i wide = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))), 16);
     f32v v;
     std::memcpy(&v, &wide, sizeof v);
     return v;
 #elif defined(__AVX2__)
-    __m256i wide[2] = {
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))), 16),
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8))), 16)};
-    f32v v;
-    std::memcpy(&v, wide, sizeof v);
-    return v;
+    auto widen = [](const cpu::bf16_t *eight) {
+        return (__m256)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(eight))), 16);
+    };
+    return joinHalves(widen(p), widen(p + 8));
 #else
     u16v half;
     std::memcpy(&half, p, sizeof half);
@@ -77,15 +120,12 @@ inline f32v load(const cpu::bf16_t *p) {
 }
 
 // GCC scalarizes vector conversions to and from _Float16, so use the F16C / AVX-512 instructions directly.
-inline f32v load(const cpu::f16_t *p) {
+SIMD_INLINE f32v load(const cpu::f16_t *p) {
 #if defined(__AVX512F__)
     return (f32v)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p)));
 #elif defined(__F16C__)
-    __m256 halves[2] = {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))),
-                        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8)))};
-    f32v v;
-    std::memcpy(&v, halves, sizeof v);
-    return v;
+    return joinHalves(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))),
+                      _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8))));
 #else
     f16v half;
     std::memcpy(&half, p, sizeof half);
@@ -94,7 +134,7 @@ inline f32v load(const cpu::f16_t *p) {
 }
 
 // F32 -> 16-bit conversions, rounding to nearest even (NaN stays a quiet NaN).
-inline u16v narrowBits(f32v v, cpu::bf16_t) {
+SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
     u16v half;
 #if defined(__AVX512BF16__)
     // One instruction instead of ten; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
@@ -102,8 +142,7 @@ inline u16v narrowBits(f32v v, cpu::bf16_t) {
     std::memcpy(&half, &narrowed, sizeof half);
 #elif defined(__AVX2__) && !defined(__AVX512F__)
     // GCC scalarizes comparisons of 16 lanes on 8-lane hardware, so work on the two halves.
-    __m256i wide[2];
-    std::memcpy(wide, &v, sizeof wide);
+    __m256i wide[2] = {(__m256i)lowHalf(v), (__m256i)highHalf(v)};
     for (__m256i &bits : wide) {
         __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
         __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)); // ties to even
@@ -130,7 +169,7 @@ inline u16v narrowBits(f32v v, cpu::bf16_t) {
     return half;
 }
 
-inline u16v narrowBits(f32v v, cpu::f16_t) {
+SIMD_INLINE u16v narrowBits(f32v v, cpu::f16_t) {
     u16v bits;
 #if defined(__AVX512F__) || defined(__F16C__)
     constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -139,10 +178,8 @@ inline u16v narrowBits(f32v v, cpu::f16_t) {
     __m256i narrowed = _mm512_cvtps_ph((__m512)v, kNearest);
     std::memcpy(&bits, &narrowed, sizeof bits);
 #elif defined(__F16C__)
-    __m256 halves[2];
-    std::memcpy(halves, &v, sizeof v);
-    __m128i narrowed[2] = {_mm256_cvtps_ph(halves[0], kNearest), _mm256_cvtps_ph(halves[1], kNearest)};
-    std::memcpy(&bits, narrowed, sizeof bits);
+    const __m256i narrowed = _mm256_set_m128i(_mm256_cvtps_ph(highHalf(v), kNearest), _mm256_cvtps_ph(lowHalf(v), kNearest));
+    std::memcpy(&bits, &narrowed, sizeof bits);
 #else
     f16v half = __builtin_convertvector(v, f16v);
     std::memcpy(&bits, &half, sizeof bits);
@@ -150,10 +187,17 @@ inline u16v narrowBits(f32v v, cpu::f16_t) {
     return bits;
 }
 
-inline void store(float *p, f32v v) { std::memcpy(p, &v, sizeof v); }
+SIMD_INLINE void store(float *p, f32v v) {
+#if defined(__AVX__) && !defined(__AVX512F__)
+    _mm256_storeu_ps(p, lowHalf(v));
+    _mm256_storeu_ps(p + 8, highHalf(v));
+#else
+    std::memcpy(p, &v, sizeof v);
+#endif
+}
 
 template <typename T>
-inline void store(T *p, f32v v) {
+SIMD_INLINE void store(T *p, f32v v) {
     u16v bits = narrowBits(v, T{});
     std::memcpy(p, &bits, sizeof bits);
 }
@@ -164,21 +208,19 @@ inline void store(T *p, f32v v) {
 template <typename T>
 constexpr size_t kStreamAlignment = kWidth * sizeof(T);
 
-inline void storeStream(float *p, f32v v) {
+SIMD_INLINE void storeStream(float *p, f32v v) {
 #if defined(__AVX512F__)
     _mm512_stream_ps(p, (__m512)v);
 #elif defined(__AVX__)
-    __m256 halves[2];
-    std::memcpy(halves, &v, sizeof v);
-    _mm256_stream_ps(p, halves[0]);
-    _mm256_stream_ps(p + 8, halves[1]);
+    _mm256_stream_ps(p, lowHalf(v));
+    _mm256_stream_ps(p + 8, highHalf(v));
 #else
     store(p, v);
 #endif
 }
 
 template <typename T>
-inline void storeStream(T *p, f32v v) {
+SIMD_INLINE void storeStream(T *p, f32v v) {
 #if defined(__AVX__)
     u16v bits = narrowBits(v, T{});
     __m256i raw;
@@ -198,11 +240,11 @@ inline void fenceStreams() {
 
 // put(stream, p, v): the store a forEachVector step was asked for.
 template <typename T>
-inline void put(std::true_type, T *p, f32v v) {
+SIMD_INLINE void put(std::true_type, T *p, f32v v) {
     storeStream(p, v);
 }
 template <typename T>
-inline void put(std::false_type, T *p, f32v v) {
+SIMD_INLINE void put(std::false_type, T *p, f32v v) {
     store(p, v);
 }
 
@@ -276,7 +318,7 @@ inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *o
 // vectors: work interleaved with the pass (RowSums::step), or NoSideWork. A caller that streams calls
 // fenceStreams() once its whole output is written (per call here would cost a fence per short run).
 template <typename Step, typename SideWork, typename T, typename... Arrays>
-inline void forEachVector(size_t n, bool stream, Step &&step, SideWork &&side_work, T *out, Arrays *...arrays) {
+SIMD_FLATTEN inline void forEachVector(size_t n, bool stream, Step &&step, SideWork &&side_work, T *out, Arrays *...arrays) {
     constexpr auto kArrays = std::index_sequence_for<Arrays...>{};
     size_t j = 0;
     const size_t misalignment = reinterpret_cast<uintptr_t>(out) % kStreamAlignment<T>;
@@ -311,8 +353,7 @@ inline double sum(f32v v) {
     typedef double f64x8 __attribute__((vector_size(64)));
     typedef double f64x4 __attribute__((vector_size(32)));
     typedef double f64x2 __attribute__((vector_size(16)));
-    const f64x8 eight = __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7), f64x8) +
-                        __builtin_convertvector(__builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15), f64x8);
+    const f64x8 eight = __builtin_convertvector(lowHalf(v), f64x8) + __builtin_convertvector(highHalf(v), f64x8);
     const f64x4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
     const f64x2 two = __builtin_shufflevector(four, four, 0, 1) + __builtin_shufflevector(four, four, 2, 3);
     return two[0] + two[1];
@@ -330,14 +371,14 @@ class RowSums {
         : n_(n), chunk_end_(n < kChunk ? n : kChunk), vector_terms_(vector_terms), scalar_terms_(scalar_terms) {}
 
     // The next pair of vectors of the current chunk, if one is left.
-    void step() {
+    SIMD_INLINE SIMD_FLATTEN void step() {
         if (j_ + 2 * kWidth > chunk_end_) return;
         stepPair();
         if (j_ == chunk_end_ && j_ < n_) closeChunk(0.0f, 0.0f); // kChunk holds whole pairs
     }
 
     // Everything not stepped yet; the row's sums.
-    cpu::PairSums finish() {
+    SIMD_FLATTEN cpu::PairSums finish() {
         for (;;) {
             while (j_ + 2 * kWidth <= chunk_end_) stepPair();
             if (j_ + kWidth <= chunk_end_) {
@@ -352,7 +393,7 @@ class RowSums {
     }
 
   private:
-    void stepPair() {
+    SIMD_INLINE void stepPair() {
         vector_terms_(j_, even_first_, even_second_);
         vector_terms_(j_ + kWidth, odd_first_, odd_second_);
         j_ += 2 * kWidth;
@@ -380,7 +421,7 @@ class RowFetch {
   public:
     RowFetch(const T *a, const T *b) : a_(reinterpret_cast<const char *>(a)), b_(reinterpret_cast<const char *>(b)) {}
 
-    void step() {
+    SIMD_INLINE void step() {
         for (size_t line = 0; line < 2 * kWidth * sizeof(T); line += 64) {
             __builtin_prefetch(a_ + offset_ + line, 0, 1);
             __builtin_prefetch(b_ + offset_ + line, 0, 1);
@@ -416,5 +457,6 @@ inline cpu::PairSums passAlongside(const cpu::RowHints<T> &hints, RowSumsOf &&ro
 
 } // namespace simd
 } // namespace
+
 
 #endif

@@ -70,7 +70,7 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
 // short runs (L = 16 is one vector), forEachVector's per-run setup for heads and tails costs as much as the run.
 // The same step computes every element either way.
 template <typename Step, typename T, typename... Arrays>
-void passOverRun(bool whole_vectors, size_t width, bool stream_output, Step &&step, T *out, Arrays *...arrays) {
+SIMD_INLINE SIMD_FLATTEN void passOverRun(bool whole_vectors, size_t width, bool stream_output, Step &&step, T *out, Arrays *...arrays) {
     if (!whole_vectors) {
         simd::forEachVector(width, stream_output, step, simd::NoSideWork{}, out, arrays...);
         return;
