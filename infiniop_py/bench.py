@@ -296,7 +296,10 @@ def machine_description():
                     break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+    description = f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+    # A forced lower ISA changes the CPU kernels' speed severalfold: a table must say it was not the best path.
+    forced_isa = os.environ.get("INFINIOP_CPU_ISA")
+    return f"{description}, kernels capped at INFINIOP_CPU_ISA={forced_isa}" if forced_isa else description
 
 
 def format_table(report):

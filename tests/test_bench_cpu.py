@@ -108,3 +108,11 @@ def test_cpu_report_table_uses_each_case_copy():
         ["rms_norm", "float32", "4096x4096", "6.000", "150.000", "25.00x", "30.0", "0.75", "0.03", "40.0"],
         ["layer_norm", "bfloat16", "1x1048576", "1.000", "-", "-", "6.0", "0.10", "-", "60.0"],
     ]
+
+
+def test_the_machine_line_says_when_the_cpu_kernels_were_capped_at_a_lower_isa(monkeypatch):
+    monkeypatch.delenv("INFINIOP_CPU_ISA", raising=False)
+    best = bench.machine_description()
+    assert "INFINIOP_CPU_ISA" not in best
+    monkeypatch.setenv("INFINIOP_CPU_ISA", "avx2")
+    assert bench.machine_description() == best + ", kernels capped at INFINIOP_CPU_ISA=avx2"
