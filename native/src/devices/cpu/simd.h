@@ -157,8 +157,9 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
 #else
     u32v bits = (u32v)v;
     u32v rounded = bits + 0x7fffu + ((bits >> 16) & 1u); // nearest, ties to even
-    i32v is_nan = (i32v)(bits & 0x7fffffffu) > 0x7f800000;
-    u32v result = (is_nan ? (bits | 0x00400000u) : rounded) >> 16; // keep NaN a quiet NaN
+    // A select by mask, not `is_nan ? a : b`, which GCC scalarizes where 16 lanes are wider than the hardware.
+    u32v is_nan = (u32v)((i32v)(bits & 0x7fffffffu) > 0x7f800000);
+    u32v result = (((bits | 0x00400000u) & is_nan) | (rounded & ~is_nan)) >> 16; // keep NaN a quiet NaN
 #if defined(__AVX512F__)
     __m256i narrowed = _mm512_cvtepi32_epi16((__m512i)result);
     std::memcpy(&half, &narrowed, sizeof half);
