@@ -6,7 +6,7 @@ import threading
 import numpy as np
 
 from . import dtypes
-from . import _known_layouts, _layout
+from . import _host_memory, _known_layouts, _layout
 from ._layout import TensorSpec, contiguous_strides, significant_strides
 from .errors import BadTensorStridesError
 from .handle import Handle
@@ -66,7 +66,7 @@ def new_output(like, shape, like_name):
     if like.device != "cpu":
         raise TypeError(f"{like_name}: cannot allocate outputs on {like.device} for "
                         f"{type(like.owner).__name__}; pass out=")
-    return np.empty(shape, dtype=numpy_dtype)
+    return _host_memory.empty(shape, numpy_dtype)
 
 
 def _library_of(array):

@@ -19,6 +19,7 @@ import threading
 
 import numpy as np
 
+from . import _host_memory
 from ._ffi import ffi
 from .errors import BadParamError, check
 
@@ -119,11 +120,12 @@ def _runner(operator, output_specs):
     take_workspace, spare_workspaces = operator._take_workspace, operator._spare_workspaces
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
-    from_buffer, null, empty = ffi.from_buffer, ffi.NULL, np.empty
+    from_buffer, null = ffi.from_buffer, ffi.NULL
+    new_outputs = [None if spec is None else _host_memory.allocator(*spec) for spec in output_specs]
 
     def run(out, pointers):
         if out is None:
-            out = tuple([None if spec is None else empty(*spec) for spec in output_specs])
+            out = tuple([None if new is None else new() for new in new_outputs])
             pointers[:0] = [null if array is None else from_buffer(array) for array in out]
         if len(pointers) > tensor_count:
             del pointers[tensor_count:]
