@@ -459,5 +459,4 @@ inline cpu::PairSums passAlongside(const cpu::RowHints<T> &hints, RowSumsOf &&ro
 } // namespace simd
 } // namespace
 
-
 #endif
