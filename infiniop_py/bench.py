@@ -5,7 +5,9 @@ Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs,
 O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians. On the CPU the
 copy, our op and torch's op are timed in interleaved rounds (each call timed right after an untimed call of
 itself), and each case is set against its own rounds' copy: a shared machine's memory bandwidth drifts from
-minute to minute, and one copy timed at the start would put that drift into every fraction.
+minute to minute, and one copy timed at the start would put that drift into every fraction. The run goes over
+all cases several times (visits, each on freshly allocated data) and reports each time as the median over the
+visits: a neighbour's burst that slows one visit of a case then does not decide its row.
 """
 
 import argparse
@@ -39,12 +41,13 @@ def median_seconds(run, repeats, min_seconds=0.2):
     return statistics.median(times)
 
 
-def interleaved_medians(runs, repeats, min_seconds=0.2):
+def interleaved_medians(runs, repeats, min_seconds=0.05):
     """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
     times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
     the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
     the caches cold). All get the same rounds: at least `repeats`, and more until each has run min_seconds in all
-    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike."""
+    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets
+    the count, so min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one."""
     times = [[] for _ in runs]
     totals = [0.0] * len(runs)
     while len(times[0]) < repeats or min(totals) < min_seconds:
@@ -84,13 +87,16 @@ def _numpy_dtype(name):
     return dtypes.to_numpy(dtypes.code_of(name))
 
 
+def bytes_moved(dtype, shape):
+    """The traffic the effective bandwidth counts: two row-sized inputs read, one written."""
+    return 3 * int(np.prod(shape)) * np.dtype(_numpy_dtype(dtype)).itemsize
+
+
 class Case:
     """One benchmark case: the data, our operator ready to run, and torch's equivalent call."""
 
     def __init__(self, op, dtype, shape, rng):
         self.op, self.dtype, self.shape = op, dtype, shape
-        self.itemsize = np.dtype(_numpy_dtype(dtype)).itemsize
-        self.bytes_moved = 3 * int(np.prod(shape)) * self.itemsize
         self._rng = rng
 
     def random(self, shape):
@@ -201,32 +207,47 @@ def run(args):
     torch = _torch()
     if torch is not None:
         torch.set_num_threads(threads)
-    rng = np.random.default_rng(0)
     copy, copy_name = copy_call(torch)
     planned = list(cases(args.ops, args.dtypes, args.quick))
-    results = []
+    visits = [[] for _ in planned]  # per case, one {copy_s, ours_s, torch_s} per visit
+    steps = args.visits * len(planned)
     with ip.Handle(args.device) as handle:
-        for index, (op, dtype, shape) in enumerate(planned):
-            progress(index, len(planned), f"{op} {dtype} {shape}")
-            case, operator, ours, theirs = build_case(op, dtype, shape, handle, rng)
-            with operator:
-                participants = [copy, ours] + ([theirs] if theirs is not None else [])
-                copy_s, ours_s, *torch_s = interleaved_medians(participants, args.repeats)
-            torch_s = torch_s[0] if torch_s else None
-            results.append({
-                "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
-                "ours_bandwidth": case.bytes_moved / ours_s,
-                "torch_bandwidth": case.bytes_moved / torch_s if torch_s else None,
-                "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
-            })
-        progress(len(planned), len(planned), "done")
+        for visit in range(args.visits):
+            for index, (op, dtype, shape) in enumerate(planned):
+                progress(visit * len(planned) + index, steps, f"visit {visit + 1}: {op} {dtype} {shape}")
+                # The same data in every visit (seeded by case), in fresh allocations.
+                case, operator, ours, theirs = build_case(op, dtype, shape, handle, np.random.default_rng(index))
+                with operator:
+                    participants = [copy, ours] + ([theirs] if theirs is not None else [])
+                    copy_s, ours_s, *torch_s = interleaved_medians(participants, args.repeats)
+                visits[index].append({"copy_s": copy_s, "ours_s": ours_s, "torch_s": torch_s[0] if torch_s else None})
+                del case, operator, ours, theirs  # before the next case allocates its own
+        progress(steps, steps, "done")
+    results = [case_result(op, dtype, shape, own) for (op, dtype, shape), own in zip(planned, visits)]
     overheads = functional_overheads(args.repeats)
     return {
         "machine": machine_description(), "threads": threads,
         "copy_bandwidth": statistics.median(r["copy_bandwidth"] for r in results),
-        "copy_method": f"{copy_name} of {COPY_BYTES >> 20} MiB, interleaved with each case; median over cases",
+        "copy_method": (f"{copy_name} of {COPY_BYTES >> 20} MiB, interleaved with each case; "
+                        f"median over {args.visits} visits, then over cases"),
+        "visits": args.visits,
         "torch_version": torch.__version__ if torch is not None else None,
         "functional_overhead_s": overheads["rms_norm"], "functional_overheads_s": overheads, "results": results,
+    }
+
+
+def case_result(op, dtype, shape, visits):
+    """A case's row: each time the median over its visits (each visit's own a median of its rounds)."""
+    moved = bytes_moved(dtype, shape)
+    median_of = lambda key: statistics.median(v[key] for v in visits)  # noqa: E731
+    ours_s, copy_s = median_of("ours_s"), median_of("copy_s")
+    torch_s = median_of("torch_s") if all(v["torch_s"] for v in visits) else None
+    return {
+        "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
+        "ours_bandwidth": moved / ours_s,
+        "torch_bandwidth": moved / torch_s if torch_s else None,
+        "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
+        "visits": visits,
     }
 
 
@@ -377,6 +398,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
                              "and times the second call (medians reported)")
+    parser.add_argument("--visits", type=int, default=3,
+                        help="CPU: times the run goes over every case, each on fresh data; each time reported is "
+                             "the median over the visits")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")

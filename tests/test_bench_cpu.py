@@ -67,15 +67,17 @@ def test_run_sets_each_case_against_its_own_copy(monkeypatch):
     monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
     monkeypatch.setattr(bench, "functional_overheads", lambda repeats: dict.fromkeys(
         ("rms_norm", "layer_norm", "batch_norm"), 1e-6))  # timed elsewhere; slow here
-    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False)
+    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=2)
 
     report = bench.run(args)
 
     results = report["results"]
     assert [r["shape"] for r in results] == [[4, 64], [2, 128], [8, 32]]
     assert all(r["copy_bandwidth"] > 0 and r["ours_bandwidth"] > 0 and r["torch_bandwidth"] > 0 for r in results)
+    assert all(len(r["visits"]) == 2 for r in results)
     assert report["copy_bandwidth"] == statistics.median(r["copy_bandwidth"] for r in results)
-    assert report["copy_method"] == "torch copy of 1 MiB, interleaved with each case; median over cases"
+    assert report["copy_method"] == ("torch copy of 1 MiB, interleaved with each case; median over 2 visits, "
+                                     "then over cases")
 
     table = bench.format_table(report)
     rows = [line for line in table.splitlines() if line.startswith("| rms_norm")]
@@ -84,6 +86,41 @@ def test_run_sets_each_case_against_its_own_copy(monkeypatch):
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[7:] == [f"{r['ours_bandwidth'] / r['copy_bandwidth']:.2f}",
                              f"{r['torch_bandwidth'] / r['copy_bandwidth']:.2f}", f"{r['copy_bandwidth'] / 1e9:.1f}"]
+
+
+def test_visits_go_over_all_cases_in_turn_on_fresh_data_and_report_medians(monkeypatch):
+    monkeypatch.setattr(bench, "ROW_SHAPES", [(4, 64), (2, 128)])
+    monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
+    monkeypatch.setattr(bench, "_torch", lambda: None)  # the copy and ours only
+    monkeypatch.setattr(bench, "functional_overheads", lambda repeats: dict.fromkeys(
+        ("rms_norm", "layer_norm", "batch_norm"), 1e-6))
+    built, timed = [], []
+    real_build = bench.build_case
+
+    def build_case(op, dtype, shape, handle, rng):
+        case = real_build(op, dtype, shape, handle, rng)
+        built.append((shape, case[0].random((2,)).tobytes()))  # the case's data comes from rng
+        return case
+    # Scripted medians per call, (copy_s, ours_s), in the order the calls come: visit-major.
+    # Medians differ from means and from the best visit here.
+    scripted = iter([(0.010, 0.004), (0.010, 0.001), (0.040, 0.002), (0.020, 0.009), (0.020, 0.009), (0.010, 0.002)])
+
+    def medians(runs, repeats):
+        timed.append(len(runs))
+        return list(next(scripted))
+    monkeypatch.setattr(bench, "build_case", build_case)
+    monkeypatch.setattr(bench, "interleaved_medians", medians)
+    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=3)
+
+    report = bench.run(args)
+
+    assert [shape for shape, _ in built] == [(4, 64), (2, 128)] * 3  # every case once per visit, in turn
+    assert built[0][1] == built[2][1] == built[4][1] and built[0][1] != built[1][1]  # same data per case
+    first, second = report["results"]
+    assert first["ours_s"] == 0.004 and first["copy_bandwidth"] == 2 * (1 << 20) / 0.020  # medians of 3 visits
+    assert second["ours_s"] == 0.002 and second["copy_bandwidth"] == 2 * (1 << 20) / 0.010
+    assert first["ours_bandwidth"] == 3 * 4 * 64 * 4 / 0.004 and first["torch_s"] is None
+    assert [v["ours_s"] for v in first["visits"]] == [0.004, 0.002, 0.009] and report["visits"] == 3
 
 
 def test_cpu_report_table_uses_each_case_copy():
