@@ -164,10 +164,10 @@ def test_channels_last_many_rows(device, channels, dtype, training):
 
 
 # Channels-first (N, C, L) around the CPU's choice of path: runs shorter than a vector (L < 16) are periodic rows
-# of C * L, unless C * L > 16384; longer runs keep the channels-first tiles, with or without a partial vector.
+# of C * L, at any C * L; longer runs keep the channels-first tiles, with or without a partial vector.
 SHORT_RUN_SHAPES = {"periodic, C*L not a multiple of 16": (2500, 7, 3), "periodic, L = 15": (400, 64, 15),
                     "one vector per run": (400, 64, 16), "a partial vector per run": (300, 33, 24),
-                    "short runs in rows too long to be periodic": (6, 2049, 8)}
+                    "periodic, rows too long for whole-vector periods": (40, 2049, 8)}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -178,6 +178,17 @@ def test_channels_first_short_runs_many_rows(device, shape, dtype, training):
     """Enough rows for several tiles; all-positive data, so the sums grow with the row count."""
     problem = Problem(np.random.default_rng(shape[2]), shape, dtype, training=training, eps=1e-5, positive=True)
     problem.check(problem.run_on(device))
+
+
+@pytest.mark.parametrize("shape", ((4, 16384, 8), (64, 2304, 9), (8, 65536, 4)), ids=str)
+def test_channels_first_short_runs_take_a_workspace_on_the_scale_of_the_data(cpu_handle, shape):
+    """Short runs of many channels on the CPU: the periodic rows keep a few rows of floats per position, where
+    channels-first tiles would keep 48 floats per channel per tile (several times the data here)."""
+    x = np.ones(shape, F32)
+    channel = np.ones(shape[1], F32)
+    with infiniop_py.BatchNormBackward(cpu_handle, np.empty_like(x), channel.copy(), channel.copy(), x, x.copy(),
+                                       channel, channel.copy(), channel.copy()) as operator:
+        assert operator.workspace_size < 3 * x.nbytes
 
 
 @pytest.mark.parametrize("device", DEVICES)

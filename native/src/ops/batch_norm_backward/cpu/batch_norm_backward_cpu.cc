@@ -27,14 +27,14 @@ constexpr size_t kMinChunk = 4096;        // elements of a row per channels-firs
 constexpr size_t kMinRowTile = 16384;     // elements per periodic tile, and at least kMinTilePeriods periods
 constexpr size_t kMinTilePeriods = 4;     // so a tile's scratch (two periods of floats) stays below its data
 constexpr size_t kMaxShortPeriod = 4096;  // longest period kept a multiple of kPeriodAlign (floats per array)
-// Channels-first runs of one channel shorter than a vector take the periodic path: there, every run is a
-// padded partial vector. Measured (BF16, 8M elements, 2 threads) 3-6x faster for L = 4..12 and C = 64, 1.8x
-// for L = 8, C = 1024; from L = 16 on, the channels-first path was as fast or faster (2x at L = 49).
+// Channels-first runs of one channel shorter than a vector take the periodic path, whatever C * L: there,
+// every run is a padded partial vector. Measured (BF16, 8M elements, 2 threads) 3-6x faster for L = 4..12 and
+// C = 64, 1.8x for L = 8, C = 1024, 1.2-1.6x (F32 too) for C * L from 18432 to 524288, whose coefficient
+// arrays outgrow L2, with a tenth of the workspace there (48 floats per channel per tile on the other path).
+// From L = 16 on, the channels-first path was as fast or faster (2x at L = 49).
 constexpr size_t kMinChannelRun = 16;
 // Channels per block of the finish: their sums of one tile are 4 KiB, kept on the stack.
 constexpr size_t kFinishChannels = 256;
-// Rows of short runs longer than this stay channels-first: their coefficient arrays would outgrow L2.
-constexpr size_t kMaxPeriodicRow = 16384;
 
 // The period of rows of `row` elements: the row rounded up to a common multiple with kPeriodAlign when that
 // stays short, so every period holds whole vectors; else the row itself (a scalar tail per row).
@@ -98,8 +98,7 @@ class CpuDescriptor final : public Descriptor {
 
   private:
     bool periodic() const {
-        return info.layout == Layout::channels_last || info.length == 1 ||
-               (info.length < kMinChannelRun && info.channels * info.length <= kMaxPeriodicRow);
+        return info.layout == Layout::channels_last || info.length < kMinChannelRun;
     }
     // Periodic rows: N*L rows of C channels (channels-last), or N rows of C runs of L (channels-first).
     size_t periodicRows() const {
