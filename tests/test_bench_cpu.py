@@ -115,6 +115,7 @@ def test_visits_go_over_all_cases_in_turn_on_fresh_data_and_report_medians(monke
     report = bench.run(args)
 
     assert [shape for shape, _ in built] == [(4, 64), (2, 128)] * 3  # every case once per visit, in turn
+    assert timed == [2] * 6  # the copy and ours, timed together in each visit
     assert built[0][1] == built[2][1] == built[4][1] and built[0][1] != built[1][1]  # same data per case
     first, second = report["results"]
     assert first["ours_s"] == 0.004 and first["copy_bandwidth"] == 2 * (1 << 20) / 0.020  # medians of 3 visits
