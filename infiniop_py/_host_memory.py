@@ -27,6 +27,12 @@ def allocator(shape, dtype):
     return functools.partial(_aligned_empty, shape, dtype, nbytes)
 
 
+def aligned_empty(shape, dtype):
+    """A new C-contiguous, uninitialized array starting on an ALIGNMENT-byte boundary, whatever its size."""
+    dtype = np.dtype(dtype)
+    return _aligned_empty(shape, dtype, math.prod(shape) * dtype.itemsize)
+
+
 def empty(shape, dtype):
     """One array as allocator(shape, dtype) makes it."""
     return allocator(shape, dtype)()

@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from . import _host_memory
+
 ROW_SHAPES = [(4096, 4096), (32768, 512), (256, 65536), (1, 1048576)]
 BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576)]
 DTYPES = ["float32", "bfloat16", "float16"]
@@ -103,13 +105,11 @@ class Case:
         return aligned(self._rng.standard_normal(shape, dtype=np.float32).astype(_numpy_dtype(self.dtype)))
 
 
-def aligned(values, alignment=64):
-    """A copy of values at an `alignment`-byte boundary, as torch allocates. numpy's large arrays start 16
-    bytes into a page, which splits every 64-byte vector load across two cache lines; torch runs on these
-    same buffers (see _to_torch), so both sides see the same alignment."""
-    raw = np.empty(values.nbytes + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    placed = raw[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+def aligned(values):
+    """A copy of values at a 64-byte boundary, as torch allocates. numpy's large arrays start 16 bytes into a
+    page, which splits every 64-byte vector load across two cache lines; torch runs on these same buffers (see
+    _to_torch), so both sides see the same alignment."""
+    placed = _host_memory.aligned_empty(values.shape, values.dtype)
     placed[...] = values
     return placed
 
