@@ -124,3 +124,41 @@ def test_repeated_runs_give_identical_bits(case, dtype):
         again = case.function()(*inputs)
         for a, b in zip(first, again):
             assert a.tobytes() == b.tobytes()
+
+
+# BatchNorm's channels-first sums pass keeps scratch per thread, for as many threads as there were when the
+# descriptor was made. Made on one thread and called on three (omp_set_num_threads in between), a call must
+# neither write past its workspace nor change a bit. 8 channel blocks of one (batch, length) group here.
+THREADS_CHANGE = """
+import ctypes, sys
+import numpy as np
+import infiniop_py
+
+made_on, called_on = int(sys.argv[1]), int(sys.argv[2])
+openmp = ctypes.CDLL("libgomp.so.1")  # the runtime the library already loaded
+openmp.omp_set_num_threads(made_on)
+rng = np.random.default_rng(15)
+shape = (8, 512, 32)
+x, grad_output = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+weight, mean, invstd = rng.standard_normal(512).astype(np.float32), x.mean((0, 2)), 1 / (x.std((0, 2)) + 1e-5)
+outputs = np.empty_like(x), np.empty_like(weight), np.empty_like(weight)
+guard = 4096
+with infiniop_py.Handle("cpu") as handle, infiniop_py.BatchNormBackward(
+        handle, *outputs, x, grad_output, weight, None, None, mean, invstd) as operator:
+    workspace = np.full(operator.workspace_size + guard, 0xA5, np.uint8)
+    openmp.omp_set_num_threads(called_on)
+    operator(*outputs, x, grad_output, weight, None, None, mean, invstd, workspace=workspace)
+    assert (workspace[operator.workspace_size:] == 0xA5).all(), "the call wrote past its workspace"
+sys.stdout.buffer.write(b"".join(o.tobytes() for o in outputs))
+"""
+
+
+def test_batch_norm_called_on_more_threads_than_it_was_made_for_stays_in_its_workspace():
+    def run(made_on, called_on):
+        return subprocess.run([sys.executable, "-c", THREADS_CHANGE, str(made_on), str(called_on)],
+                              check=True, capture_output=True, timeout=300).stdout
+
+    one_thread = run(1, 1)
+    assert len(one_thread) == 4 * (8 * 512 * 32 + 2 * 512)
+    assert run(1, 3) == one_thread
+    assert run(3, 3) == one_thread

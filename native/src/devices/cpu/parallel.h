@@ -21,6 +21,21 @@ void parallelFor(size_t count, Body &&body) {
     for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i));
 }
 
+// parallelFor on at most `slots` threads, body(i, slot) with slot < slots the calling thread's: scratch sized
+// for `slots` when the work was planned stays private to one thread however many run the call.
+template <typename Body>
+void parallelForSlots(size_t count, size_t slots, Body &&body) {
+    const int64_t n = static_cast<int64_t>(count);
+#ifdef ENABLE_OMP
+    const size_t max_threads = static_cast<size_t>(omp_get_max_threads());
+    const int threads = static_cast<int>(slots < max_threads ? slots : max_threads);
+#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1) if (n > 1)
+    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), static_cast<size_t>(omp_get_thread_num()));
+#else
+    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), size_t(0));
+#endif
+}
+
 // body(thread, threads) once on each thread of one parallel region; barrier() inside it waits for all of them.
 template <typename Body>
 void parallelRegion(Body &&body) {

@@ -1,8 +1,9 @@
 // BatchNorm backward on the CPU, in two passes over fixed tiles: pass 1 sums grad_output and
-// grad_output*(x - mean) per channel into each tile's F64 partials, which are then added in tile order;
+// grad_output*(x - mean) per channel into each tile group's F64 partials, which are then added in group order;
 // pass 2 writes grad_input = scale_grad*grad_output + scale_centered*(x - mean) + shift per channel.
 // Tiles depend on the shape only, so results do not depend on the thread count. Channels-first tensors whose
-// runs of one channel fill a vector (L >= kMinChannelRun) are tiled as (batch block, length chunk); the others
+// runs of one channel fill a vector (L >= kMinChannelRun) are tiled as (batch block, length chunk, channel
+// block), the channel blocks of one (batch block, length chunk) group summing disjoint channels; the others
 // as blocks of periodic rows (N*L rows of C channels, or N rows of C runs of L), whose per-position
 // coefficients make whole vectors of any channel pattern. F64 takes a scalar path of its own
 // (batch_norm_backward_f64.h).
@@ -24,7 +25,11 @@ namespace {
 
 constexpr size_t kMaxTiles = 64;
 constexpr size_t kMinChunk = 4096;        // elements of a row per channels-first tile, so tiles stay worth a task
-constexpr size_t kMinRowTile = 16384;     // elements per periodic tile, and at least kMinTilePeriods periods
+// Elements of each channel per group of channels-first tiles (a batch block x a length chunk), where N * L
+// allows: a tile's sums pass keeps kChannelScratchFloats F32 lanes per channel, which would otherwise outweigh
+// its data (3x at N = 64, L = 16, one batch per tile). Channel blocks split the groups into tiles instead.
+constexpr size_t kMinChannelElements = 1024;
+constexpr size_t kMinRowTile = 16384;     // elements per tile (periodic: and at least kMinTilePeriods periods)
 constexpr size_t kMinTilePeriods = 4;     // so a tile's scratch (two periods of floats) stays below its data
 constexpr size_t kMaxShortPeriod = 4096;  // longest period kept a multiple of kPeriodAlign (floats per array)
 // Channels-first runs of one channel shorter than a vector take the periodic path, whatever C * L: there,
@@ -46,9 +51,9 @@ size_t periodOf(size_t row) {
 // Where each piece of a float-path call lives in the workspace.
 struct Workspace {
     ChannelStatistics *statistics; // per channel
-    double *sums;                  // [tile][channel][2]
+    double *sums;                  // [group][channel][2], a group's tiles taking disjoint channels
     float *mean, *scale_grad, *scale_centered, *shift; // per position: position p is channel p % C
-    float *scratch;                // per tile
+    float *scratch;                // per slot: the sums pass runs on at most slots_ threads
 };
 
 class CpuDescriptor final : public Descriptor {
@@ -64,11 +69,18 @@ class CpuDescriptor final : public Descriptor {
             const size_t per_tile = (rows + tiles - 1) / tiles;
             row_blocks_ = cpu::Blocks::ofSize(rows, (per_tile + rows_per_period - 1) / rows_per_period * rows_per_period);
         } else {
-            batch_blocks_ = cpu::Blocks::split(info.batch, kMaxTiles);
+            batch_blocks_ = cpu::Blocks::split(
+                info.batch, std::clamp<size_t>(info.batch * info.length / kMinChannelElements, 1, kMaxTiles));
             length_chunks_ = cpu::Blocks::split(
                 info.length, std::max<size_t>(1, std::min(kMaxTiles / std::max<size_t>(1, batch_blocks_.count),
                                                           (info.length + kMinChunk - 1) / kMinChunk)));
+            const size_t groups = std::max<size_t>(1, batch_blocks_.count * length_chunks_.count);
+            const size_t group_elements = batch_blocks_.per_block * length_chunks_.per_block * info.channels;
+            channel_blocks_ = cpu::Blocks::split(
+                info.channels, std::clamp<size_t>(std::min(kMaxTiles / groups, group_elements / kMinRowTile), 1, kMaxTiles));
         }
+        // Scratch is per thread, not per tile: sized for the threads of now, and the sums pass never runs on more.
+        slots_ = std::max<size_t>(1, std::min(tiles(), cpu::maxThreads()));
     }
 
     size_t workspaceSize() const override {
@@ -107,13 +119,16 @@ class CpuDescriptor final : public Descriptor {
     // Elements of one channel in a row of the position arrays: L for periodic channels-first rows, else 1
     // (channels-last rows, and the per-channel arrays of channels-first tiles).
     size_t run() const { return periodic() && info.layout != Layout::channels_last ? info.length : 1; }
-    size_t tiles() const { return periodic() ? row_blocks_.count : batch_blocks_.count * length_chunks_.count; }
+    // Groups of tiles sharing one row of the sums: periodic tiles each have their own.
+    size_t groups() const { return periodic() ? row_blocks_.count : batch_blocks_.count * length_chunks_.count; }
+    size_t tiles() const { return periodic() ? row_blocks_.count : groups() * channel_blocks_.count; }
+    size_t groupOf(size_t tile) const { return periodic() ? tile : tile / channel_blocks_.count; }
     size_t positions() const { return periodic() ? period_ : info.channels; }
-    size_t sumsCount() const { return needsSums(info) ? tiles() * info.channels * 2 : 0; }
-    size_t scratchFloats() const {
-        if (!needsSums(info)) return 0;
-        return tiles() * (periodic() ? 2 * period_ : info.channels * kChannelScratchFloats);
+    size_t sumsCount() const { return needsSums(info) ? groups() * info.channels * 2 : 0; }
+    size_t slotScratchFloats() const {
+        return periodic() ? 2 * period_ : channel_blocks_.per_block * kChannelScratchFloats;
     }
+    size_t scratchFloats() const { return needsSums(info) ? slots_ * slotScratchFloats() : 0; }
 
     Workspace layout(void *workspace) const {
         Workspace w;
@@ -127,11 +142,14 @@ class CpuDescriptor final : public Descriptor {
         return w;
     }
 
+    // Tiles of a group are consecutive: its channel blocks, each a stretch of memory per batch.
     Tile tile(size_t index) const {
-        size_t batch_block = index / length_chunks_.count, chunk = index % length_chunks_.count;
+        const size_t group = groupOf(index), channel_block = index % channel_blocks_.count;
+        const size_t batch_block = group / length_chunks_.count, chunk = group % length_chunks_.count;
         return Tile{batch_blocks_.begin(batch_block), batch_blocks_.end(batch_block, info.batch),
                     info.channels,                    info.length,
-                    length_chunks_.begin(chunk),      length_chunks_.end(chunk, info.length)};
+                    length_chunks_.begin(chunk),      length_chunks_.end(chunk, info.length),
+                    channel_blocks_.begin(channel_block), channel_blocks_.end(channel_block, info.channels)};
     }
 
     RowTile rowTile(size_t index) const {
@@ -154,30 +172,32 @@ class CpuDescriptor final : public Descriptor {
             fillChannel(w.mean, c, w.statistics[c].mean);
         }
         if (needsSums(info)) {
-            cpu::parallelFor(tiles(), [&](size_t t) {
-                double *tile_sums = w.sums + t * channels * 2;
-                std::fill(tile_sums, tile_sums + channels * 2, 0.0);
+            cpu::parallelForSlots(tiles(), slots_, [&](size_t t, size_t slot) {
+                double *group_sums = w.sums + groupOf(t) * channels * 2;
+                float *scratch = w.scratch + slot * slotScratchFloats();
                 if (periodic()) {
-                    cpu::selectedTable<RowKernels<T>>().sums(rowTile(t), grad_output, input, w.mean,
-                                                             w.scratch + t * 2 * period_, tile_sums);
+                    std::fill(group_sums, group_sums + channels * 2, 0.0);
+                    cpu::selectedTable<RowKernels<T>>().sums(rowTile(t), grad_output, input, w.mean, scratch,
+                                                             group_sums);
                 } else {
-                    cpu::selectedTable<Kernels<T>>().sums(tile(t), grad_output, input, w.mean,
-                                                          w.scratch + t * channels * kChannelScratchFloats, tile_sums);
+                    const Tile this_tile = tile(t);
+                    std::fill(group_sums + 2 * this_tile.channel_begin, group_sums + 2 * this_tile.channel_end, 0.0);
+                    cpu::selectedTable<Kernels<T>>().sums(this_tile, grad_output, input, w.mean, scratch, group_sums);
                 }
             });
         }
-        // Channels finish by blocks: a block reads each tile's sums of its channels as one stretch, where one
-        // channel at a time strode through every tile's sums (3-7% of the op at 64 tiles x 512 channels). Each
-        // channel still adds its tiles in order. Finishing the blocks in parallel gained no more here, and
+        // Channels finish by blocks: a block reads each group's sums of its channels as one stretch, where one
+        // channel at a time strode through every group's sums (3-7% of the op at 64 tiles x 512 channels). Each
+        // channel still adds its groups in order. Finishing the blocks in parallel gained no more here, and
         // its fork cost small shapes a few microseconds.
-        const size_t summed_tiles = needsSums(info) ? tiles() : 0;
+        const size_t summed_groups = needsSums(info) ? groups() : 0;
         const cpu::Blocks channel_blocks = cpu::Blocks::ofSize(channels, kFinishChannels);
         for (size_t block = 0; block < channel_blocks.count; ++block) {
             const size_t first = channel_blocks.begin(block), count = channel_blocks.end(block, channels) - first;
             double totals[2 * kFinishChannels] = {}; // per channel: sum of grad, sum of grad * centered
-            for (size_t t = 0; t < summed_tiles; ++t) {
-                const double *tile_sums = w.sums + (t * channels + first) * 2;
-                for (size_t i = 0; i < 2 * count; ++i) totals[i] += tile_sums[i];
+            for (size_t g = 0; g < summed_groups; ++g) {
+                const double *group_sums = w.sums + (g * channels + first) * 2;
+                for (size_t i = 0; i < 2 * count; ++i) totals[i] += group_sums[i];
             }
             for (size_t i = 0; i < count; ++i) {
                 const size_t c = first + i;
@@ -208,10 +228,11 @@ class CpuDescriptor final : public Descriptor {
     }
 
     // Channels-first tiles.
-    cpu::Blocks batch_blocks_{1, 0}, length_chunks_{1, 0};
+    cpu::Blocks batch_blocks_{1, 0}, length_chunks_{1, 0}, channel_blocks_{1, 0};
     // Periodic tiles.
     cpu::Blocks row_blocks_{1, 0};
     size_t period_ = 0;
+    size_t slots_ = 1; // threads the sums pass may use, each with its own scratch
 };
 
 } // namespace

@@ -33,9 +33,9 @@ void accumulate(const T *grad_output, const T *input, float mean, size_t n, floa
     simd::store(scratch + kCenteredLanes, centered);
 }
 
-void flush(size_t channels, float *scratch, double *sums) {
-    for (size_t c = 0; c < channels; ++c) {
-        float *s = scratch + c * kChannelScratchFloats;
+void flush(const Tile &tile, float *scratch, double *sums) {
+    for (size_t c = tile.channel_begin; c < tile.channel_end; ++c) {
+        float *s = scratch + (c - tile.channel_begin) * kChannelScratchFloats;
         sums[2 * c] += simd::sum(simd::load(s + kGradLanes)) + s[kTails];
         sums[2 * c + 1] += simd::sum(simd::load(s + kCenteredLanes)) + s[kTails + 1];
         for (size_t k = 0; k < kChannelScratchFloats; ++k) s[k] = 0.0f;
@@ -45,24 +45,24 @@ void flush(size_t channels, float *scratch, double *sums) {
 template <typename T>
 void sums(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
           double *sums) {
-    for (size_t k = 0; k < tile.channels * kChannelScratchFloats; ++k) scratch[k] = 0.0f;
+    for (size_t k = 0; k < tile.channelCount() * kChannelScratchFloats; ++k) scratch[k] = 0.0f;
     size_t pending = 0; // elements per channel in the lanes since the last flush
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t piece = tile.begin; piece < tile.end; piece += simd::kChunk) {
             size_t width = tile.end - piece < simd::kChunk ? tile.end - piece : simd::kChunk;
-            for (size_t c = 0; c < tile.channels; ++c) {
+            for (size_t c = tile.channel_begin; c < tile.channel_end; ++c) {
                 size_t offset = (n * tile.channels + c) * tile.length + piece;
                 accumulate(grad_output + offset, input + offset, mean[c], width,
-                           scratch + c * kChannelScratchFloats);
+                           scratch + (c - tile.channel_begin) * kChannelScratchFloats);
             }
             pending += width;
             if (pending >= simd::kChunk) {
-                flush(tile.channels, scratch, sums);
+                flush(tile, scratch, sums);
                 pending = 0;
             }
         }
     }
-    flush(tile.channels, scratch, sums);
+    flush(tile, scratch, sums);
 }
 
 // The elementwise pass over one run of `width` elements of a channel (simd::forEachVector's contract). Runs of
@@ -99,7 +99,7 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
            T *grad_input, bool stream_output) {
     const bool whole_vectors = wholeVectors(tile, grad_input, stream_output);
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-        for (size_t c = 0; c < tile.channels; ++c) {
+        for (size_t c = tile.channel_begin; c < tile.channel_end; ++c) {
             const f32v mean = simd::splat(coefficients.mean[c]), scale_grad = simd::splat(coefficients.scale_grad[c]),
                        scale_centered = simd::splat(coefficients.scale_centered[c]),
                        shift = simd::splat(coefficients.shift[c]);
@@ -119,7 +119,7 @@ template <typename T>
 void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
     const bool whole_vectors = wholeVectors(tile, grad_input, stream_output);
     for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-        for (size_t c = 0; c < tile.channels; ++c) {
+        for (size_t c = tile.channel_begin; c < tile.channel_end; ++c) {
             const f32v factor = simd::splat(scale_grad[c]);
             size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
             passOverRun(

@@ -1,5 +1,5 @@
 // BatchNorm backward CPU leaf kernels, per ISA, for the two layouts of the big tensors:
-// - channels-first (N, C, L): over one Tile (a block of the batch x a chunk of the length), all channels;
+// - channels-first (N, C, L): over one Tile (a block of the batch x a chunk of the length x a block of channels);
 // - periodic rows: over one RowTile (a block of rows), with the channel pattern repeating every `period`
 //   elements. Channels-last tensors are N*L rows of C channels; channels-first ones with a short L are N rows
 //   of C runs of L elements of one channel.
@@ -14,9 +14,12 @@
 
 namespace op::batch_norm_backward {
 
-// Elements [begin, end) of the length dim, for batches [batch_begin, batch_end), all channels.
+// Elements [begin, end) of the length dim, for batches [batch_begin, batch_end) and channels
+// [channel_begin, channel_end) of a tensor of `channels` channels.
 struct Tile {
-    size_t batch_begin, batch_end, channels, length, begin, end;
+    size_t batch_begin, batch_end, channels, length, begin, end, channel_begin, channel_end;
+
+    size_t channelCount() const { return channel_end - channel_begin; }
 };
 
 // Per-channel F32 arrays of the grad_input terms (for rows of channels: per position in the period).
@@ -29,8 +32,9 @@ constexpr size_t kChannelScratchFloats = 48;
 
 template <typename T>
 struct Kernels {
-    // sums[2c] += sum of grad_output, sums[2c+1] += sum of grad_output*(x - mean[c]) over the tile, F32 lanes
-    // flushed into F64 every 4096 elements of a channel. scratch: kChannelScratchFloats per channel.
+    // sums[2c] += sum of grad_output, sums[2c+1] += sum of grad_output*(x - mean[c]) over the tile, for the
+    // tile's channels c, F32 lanes flushed into F64 every 4096 elements of a channel. scratch:
+    // kChannelScratchFloats per channel of the tile.
     void (*sums)(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
                  double *sums);
     // grad_input over the tile; grad_input may be grad_output. stream_output: write it past the caches
