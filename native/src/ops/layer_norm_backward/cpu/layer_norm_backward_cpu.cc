@@ -27,17 +27,22 @@ cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *xhat, c
 
 cpu::PairSums applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
                        const double *xhat, const double *weight, double *grad_input, double *weight_partial,
-                       double *bias_partial, const cpu::RowHints<double> &hints) {
+                       double *bias_partial, bool partials_with_next, const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
         const double go = grad_output[j], xh = xhat[j];
-        if (weight_partial != nullptr) weight_partial[j] += go * xh;
-        if (bias_partial != nullptr) bias_partial[j] += go;
+        const double next_go = partials_with_next ? hints.next_a[j] : 0.0;
+        const double next_xh = partials_with_next ? hints.next_b[j] : 0.0;
+        if (weight_partial != nullptr) weight_partial[j] += go * xh + next_go * next_xh;
+        if (bias_partial != nullptr) bias_partial[j] += go + next_go;
         grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std;
     }
     return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, weight);
 }
 
 const Kernels<double> kF64Kernels{sumsF64, applyF64};
+
+// Which rows' terms a row's elementwise pass adds to the weight-gradient partials.
+enum class PartialRows { this_row, with_next, none };
 
 class CpuDescriptor final : public Descriptor {
   public:
@@ -82,6 +87,15 @@ class CpuDescriptor final : public Descriptor {
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
         };
+        // Rows reduced alongside pair up from their block's first: the first of a pair adds both rows' terms to
+        // the partials, read while it reduces the second, which adds none (one trip of the partials through the
+        // caches per two rows). A block's odd last row adds its own.
+        auto partialRows = [&](size_t block, size_t row, bool reduce_next) {
+            if (!plan_.reduce_alongside) return PartialRows::this_row;
+            const size_t first = plan_.blocks.begin(block), end = plan_.blocks.end(block, plan_.rows);
+            if ((row - first) % 2 == 1) return PartialRows::none;
+            return reduce_next && row + 1 < end ? PartialRows::with_next : PartialRows::this_row;
+        };
 
         cpu::runRows(
             plan_, chunk_sums,
@@ -90,13 +104,17 @@ class CpuDescriptor final : public Descriptor {
                                     xhat + info.input_standardization.offset(row) + begin, weight_c + begin);
             },
             [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
+                const PartialRows partial_rows = partialRows(block, row, reduce_next);
+                const bool skip_partials = partial_rows == PartialRows::none;
                 const C inv_std = static_cast<C>(1.0 / cpu::toDouble(std_deviation[info.input_std_deviation.offset(row)]));
                 return kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
                                      static_cast<C>(total.second / static_cast<double>(dim)),
                                      grad_output + info.grad_output.offset(row) + begin,
                                      xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                                      grad_input + info.grad_input.offset(row) + begin,
-                                     partialOf(weight_partials, block, begin), partialOf(bias_partials, block, begin),
+                                     skip_partials ? nullptr : partialOf(weight_partials, block, begin),
+                                     skip_partials ? nullptr : partialOf(bias_partials, block, begin),
+                                     partial_rows == PartialRows::with_next,
                                      plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
                                                  info.input_standardization));
             });

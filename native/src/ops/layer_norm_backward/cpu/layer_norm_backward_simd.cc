@@ -3,6 +3,8 @@
 
 #include "devices/cpu/simd.h"
 
+#include <tuple>
+
 namespace op::layer_norm_backward {
 namespace {
 
@@ -30,30 +32,44 @@ cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *w
     return rowSums(n, grad_output, xhat, weight).finish();
 }
 
-template <typename T, bool kWeight, bool kBias>
+// kWithNext: the partials also take the next row's terms (hints.next_a/next_b, read from the caches where this
+// pass reduces that row), so long rows move their partials once per two rows.
+template <typename T, bool kWeight, bool kBias, bool kWithNext>
 cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
                        const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
                        const cpu::RowHints<T> &hints) {
     const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
-    // partial_at: the wanted partials, weight's first.
+    // rest: the next row's grad_output and xhat if kWithNext, then the wanted partials, weight's first.
     auto step = [&](auto stream, T *out, const auto *go_at, const auto *xh_at, const float *weight_at,
-                    auto *...partial_at) {
+                    auto *...rest) {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
         // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v go = simd::load(go_at), xh = simd::load(xh_at), weight_v = simd::load(weight_at);
-        float *partials[] = {partial_at..., nullptr};
+        const auto at = std::make_tuple(rest...);
+        constexpr size_t kFirstPartial = kWithNext ? 2 : 0;
+        f32v weight_terms = go * xh, bias_terms = go;
+        if constexpr (kWithNext) {
+            const f32v next_go = simd::load(std::get<0>(at)), next_xh = simd::load(std::get<1>(at));
+            weight_terms = weight_terms + next_go * next_xh;
+            bias_terms = bias_terms + next_go;
+        }
         f32v weight_sum = {}, bias_sum = {};
-        if constexpr (kWeight) weight_sum = simd::load(partials[0]) + go * xh;
-        if constexpr (kBias) bias_sum = simd::load(partials[kWeight]) + go;
-        if constexpr (kWeight) simd::store(partials[0], weight_sum);
-        if constexpr (kBias) simd::store(partials[kWeight], bias_sum);
+        if constexpr (kWeight) weight_sum = simd::load(std::get<kFirstPartial>(at)) + weight_terms;
+        if constexpr (kBias) bias_sum = simd::load(std::get<kFirstPartial + kWeight>(at)) + bias_terms;
+        if constexpr (kWeight) simd::store(std::get<kFirstPartial>(at), weight_sum);
+        if constexpr (kBias) simd::store(std::get<kFirstPartial + kWeight>(at), bias_sum);
         simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
     };
     auto run = [&](auto &&side_work) {
         auto pass = [&](auto *...partials) {
-            simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
-                                partials...);
+            if constexpr (kWithNext) {
+                simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
+                                    hints.next_a, hints.next_b, partials...);
+            } else {
+                simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
+                                    partials...);
+            }
         };
         if constexpr (kWeight && kBias) {
             pass(weight_partial, bias_partial);
@@ -76,15 +92,20 @@ cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat,
 template <typename T>
 cpu::PairSums apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
                     const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
-                    const cpu::RowHints<T> &hints) {
+                    bool partials_with_next, const cpu::RowHints<T> &hints) {
     auto run = [&](auto kernel) {
         return kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial,
                       bias_partial, hints);
     };
-    if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true>);
-    if (weight_partial != nullptr) return run(applyRow<T, true, false>);
-    if (bias_partial != nullptr) return run(applyRow<T, false, true>);
-    return run(applyRow<T, false, false>);
+    if (partials_with_next) {
+        if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true, true>);
+        if (weight_partial != nullptr) return run(applyRow<T, true, false, true>);
+        if (bias_partial != nullptr) return run(applyRow<T, false, true, true>);
+    }
+    if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true, false>);
+    if (weight_partial != nullptr) return run(applyRow<T, true, false, false>);
+    if (bias_partial != nullptr) return run(applyRow<T, false, true, false>);
+    return run(applyRow<T, false, false, false>);
 }
 
 template <typename T>

@@ -19,12 +19,13 @@ struct Kernels {
     // {sum of g, sum of g*xhat} with g = grad_output*weight over [0, n), in fixed 4096-element chunks.
     cpu::PairSums (*sums)(size_t n, const T *grad_output, const T *xhat, const C *weight);
     // grad_input = (g - mean_g - xhat*mean_g_xhat) * inv_std, weight_partial += grad_output*xhat,
-    // bias_partial += grad_output over [0, n) (a NULL partial: that gradient is not wanted);
-    // grad_input may be grad_output. Returns what sums gives for hints.next_a/next_b ({} if NULL), reduced in the
-    // same pass.
+    // bias_partial += grad_output over [0, n) (a NULL partial: that gradient is not wanted); with
+    // partials_with_next, the partials take the next row's terms too, added to this row's first (needs
+    // hints.next_a/next_b). grad_input may be grad_output. Returns what sums gives for hints.next_a/next_b ({} if
+    // NULL), reduced in the same pass.
     cpu::PairSums (*apply)(size_t n, C inv_std, C mean_g, C mean_g_xhat, const T *grad_output, const T *xhat,
                            const C *weight, T *grad_input, C *weight_partial, C *bias_partial,
-                           const cpu::RowHints<T> &hints);
+                           bool partials_with_next, const cpu::RowHints<T> &hints);
 };
 
 } // namespace op::layer_norm_backward
