@@ -12,28 +12,31 @@
 
 namespace cpu {
 
-template <typename Body>
-void parallelFor(size_t count, Body &&body) {
-    const int64_t n = static_cast<int64_t>(count);
+inline size_t maxThreads() {
 #ifdef ENABLE_OMP
-#pragma omp parallel for schedule(static) if (n > 1)
+    return static_cast<size_t>(omp_get_max_threads());
+#else
+    return 1;
 #endif
-    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i));
 }
 
-// parallelFor on at most `slots` threads, body(i, slot) with slot < slots the calling thread's: scratch sized
-// for `slots` when the work was planned stays private to one thread however many run the call.
+// body(i, slot) for i in [0, count) on at most `slots` threads, slot < slots being the calling thread's: scratch
+// sized for `slots` when the work was planned stays private to one thread however many the caller allows now.
 template <typename Body>
 void parallelForSlots(size_t count, size_t slots, Body &&body) {
     const int64_t n = static_cast<int64_t>(count);
 #ifdef ENABLE_OMP
-    const size_t max_threads = static_cast<size_t>(omp_get_max_threads());
-    const int threads = static_cast<int>(slots < max_threads ? slots : max_threads);
+    const int threads = static_cast<int>(slots < maxThreads() ? slots : maxThreads());
 #pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1) if (n > 1)
     for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), static_cast<size_t>(omp_get_thread_num()));
 #else
     for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), size_t(0));
 #endif
+}
+
+template <typename Body>
+void parallelFor(size_t count, Body &&body) {
+    parallelForSlots(count, maxThreads(), [&](size_t i, size_t) { body(i); });
 }
 
 // body(thread, threads) once on each thread of one parallel region; barrier() inside it waits for all of them.
@@ -50,14 +53,6 @@ void parallelRegion(Body &&body) {
 inline void barrier() {
 #ifdef ENABLE_OMP
 #pragma omp barrier
-#endif
-}
-
-inline size_t maxThreads() {
-#ifdef ENABLE_OMP
-    return static_cast<size_t>(omp_get_max_threads());
-#else
-    return 1;
 #endif
 }
 
