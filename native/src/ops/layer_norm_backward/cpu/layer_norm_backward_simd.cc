@@ -32,6 +32,16 @@ cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *w
     return rowSums(n, grad_output, xhat, weight).finish();
 }
 
+// The arrays if kWanted, else none: a piece of forEachVector's argument list.
+template <bool kWanted, typename... Arrays>
+auto arraysIf(Arrays *...arrays) {
+    if constexpr (kWanted) {
+        return std::make_tuple(arrays...);
+    } else {
+        return std::tuple<>{};
+    }
+}
+
 // kWithNext: the partials also take the next row's terms (hints.next_a/next_b, read from the caches where this
 // pass reduces that row), so long rows move their partials once per two rows.
 template <typename T, bool kWeight, bool kBias, bool kWithNext>
@@ -62,24 +72,14 @@ cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat,
         simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
     };
     auto run = [&](auto &&side_work) {
-        auto pass = [&](auto *...partials) {
-            if constexpr (kWithNext) {
+        const auto rest = std::tuple_cat(arraysIf<kWithNext>(hints.next_a, hints.next_b),
+                                         arraysIf<kWeight>(weight_partial), arraysIf<kBias>(bias_partial));
+        std::apply(
+            [&](auto *...rest_arrays) {
                 simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
-                                    hints.next_a, hints.next_b, partials...);
-            } else {
-                simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
-                                    partials...);
-            }
-        };
-        if constexpr (kWeight && kBias) {
-            pass(weight_partial, bias_partial);
-        } else if constexpr (kWeight) {
-            pass(weight_partial);
-        } else if constexpr (kBias) {
-            pass(bias_partial);
-        } else {
-            pass();
-        }
+                                    rest_arrays...);
+            },
+            rest);
     };
     const cpu::PairSums next_sums = simd::passAlongside(
         hints, [&](const T *next_grad_output, const T *next_xhat) {
@@ -93,19 +93,18 @@ template <typename T>
 cpu::PairSums apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
                     const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
                     bool partials_with_next, const cpu::RowHints<T> &hints) {
-    auto run = [&](auto kernel) {
-        return kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial,
-                      bias_partial, hints);
+    auto run = [&](auto with_next) {
+        constexpr bool kWithNext = decltype(with_next)::value;
+        auto call = [&](auto kernel) {
+            return kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial,
+                          bias_partial, hints);
+        };
+        if (weight_partial != nullptr && bias_partial != nullptr) return call(applyRow<T, true, true, kWithNext>);
+        if (weight_partial != nullptr) return call(applyRow<T, true, false, kWithNext>);
+        if (bias_partial != nullptr) return call(applyRow<T, false, true, kWithNext>);
+        return call(applyRow<T, false, false, false>); // no partials: nothing to take from the next row
     };
-    if (partials_with_next) {
-        if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true, true>);
-        if (weight_partial != nullptr) return run(applyRow<T, true, false, true>);
-        if (bias_partial != nullptr) return run(applyRow<T, false, true, true>);
-    }
-    if (weight_partial != nullptr && bias_partial != nullptr) return run(applyRow<T, true, true, false>);
-    if (weight_partial != nullptr) return run(applyRow<T, true, false, false>);
-    if (bias_partial != nullptr) return run(applyRow<T, false, true, false>);
-    return run(applyRow<T, false, false, false>);
+    return partials_with_next ? run(std::true_type{}) : run(std::false_type{});
 }
 
 template <typename T>
