@@ -47,7 +47,7 @@ class BatchNormBackward(Operator):
         tensor it was created without. ``workspace``: >= workspace_size bytes, or None."""
         arguments = (grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean, running_var,
                      save_mean, save_invstd)
-        self._call(dict(zip(_TENSORS, arguments)), workspace, stream)
+        self._call(arguments, workspace, stream)
 
 
 def _output_specs(refs):

@@ -33,11 +33,8 @@ class LayerNormBackward(Operator):
     def __call__(self, grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
                  input_std_deviation, *, workspace=None, stream=None):
         """Write grad_input, grad_weight and grad_bias. ``workspace``: >= workspace_size bytes, or None."""
-        self._call({
-            "grad_input": grad_input, "grad_weight": grad_weight, "grad_bias": grad_bias,
-            "grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
-            "input_std_deviation": input_std_deviation,
-        }, workspace, stream)
+        self._call((grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
+                    input_std_deviation), workspace, stream)
 
 
 def _output_specs(refs):

@@ -29,8 +29,7 @@ class RMSNormBackward(Operator):
 
     def __call__(self, grad_x, grad_w, grad_y, x, w, rstd=None, *, workspace=None, stream=None):
         """Write grad_x and grad_w. ``workspace``: an array of >= workspace_size bytes, or None."""
-        self._call({"grad_x": grad_x, "grad_w": grad_w, "grad_y": grad_y, "x": x, "w": w, "rstd": rstd},
-                   workspace, stream)
+        self._call((grad_x, grad_w, grad_y, x, w, rstd), workspace, stream)
 
 
 def _output_specs(refs):
