@@ -224,7 +224,7 @@ def run(args):
                 del case, operator, ours, theirs  # before the next case allocates its own
         progress(steps, steps, "done")
     results = [case_result(op, dtype, shape, own) for (op, dtype, shape), own in zip(planned, visits)]
-    overheads = functional_overheads(args.repeats)
+    overheads = python_overheads(args.repeats)
     return {
         "machine": machine_description(), "threads": threads,
         "copy_bandwidth": statistics.median(r["copy_bandwidth"] for r in results),
@@ -232,7 +232,9 @@ def run(args):
                         f"median over {args.visits} visits, then over cases"),
         "visits": args.visits,
         "torch_version": torch.__version__ if torch is not None else None,
-        "functional_overhead_s": overheads["rms_norm"], "functional_overheads_s": overheads, "results": results,
+        "functional_overhead_s": overheads["functional"]["rms_norm"],
+        "functional_overheads_s": overheads["functional"], "operator_overheads_s": overheads["operator"],
+        "results": results,
     }
 
 
@@ -273,25 +275,29 @@ def _overhead_cases(ip):
     }
 
 
-def functional_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_norm")):
-    """op -> Python time of a cached functional call beyond the native run, on a tiny shape (seconds): the
-    median, over alternating rounds, of (functional call - bare C call on the same descriptor), so drifting load
-    on a shared machine hits both sides of each difference alike."""
+def python_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_norm")):
+    """{"functional": op -> seconds, "operator": op -> seconds}: the Python time of a cached functional call, and
+    of an operator object's call, beyond the native run on a tiny shape. Each is the median, over alternating
+    rounds, of (the call - the bare C call on the same descriptor), so drifting load on a shared machine hits
+    both sides of each difference alike."""
     import infiniop_py as ip
 
     cases = {op: case for op, case in _overhead_cases(ip).items() if op in ops}
-    differences = {op: [] for op in cases}
+    differences = {way: {op: [] for op in cases} for way in ("functional", "operator")}
     with ip.Handle("cpu") as handle, contextlib.ExitStack() as stack:
-        natives, workspaces = {}, []  # the native calls only have the workspaces' addresses: keep them alive
-        for op, (operator_class, arrays, _) in cases.items():
+        calls, workspaces = {}, []  # the native calls only have the workspaces' addresses: keep them alive
+        for op, (operator_class, arrays, functional) in cases.items():
             operator = stack.enter_context(operator_class(handle, *arrays))
             workspaces.append(np.empty(max(operator.workspace_size, 1), np.uint8))
-            natives[op] = native_call(operator, [a.ctypes.data for a in arrays],
-                                     workspaces[-1].ctypes.data)
+            native = native_call(operator, [a.ctypes.data for a in arrays], workspaces[-1].ctypes.data)
+            calls[op] = native, {"functional": functional,
+                                 "operator": lambda operator=operator, arrays=arrays: operator(*arrays)}
         for _ in range(rounds):
-            for op, (_, _, functional) in cases.items():
-                differences[op].append(median_seconds(functional, 300, 0.05) - median_seconds(natives[op], 300, 0.05))
-    return {op: statistics.median(values) for op, values in differences.items()}
+            for op, (native, ways) in calls.items():
+                for way, call in ways.items():
+                    differences[way][op].append(median_seconds(call, 300, 0.05) - median_seconds(native, 300, 0.05))
+    return {way: {op: statistics.median(values) for op, values in by_op.items()}
+            for way, by_op in differences.items()}
 
 
 def native_call(operator, addresses, workspace_address, stream_address=0):
@@ -358,9 +364,10 @@ def format_table(report):
                      f"slowest case: {min(speedups):.2f}x")
     overheads = report.get("functional_overheads_s") or (
         {"rms_norm": report["functional_overhead_s"]} if report["functional_overhead_s"] is not None else None)
-    if overheads:
-        lines.append("functional API Python overhead per cached call: "
-                     + ", ".join(f"{op} {seconds * 1e6:.1f} us" for op, seconds in overheads.items()))
+    for what, by_op in (("functional API Python overhead per cached call", overheads),
+                        ("operator object Python overhead per call", report.get("operator_overheads_s"))):
+        if by_op:
+            lines.append(f"{what}: " + ", ".join(f"{op} {seconds * 1e6:.1f} us" for op, seconds in by_op.items()))
     return "\n".join(lines)
 
 

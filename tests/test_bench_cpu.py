@@ -65,8 +65,8 @@ def test_run_sets_each_case_against_its_own_copy(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", str(torch.get_num_threads()))  # run() sets torch's threads from it
     monkeypatch.setattr(bench, "ROW_SHAPES", [(4, 64), (2, 128), (8, 32)])
     monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
-    monkeypatch.setattr(bench, "functional_overheads", lambda repeats: dict.fromkeys(
-        ("rms_norm", "layer_norm", "batch_norm"), 1e-6))  # timed elsewhere; slow here
+    monkeypatch.setattr(bench, "python_overheads", lambda repeats: dict.fromkeys(  # timed elsewhere; slow here
+        ("functional", "operator"), dict.fromkeys(("rms_norm", "layer_norm", "batch_norm"), 1e-6)))
     args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=2)
 
     report = bench.run(args)
@@ -92,8 +92,8 @@ def test_visits_go_over_all_cases_in_turn_on_fresh_data_and_report_medians(monke
     monkeypatch.setattr(bench, "ROW_SHAPES", [(4, 64), (2, 128)])
     monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
     monkeypatch.setattr(bench, "_torch", lambda: None)  # the copy and ours only
-    monkeypatch.setattr(bench, "functional_overheads", lambda repeats: dict.fromkeys(
-        ("rms_norm", "layer_norm", "batch_norm"), 1e-6))
+    monkeypatch.setattr(bench, "python_overheads", lambda repeats: dict.fromkeys(
+        ("functional", "operator"), dict.fromkeys(("rms_norm", "layer_norm", "batch_norm"), 1e-6)))
     built, timed = [], []
     real_build = bench.build_case
 
@@ -133,7 +133,8 @@ def test_cpu_report_table_uses_each_case_copy():
     ]
     report = {"machine": "CPU under test", "threads": 2, "copy_bandwidth": 50e9, "copy_method": "copy method",
               "torch_version": "2.13.0", "functional_overhead_s": 3e-6,
-              "functional_overheads_s": {"rms_norm": 3e-6}, "results": results}
+              "functional_overheads_s": {"rms_norm": 3e-6}, "operator_overheads_s": {"rms_norm": 4.25e-6},
+              "results": results}
 
     lines = bench.format_table(report).splitlines()
 
@@ -146,6 +147,25 @@ def test_cpu_report_table_uses_each_case_copy():
         ["rms_norm", "float32", "4096x4096", "6.000", "150.000", "25.00x", "30.0", "0.75", "0.03", "40.0"],
         ["layer_norm", "bfloat16", "1x1048576", "1.000", "-", "-", "6.0", "0.10", "-", "60.0"],
     ]
+    assert lines[-2:] == ["functional API Python overhead per cached call: rms_norm 3.0 us",
+                          "operator object Python overhead per call: rms_norm 4.2 us"]
+
+
+def test_python_overheads_time_both_ways_of_calling_each_op(monkeypatch):
+    calls = []
+    real_median = bench.median_seconds
+
+    def counted_median(run, repeats, min_seconds):
+        calls.append(run)
+        return real_median(run, 3, 0.0)
+
+    monkeypatch.setattr(bench, "median_seconds", counted_median)
+    overheads = bench.python_overheads(repeats=3, rounds=2, ops=("rms_norm", "batch_norm"))
+    assert set(overheads) == {"functional", "operator"}
+    assert all(set(by_op) == {"rms_norm", "batch_norm"} for by_op in overheads.values())
+    assert all(isinstance(seconds, float) and abs(seconds) < 1.0 for by_op in overheads.values()
+               for seconds in by_op.values())
+    assert len(calls) == 2 * 2 * 2 * 2  # rounds x ops x ways x (the call, then the native call)
 
 
 def test_the_machine_line_says_when_the_cpu_kernels_were_capped_at_a_lower_isa(monkeypatch):
