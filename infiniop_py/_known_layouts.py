@@ -13,8 +13,14 @@ buffer) and a BAD_PARAM status (tensors sharing memory; the native op checks foo
 
 The whole path costs a few microseconds, most of it one ffi.from_buffer per array, so its steps are written
 to be cheap: see compile_run.
+
+Contiguous torch CPU tensors (torch.Tensor, nn.Parameter) get entries of their own, under the same kind of key,
+after a checked run on them; run_torch takes their pointers, checking per call the device and the contiguity,
+which the key does not hold.
 """
 
+import functools
+import sys
 import threading
 
 import numpy as np
@@ -26,7 +32,8 @@ from .errors import BadParamError, check
 CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has few layouts)
 
 _lock = threading.Lock()  # serializes writers; readers use dict.get, which is atomic
-_runners = {}  # key -> run(out, pointers) of one known layout
+_runners = {}  # key -> run(out, pointers) of one known layout of numpy arrays
+_torch_runners = {}  # the same for torch CPU tensors (see run_torch)
 
 
 def _layout(array):
@@ -96,37 +103,81 @@ def run(inputs, out, options, wanted):
 
 def remember(op, options, wanted, out_given, out, inputs, operator):
     """Make an entry for a call (``out_given``: whether out= was passed) that just passed every check and ran
-    on ``operator``, writing ``out``, where all its arrays are C-contiguous np.ndarray."""
+    on ``operator``, writing ``out``, where all its arrays are C-contiguous np.ndarray, or all contiguous torch
+    CPU tensors (then in _torch_runners)."""
     call_key = key(op, options, wanted, out if out_given else None, inputs)
     if call_key is None:
         return
     arrays = [array for array in (*out, *inputs) if array is not None]
-    if not all(type(array) is np.ndarray and array.flags.c_contiguous for array in arrays):
+    if all(type(array) is np.ndarray and array.flags.c_contiguous for array in arrays):
+        runners = _runners
+        new_outputs = [None if array is None else _host_memory.allocator(array.shape, array.dtype) for array in out]
+        pointer_of = ffi.from_buffer
+    elif all(_is_plain_tensor(array) for array in arrays):
+        torch = sys.modules["torch"]
+        runners = _torch_runners
+        new_outputs = [None if array is None else functools.partial(torch.empty, array.shape, dtype=array.dtype)
+                       for array in out]
+        pointer_of = _tensor_pointer
+    else:
         return
-    runner = _runner(operator, [None if array is None else (array.shape, array.dtype) for array in out])
+    runner = _runner(operator, new_outputs, pointer_of)
     with _lock:
-        if len(_runners) >= CACHE_SIZE:
-            _runners.clear()
-        _runners[call_key] = runner
+        if len(runners) >= CACHE_SIZE:
+            runners.clear()
+        runners[call_key] = runner
 
 
-def _runner(operator, output_specs):
+def _is_plain_tensor(array):
+    torch = sys.modules.get("torch")
+    return (torch is not None and type(array) in (torch.Tensor, torch.nn.Parameter) and array.is_cpu
+            and array.is_contiguous())
+
+
+def _tensor_pointer(tensor):
+    return ffi.cast("void *", tensor.data_ptr())
+
+
+def run_torch(op, inputs, out, options, wanted):
+    """The outputs of a functional call on contiguous torch CPU tensors of a known layout, without converting or
+    checking them again; None where the checked path must run it. A loop, not compiled straight-line code like
+    numpy's path: reading a tensor's attributes costs more than the loop."""
+    if not _torch_runners:
+        return None
+    try:
+        runner = _torch_runners.get(key(op, options, wanted, out, inputs))
+        if runner is None:
+            return None
+        pointers = []
+        for array in (*(out or ()), *inputs):
+            if array is None:
+                pointers.append(ffi.NULL)
+            elif array.is_cpu and array.is_contiguous():  # the key holds neither the device nor the strides
+                pointers.append(_tensor_pointer(array))
+            else:
+                return None
+    except (AttributeError, RuntimeError, TypeError):  # not torch-like; an unhashable attribute
+        return None
+    return runner(out, pointers)
+
+
+def _runner(operator, new_outputs, pointer_of):
     """run(out, pointers) of one known layout: ``pointers`` of the arrays in C order (those of the outputs only
-    where ``out`` is given; else fresh outputs are made from ``output_specs``: per output, (shape, dtype) or
-    None where not wanted), then the native call; the outputs, or None where the checked path must decide."""
+    where ``out`` is given; else fresh outputs are made by ``new_outputs``: per output, a function of no
+    arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
+    None where the checked path must decide."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
     # stays open: the functional caches never close theirs, and this closure keeps it alive.
     native, run_native, workspace_size = operator._pointer, operator._run_native, operator.workspace_size
     take_workspace, spare_workspaces = operator._take_workspace, operator._spare_workspaces
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
-    from_buffer, null = ffi.from_buffer, ffi.NULL
-    new_outputs = [None if spec is None else _host_memory.allocator(*spec) for spec in output_specs]
+    null = ffi.NULL
 
     def run(out, pointers):
         if out is None:
             out = tuple([None if new is None else new() for new in new_outputs])
-            pointers[:0] = [null if array is None else from_buffer(array) for array in out]
+            pointers[:0] = [null if array is None else pointer_of(array) for array in out]
         if len(pointers) > tensor_count:
             del pointers[tensor_count:]
         if workspace_size:

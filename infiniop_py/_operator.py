@@ -6,6 +6,7 @@ workspace, check that the arrays of each call match the layout it was created fo
 
 import math
 import operator
+import sys
 
 import numpy as np
 
@@ -114,6 +115,7 @@ class Operator(NativeResource):
         # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
         self._spare_workspaces = []
         self._plain_key, self._written = self._plain_key_of(handle), [name in self._outputs for name in self.layouts]
+        self._torch_key = None  # _plain_key for torch tensors, made on the first call with one
 
     def _plain_key_of(self, handle):
         """What _run_plain compares a call's arrays with: per run argument, (np.ndarray, numpy dtype, shape) of
@@ -247,23 +249,19 @@ class Operator(NativeResource):
         check(status, f"infiniop{self._c_name}")
 
     def _run_plain(self, arrays, workspace):
-        """Run without converting or checking again, where every array is a plain C-contiguous numpy array of its
-        created layout (ffi.from_buffer refuses any other buffer, and a read-only output) and the workspace, if
-        given, one too and large enough. Returns whether it ran: any doubt goes back to the checked path, which
-        names what is wrong, as does a BAD_PARAM status (tensors sharing memory; the native op checks the
-        footprints before it writes anything, as _aliasing does). Costs a few microseconds where the checked
-        path costs tens."""
+        """Run without converting or checking again, where every array is a plain array of its created layout (see
+        _plain_pointers) and the workspace, if given, a C-contiguous numpy array large enough. Returns whether it
+        ran: any doubt goes back to the checked path, which names what is wrong, as does a BAD_PARAM status
+        (tensors sharing memory; the native op checks the footprints before it writes anything, as _aliasing
+        does). Costs a few microseconds where the checked path costs tens."""
         try:
-            layouts = [None if array is None else (type(array), array.dtype, array.shape) for array in arrays]
-            if layouts != self._plain_key:
+            pointers = self._plain_pointers(arrays)
+            if pointers is None:
                 return False
             if workspace is not None and (type(workspace) is not np.ndarray or workspace.nbytes < self.workspace_size):
                 return False
-            from_buffer, null = ffi.from_buffer, ffi.NULL
-            pointers = [null if array is None else from_buffer(array, require_writable=written)
-                        for array, written in zip(arrays, self._written)]
-            caller_workspace = None if workspace is None else from_buffer(workspace, require_writable=True)
-        except (AttributeError, BufferError, TypeError, ValueError):
+            caller_workspace = None if workspace is None else ffi.from_buffer(workspace, require_writable=True)
+        except (AttributeError, BufferError, RuntimeError, TypeError, ValueError):
             return False
         native = self._open_pointer()
         if caller_workspace is not None:
@@ -280,6 +278,35 @@ class Operator(NativeResource):
             return False
         check(status, f"infiniop{self._c_name}")
         return True
+
+    def _plain_pointers(self, arrays):
+        """The data pointers of arrays that all have their created layouts as C-contiguous numpy arrays (through
+        ffi.from_buffer, which refuses any other buffer, and a read-only output) or all as contiguous torch CPU
+        tensors (torch.Tensor or nn.Parameter); None for any other call."""
+        layouts = [None if array is None else (type(array), array.dtype, array.shape) for array in arrays]
+        null = ffi.NULL
+        if layouts == self._plain_key:
+            from_buffer = ffi.from_buffer
+            return [null if array is None else from_buffer(array, require_writable=written)
+                    for array, written in zip(arrays, self._written)]
+        torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
+        if torch is None:
+            return None
+        if self._torch_key is None:
+            self._torch_key = [None if key is None else (getattr(torch, key[1].name), key[2])
+                               for key in self._plain_key]
+        tensor_types, pointers = (torch.Tensor, torch.nn.Parameter), []
+        for array, key in zip(arrays, self._torch_key):
+            if key is None:
+                if array is not None:
+                    return None
+                pointers.append(null)
+            elif (type(array) in tensor_types and array.dtype is key[0] and array.shape == key[1] and array.is_cpu
+                  and array.is_contiguous()):
+                pointers.append(ffi.cast("void *", array.data_ptr()))
+            else:
+                return None
+        return pointers
 
     def _call(self, arguments, workspace, stream):
         """Run on the tensors in the order __init__ named them (None where absent)."""

@@ -54,11 +54,22 @@ CALLS = {  # id -> seed -> (functional, positional arrays, keyword arguments)
 }
 
 
-def _call(case, seed, out_given):
+def _numpy(array):
+    return array
+
+
+def _torch(array):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    return None if array is None else torch.from_numpy(array)
+
+
+def _call(case, seed, out_given, kind=_numpy):
     function, arrays, options = CALLS[case](seed)
+    arrays = [None if array is None else kind(array) for array in arrays]
+    options = {name: kind(value) if isinstance(value, np.ndarray) else value for name, value in options.items()}
     if out_given:
         shapes = [None if result is None else result.shape for result in function(*arrays, **options)]
-        options["out"] = tuple(None if shape is None else np.full(shape, np.nan, np.float32) for shape in shapes)
+        options["out"] = tuple(None if shape is None else kind(np.full(shape, np.nan, np.float32)) for shape in shapes)
     return function(*arrays, **options)
 
 
@@ -146,3 +157,54 @@ def test_wrong_out_of_a_known_layout_is_refused_as_before():
     with pytest.raises(TypeError, match="out: expected a tuple of 2 arrays"):
         ip.rms_norm_backward(grad_y, x, w, out=out[0])
     assert ip.rms_norm_backward(grad_y, x, w, out=list(out))[0] is out[0]  # a list is fine, a tuple comes back
+
+
+@pytest.mark.parametrize("out_given", [False, True], ids=["fresh-out", "out"])
+@pytest.mark.parametrize("case", CALLS)
+def test_known_torch_layout_skips_the_checked_path_and_matches_it(case, out_given, monkeypatch):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    _known_layouts._torch_runners.clear()
+    expected = _call(case, seed=2, out_given=out_given, kind=_torch)  # checked
+    _known_layouts._torch_runners.clear()
+    first = _call(case, seed=1, out_given=out_given, kind=_torch)  # checked; the layout is known from now on
+
+    def checked_path(*args, **kwargs):
+        raise AssertionError("a call on a known torch layout took the checked path")
+
+    monkeypatch.setattr(_functional, "as_tensor", checked_path)
+    second = _call(case, seed=2, out_given=out_given, kind=_torch)  # other data, same layout: the fast path
+    for got, want, old in zip(second, expected, first):
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert type(got) is torch.Tensor and got.dtype == want.dtype and got.is_contiguous()
+            assert torch.equal(got, want)
+            assert not torch.equal(got, old)  # really computed from the new data
+
+
+def _known_torch_rms(seed):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    tensors = [torch.from_numpy(array) for array in random_rms_inputs(8, 32, seed)]
+    ip.rms_norm_backward(*tensors)  # the layout is known from now on
+    return torch, tensors
+
+
+def test_non_contiguous_tensor_of_a_known_torch_layout_takes_the_checked_path():
+    torch, (grad_y, x, w) = _known_torch_rms(seed=7)
+    expected = ip.rms_norm_backward(grad_y, x, w)
+    column_major = x.t().contiguous().t()  # same shape, dtype and values; the key holds no strides
+    for got, want in zip(ip.rms_norm_backward(grad_y, column_major, w), expected):
+        assert torch.equal(got, want)
+
+
+def test_tensor_of_a_known_torch_layout_on_another_device_is_refused_as_before():
+    torch, (grad_y, x, w) = _known_torch_rms(seed=8)
+    with pytest.raises(ValueError, match="x: the torch tensor is on meta"):
+        ip.rms_norm_backward(grad_y, x.to("meta"), w)  # the key holds no device: no pointer taken from it
+
+
+def test_overlapping_out_of_a_known_torch_layout_is_refused_naming_both():
+    torch, (grad_y, x, w) = _known_torch_rms(seed=9)
+    out = (torch.empty_like(grad_y), torch.empty_like(w))
+    ip.rms_norm_backward(grad_y, x, w, out=out)
+    with pytest.raises(ip.BadParamError, match="grad_x: overlaps x"):
+        ip.rms_norm_backward(grad_y, x, w, out=(x, out[1]))

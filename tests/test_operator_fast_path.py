@@ -50,7 +50,6 @@ CASES = {  # id -> seed -> (operator class, its arrays in call order, None where
     "batch": _batch,
     "batch-saved": lambda seed: _batch(seed, saved=True),
 }
-OUTPUTS = 3  # leading arrays that may be outputs (RMSNorm has two: its third is an input, never written)
 
 
 def _checked_view(array):
@@ -70,15 +69,16 @@ def _refuse_the_checked_path(monkeypatch):
 def test_plain_arrays_skip_the_checked_path_and_match_it(case, with_workspace, monkeypatch):
     operator_class, arrays = CASES[case](seed=1)
     _, other = CASES[case](seed=2)
+    outputs = len(operator_class._outputs)  # the leading arrays
     with ip.Handle("cpu") as handle, operator_class(handle, *arrays) as operator:
         workspace = np.empty(operator.workspace_size, np.uint8) if with_workspace else None
         operator(*map(_checked_view, other), workspace=workspace)  # checked: the expected bits
-        expected = [None if array is None else array.copy() for array in other[:OUTPUTS]]
+        expected = [None if array is None else array.copy() for array in other[:outputs]]
         operator(*arrays, workspace=workspace)  # other data: results that must all be overwritten below
-        first = [None if array is None else array.copy() for array in arrays[:OUTPUTS]]
+        first = [None if array is None else array.copy() for array in arrays[:outputs]]
         _refuse_the_checked_path(monkeypatch)
-        operator(*other[:OUTPUTS], *other[OUTPUTS:], workspace=workspace)
-    for got, want, old in zip(other[:OUTPUTS], expected, first):
+        operator(*other, workspace=workspace)
+    for got, want, old in zip(other[:outputs], expected, first):
         if got is not None:
             assert np.array_equal(got, want, equal_nan=True)
             if got.dtype.kind == "f" and got.size > 8:  # an output of the data, not a constant
@@ -189,3 +189,73 @@ def test_object_made_for_a_strided_layout_checks_every_call(monkeypatch):
         operator(*arrays[:5])
     assert "grad_y" in checked
     assert np.array_equal(arrays[0], expected[0]) and np.array_equal(arrays[1], expected[1])
+
+
+def _torch_of(array):
+    """A torch CPU tensor on the array's memory (numpy cannot hand bfloat16 over, so its bits go as int16)."""
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    if array is None:
+        return None
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+@pytest.mark.parametrize("case", ["rms", "rms-bf16", "rms-no-grad-w-rstd", "layer-f16", "batch-saved"])
+def test_torch_tensors_skip_the_checked_path_and_match_it(case, monkeypatch):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    operator_class, arrays = CASES[case](seed=1)
+    _, other = CASES[case](seed=2)
+    outputs = len(operator_class._outputs)  # the leading arrays
+    with ip.Handle("cpu") as handle, operator_class(handle, *arrays) as operator:
+        operator(*map(_checked_view, other))  # numpy, checked: the expected bits
+        expected = [None if array is None else array.copy() for array in other[:outputs]]
+        tensors = [_torch_of(array) for array in arrays]
+        operator(*tensors)  # other data, in the memory the call below must overwrite
+        first = [None if array is None else array.copy() for array in arrays[:outputs]]
+        for index, tensor in enumerate(tensors):  # the same memory, now holding `other`'s inputs
+            if tensor is not None and index >= outputs:
+                tensor.copy_(_torch_of(other[index]))
+        if case == "rms":
+            tensors[4] = torch.nn.Parameter(tensors[4], requires_grad=False)  # a weight as a model holds it
+        _refuse_the_checked_path(monkeypatch)
+        operator(*tensors)
+    for got, want, old in zip(arrays[:outputs], expected, first):
+        if got is not None:
+            assert np.array_equal(got, want, equal_nan=True)
+            if got.size > 8:
+                assert not np.array_equal(got, old)
+
+
+def _transposed(tensors):
+    tensors[3] = tensors[3].t().contiguous().t()  # x's shape and dtype, column-major
+    return tensors
+
+
+def _mixed(tensors):
+    tensors[2] = tensors[2].numpy()  # a numpy grad_y among torch tensors: checked, and fine
+    return tensors
+
+
+TORCH_MISUSES = {  # id -> (change to the RMSNorm call's tensors, error or None, message)
+    "strides": (_transposed, BadTensorStridesError, "x: strides"),
+    "dtype": (lambda tensors: [*tensors[:2], tensors[2].double(), *tensors[3:]], BadTensorDtypeError,
+              "grad_y: dtype F64"),
+    "overlap": (lambda tensors: [tensors[3], *tensors[1:]], BadParamError, "grad_x: overlaps x"),
+    "mixed-with-numpy": (_mixed, None, None),
+}
+
+
+@pytest.mark.parametrize("misuse", TORCH_MISUSES)
+def test_torch_tensors_off_the_plain_layout_take_the_checked_path(misuse):
+    change, error, message = TORCH_MISUSES[misuse]
+    _, arrays = _rms(seed=8)
+    expected = ip.rms_norm_backward(*arrays[2:5])
+    tensors = [_torch_of(array) for array in arrays[:5]]
+    with ip.Handle("cpu") as handle, ip.RMSNormBackward(handle, *arrays[:5]) as operator:
+        if error is None:
+            operator(*change(tensors))
+            assert np.array_equal(arrays[0], expected[0]) and np.array_equal(arrays[1], expected[1])
+        else:
+            with pytest.raises(error, match=message):
+                operator(*change(tensors))
