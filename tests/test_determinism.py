@@ -13,10 +13,11 @@ from _helpers import BF16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_refere
 SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 192),
           "batch_norm_backward": (48, 6, 700)}
 # The row ops' other schedules (devices/cpu/row_driver.h): fewer row blocks than two per thread, where the
-# threads split every row at fixed chunks (3 chunks, uneven across 2 threads); and rows so long that the row
-# blocks are capped by the size of their partials (16 rows of 70000: 6 blocks of up to 3 rows; 3 rows of 2^19:
-# one block, its rows split). LayerNorm pairs the long rows of a block for its partials, an odd last row alone.
-LONG_ROW_SHAPES = {"split rows": (3, 9000), "capped blocks": (16, 70000), "one capped block": (3, 1 << 19)}
+# threads split every row at fixed chunks (9 chunks, uneven across 2 threads; 99000 elements, work enough for 3
+# threads, see cpu::threadsFor); and rows so long that the row blocks are capped by the size of their partials
+# (16 rows of 70000: 6 blocks of up to 3 rows; 3 rows of 2^19: one block, its rows split). LayerNorm pairs the
+# long rows of a block for its partials, an odd last row alone.
+LONG_ROW_SHAPES = {"split rows": (3, 33000), "capped blocks": (16, 70000), "one capped block": (3, 1 << 19)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 

@@ -92,3 +92,40 @@ def test_process_exits_cleanly_after_multithreaded_kernels():
     for _ in range(5):
         finished = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, timeout=60)
         assert finished.returncode == 0, finished.stderr.decode()
+
+
+THREADS_STARTED = """
+import os, sys
+import numpy as np, infiniop_py
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+rng = np.random.default_rng(0)
+def run(shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    infiniop_py.rms_norm_backward(x, x, np.ones(shape[-1], np.float32))
+    infiniop_py.layer_norm_backward(x, np.ones(shape[-1], np.float32), x, np.ones(shape[:-1], np.float32))
+    infiniop_py.batch_norm_backward(x.reshape(shape[0], 1, -1), x.reshape(shape[0], 1, -1), np.ones(1, np.float32),
+                                    np.zeros(1, np.float32), np.ones(1, np.float32))
+
+before = threads()
+for shape in [(16, 256), (120, 256), (3, 5000), (1, 30000)]:  # under 2 x 32768 elements of work each
+    run(shape)
+after_small = threads()
+run((1024, 512))
+openmp = any("libgomp" in line or "libomp" in line for line in open("/proc/self/maps"))
+print(before, after_small, threads(), int(openmp))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through Linux's /proc")
+def test_small_calls_start_no_threads_and_large_ones_do():
+    environment = dict(os.environ, OMP_NUM_THREADS="4")
+    finished = subprocess.run([sys.executable, "-c", THREADS_STARTED], env=environment, capture_output=True,
+                              timeout=120, check=True)
+    before, after_small, after_large, openmp = map(int, finished.stdout.split())
+    if not openmp:
+        pytest.skip("the library was built without OpenMP: it never starts threads")
+    assert after_small == before, "a call on less than two threads' worth of work started threads"
+    assert after_large > after_small  # a large call does: the count can see OpenMP's threads

@@ -20,6 +20,16 @@ inline size_t maxThreads() {
 #endif
 }
 
+// Elements of streaming work worth a thread of their own: below it, waking a thread and joining it (and, on a
+// loaded machine, waiting for its time slice) costs more than the split saves.
+constexpr size_t kMinThreadElements = 32768;
+
+// The threads to run `elements` of work on: one per kMinThreadElements, at least one, at most maxThreads().
+inline size_t threadsFor(size_t elements) {
+    const size_t wanted = elements / kMinThreadElements, most = maxThreads();
+    return wanted < 1 ? 1 : wanted < most ? wanted : most;
+}
+
 // body(i, slot) for i in [0, count) on at most `slots` threads, slot < slots being the calling thread's: scratch
 // sized for `slots` when the work was planned stays private to one thread however many the caller allows now.
 template <typename Body>
@@ -34,16 +44,19 @@ void parallelForSlots(size_t count, size_t slots, Body &&body) {
 #endif
 }
 
+// body(i) for i in [0, count) on at most `threads` threads.
 template <typename Body>
-void parallelFor(size_t count, Body &&body) {
-    parallelForSlots(count, maxThreads(), [&](size_t i, size_t) { body(i); });
+void parallelFor(size_t count, Body &&body, size_t threads = maxThreads()) {
+    parallelForSlots(count, threads, [&](size_t i, size_t) { body(i); });
 }
 
-// body(thread, threads) once on each thread of one parallel region; barrier() inside it waits for all of them.
+// body(thread, threads) once on each of at most `threads` threads of one parallel region (on the caller alone
+// for one); barrier() inside it waits for all of them.
 template <typename Body>
-void parallelRegion(Body &&body) {
+void parallelRegion(size_t threads, Body &&body) {
 #ifdef ENABLE_OMP
-#pragma omp parallel
+    const int wanted = static_cast<int>(threads < maxThreads() ? threads : maxThreads());
+#pragma omp parallel num_threads(wanted > 0 ? wanted : 1) if (wanted > 1)
     body(static_cast<size_t>(omp_get_thread_num()), static_cast<size_t>(omp_get_num_threads()));
 #else
     body(size_t(0), size_t(1));

@@ -31,7 +31,7 @@ void sumBlockPartials(const float *partials, size_t blocks, size_t dim, float *s
         }
         for (size_t j = 0; j < width; ++j) scratch[begin + j] = static_cast<float>(acc[j]);
         conversions.narrow(width, scratch + begin, out + static_cast<ptrdiff_t>(begin) * out_stride, out_stride);
-    });
+    }, threadsFor(blocks * dim));
 }
 
 // F64 data: the partials and the result stay F64 (scratch unused).
@@ -45,7 +45,7 @@ void sumBlockPartials(const double *partials, size_t blocks, size_t dim, double 
             for (size_t b = 0; b < blocks; ++b) acc += partials[b * dim + j];
             out[static_cast<ptrdiff_t>(j) * out_stride] = acc;
         }
-    });
+    }, threadsFor(blocks * dim));
 }
 
 } // namespace cpu

@@ -1,7 +1,8 @@
 // The two-pass schedule shared by the row-normalizing ops: per row, reduce a pair of sums, then apply. For long
 // rows the apply pass also reduces the next row, so that reading it from DRAM overlaps this row's arithmetic.
 // Many row blocks: threads take whole row blocks. Few: the threads split every row at fixed chunk boundaries.
-// Both schedules do the same arithmetic in the same order, so results never depend on the thread count.
+// Both schedules do the same arithmetic in the same order, so results never depend on the thread count, nor on
+// how many threads an op's size asks for (cpu::threadsFor).
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
 #define INFINI_DEVICES_CPU_ROW_DRIVER_H
 
@@ -83,21 +84,22 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         apply(block, row, total, begin, n, false);
         return has_next ? sums(row + 1, begin, n) : PairSums{};
     };
-    if (plan.blocks.count >= 2 * maxThreads()) {
+    const size_t threads = threadsFor(plan.rows * plan.dim); // small ops stay on fewer threads, or the caller's
+    if (plan.blocks.count >= 2 * threads) {
         parallelFor(plan.blocks.count, [&](size_t block) {
             const size_t first = plan.blocks.begin(block), end = plan.blocks.end(block, plan.rows);
             PairSums total = sums(first, 0, plan.dim);
             for (size_t row = first; row < end; ++row) {
                 total = finishThenReduceNext(block, row, total, 0, plan.dim, row + 1 < end);
             }
-        });
+        }, threads);
         return;
     }
     // One region for all rows (a region per pass cost more than it saved). Each thread keeps the same chunks of
     // every row; chunk sums alternate between two buffers, so one barrier per row keeps a fast thread from
     // overwriting sums another is still adding up.
-    parallelRegion([&](size_t thread, size_t threads) {
-        const size_t first = plan.chunks.count * thread / threads, last = plan.chunks.count * (thread + 1) / threads;
+    parallelRegion(threads, [&](size_t thread, size_t team) {
+        const size_t first = plan.chunks.count * thread / team, last = plan.chunks.count * (thread + 1) / team;
         for (size_t c = first; c < last; ++c) {
             size_t begin = plan.chunks.begin(c);
             chunk_sums[c] = sums(0, begin, plan.chunks.end(c, plan.dim) - begin);

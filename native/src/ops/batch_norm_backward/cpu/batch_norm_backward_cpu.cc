@@ -167,12 +167,14 @@ class CpuDescriptor final : public Descriptor {
     void run(const Workspace &w, const ChannelVectors &vectors, T *grad_input, const T *input,
              const T *grad_output) const {
         const size_t channels = info.channels;
+        // Tiles are fixed by the layout; how many threads share them, by the amount of work (not a result).
+        const size_t threads = cpu::threadsFor(info.batch * channels * info.length);
         for (size_t c = 0; c < channels; ++c) {
             w.statistics[c] = channelStatistics(info, vectors, c);
             fillChannel(w.mean, c, w.statistics[c].mean);
         }
         if (needsSums(info)) {
-            cpu::parallelForSlots(tiles(), slots_, [&](size_t t, size_t slot) {
+            cpu::parallelForSlots(tiles(), std::min(slots_, threads), [&](size_t t, size_t slot) {
                 double *group_sums = w.sums + groupOf(t) * channels * 2;
                 float *scratch = w.scratch + slot * slotScratchFloats();
                 if (periodic()) {
@@ -224,7 +226,7 @@ class CpuDescriptor final : public Descriptor {
                 info.training ? kernels.apply(tile(t), grad_output, input, coefficients, grad_input, stream)
                               : kernels.scale(tile(t), grad_output, w.scale_grad, grad_input, stream);
             }
-        });
+        }, threads);
     }
 
     // Channels-first tiles.

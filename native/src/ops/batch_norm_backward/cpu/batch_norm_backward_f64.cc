@@ -30,7 +30,7 @@ void runF64(const Info &info, const ChannelVectors &vectors, double *grad_input,
                                               : k.scale_grad * grad_output[i];
             }
         }
-    });
+    }, cpu::threadsFor(batch * channels * length));
 }
 
 } // namespace op::batch_norm_backward
