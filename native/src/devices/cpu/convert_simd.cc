@@ -25,8 +25,31 @@ void narrow(size_t n, const float *src, T *dst, ptrdiff_t stride) {
 }
 
 template <typename T>
+void narrowSum(size_t n, const float *src, size_t blocks, size_t block_stride, T *dst, ptrdiff_t stride) {
+    typedef double f64x8 __attribute__((vector_size(64)));
+    size_t j = 0;
+    if (stride == 1) {
+        for (; j + simd::kWidth <= n; j += simd::kWidth) {
+            f64x8 low = {}, high = {};
+            for (size_t b = 0; b < blocks; ++b) {
+                const simd::f32v v = simd::load(src + b * block_stride + j);
+                low += __builtin_convertvector(simd::lowHalf(v), f64x8);
+                high += __builtin_convertvector(simd::highHalf(v), f64x8);
+            }
+            simd::store(dst + j, simd::joinHalves(__builtin_convertvector(low, simd::f32x8),
+                                                  __builtin_convertvector(high, simd::f32x8)));
+        }
+    }
+    for (; j < n; ++j) {
+        double sum = 0.0;
+        for (size_t b = 0; b < blocks; ++b) sum += src[b * block_stride + j];
+        dst[static_cast<ptrdiff_t>(j) * stride] = fromFloat<T>(static_cast<float>(sum));
+    }
+}
+
+template <typename T>
 const Conversions<T> &table() {
-    static const Conversions<T> table{widen<T>, narrow<T>};
+    static const Conversions<T> table{widen<T>, narrow<T>, narrowSum<T>};
     return table;
 }
 

@@ -16,6 +16,9 @@ struct Conversions {
     void (*widen)(size_t n, const T *src, ptrdiff_t stride, float *dst);
     // dst[j * stride] = T(src[j]) for j in [0, n), rounding to nearest even.
     void (*narrow)(size_t n, const float *src, T *dst, ptrdiff_t stride);
+    // dst[j * stride] = T(float(the F64 sum, from 0 and in block order, of src[b * block_stride + j] for b in
+    // [0, blocks))) for j in [0, n): the weight gradient from its row blocks' partials.
+    void (*narrowSum)(size_t n, const float *src, size_t blocks, size_t block_stride, T *dst, ptrdiff_t stride);
 };
 
 } // namespace cpu

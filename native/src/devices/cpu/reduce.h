@@ -16,27 +16,21 @@ struct PairSums {
     double first = 0.0, second = 0.0;
 };
 
-// out[j * out_stride] = sum over blocks b (in order) of partials[b * dim + j], for j in [0, dim);
-// scratch (dim floats) holds the F32 sums before they are narrowed to T.
+// out[j * out_stride] = sum over blocks b (in order, in F64) of partials[b * dim + j], for j in [0, dim).
 template <typename T>
-void sumBlockPartials(const float *partials, size_t blocks, size_t dim, float *scratch, T *out, ptrdiff_t out_stride) {
-    constexpr size_t chunk = 512;
+void sumBlockPartials(const float *partials, size_t blocks, size_t dim, T *out, ptrdiff_t out_stride) {
+    constexpr size_t chunk = 4096;
     const Conversions<T> &conversions = selectedTable<Conversions<T>>();
     parallelFor((dim + chunk - 1) / chunk, [&](size_t c) {
-        size_t begin = c * chunk, width = dim - begin < chunk ? dim - begin : chunk;
-        double acc[chunk] = {};
-        for (size_t b = 0; b < blocks; ++b) {
-            const float *row = partials + b * dim + begin;
-            for (size_t j = 0; j < width; ++j) acc[j] += row[j];
-        }
-        for (size_t j = 0; j < width; ++j) scratch[begin + j] = static_cast<float>(acc[j]);
-        conversions.narrow(width, scratch + begin, out + static_cast<ptrdiff_t>(begin) * out_stride, out_stride);
+        const size_t begin = c * chunk, width = dim - begin < chunk ? dim - begin : chunk;
+        conversions.narrowSum(width, partials + begin, blocks, dim, out + static_cast<ptrdiff_t>(begin) * out_stride,
+                              out_stride);
     }, threadsFor(blocks * dim));
 }
 
-// F64 data: the partials and the result stay F64 (scratch unused).
+// F64 data: the partials and the result stay F64.
 template <typename T>
-void sumBlockPartials(const double *partials, size_t blocks, size_t dim, double *, T *out, ptrdiff_t out_stride) {
+void sumBlockPartials(const double *partials, size_t blocks, size_t dim, T *out, ptrdiff_t out_stride) {
     static_assert(std::is_same_v<T, double>, "F64 partials are summed into F64 outputs");
     parallelFor((dim + 511) / 512, [&](size_t c) {
         size_t begin = c * 512, end = dim - begin < 512 ? dim : begin + 512;

@@ -75,6 +75,9 @@ SIMD_INLINE f32v joinHalves(__m256 low, __m256 high) { return {(f32x8)low, (f32x
 typedef float f32v __attribute__((vector_size(64)));
 SIMD_INLINE f32x8 lowHalf(f32v v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
 SIMD_INLINE f32x8 highHalf(f32v v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+SIMD_INLINE f32v joinHalves(f32x8 low, f32x8 high) {
+    return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
 #endif
 
 // A broadcast on every ISA (`f32v{} + value` was built from 16 scalar stores on 8-lane hardware).

@@ -118,13 +118,10 @@ class CpuDescriptor final : public Descriptor {
                                      plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
                                                  info.input_standardization));
             });
-        // weight_c is free again: it holds each summed gradient before narrowing.
         if (weight_partials != nullptr) {
-            cpu::sumBlockPartials(weight_partials, blocks, dim, weight_c, grad_weight, info.grad_weight_stride);
+            cpu::sumBlockPartials(weight_partials, blocks, dim, grad_weight, info.grad_weight_stride);
         }
-        if (bias_partials != nullptr) {
-            cpu::sumBlockPartials(bias_partials, blocks, dim, weight_c, grad_bias, info.grad_bias_stride);
-        }
+        if (bias_partials != nullptr) cpu::sumBlockPartials(bias_partials, blocks, dim, grad_bias, info.grad_bias_stride);
     }
 
     cpu::RowPlan plan_;

@@ -91,8 +91,7 @@ class CpuDescriptor final : public Descriptor {
                                      partials == nullptr ? nullptr : partials + block * dim + begin,
                                      plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
             });
-        // w_c is free again: it holds the summed grad_w before narrowing.
-        if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, w_c, grad_w, info.grad_w_stride);
+        if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, grad_w, info.grad_w_stride);
     }
 
     cpu::RowPlan plan_;
