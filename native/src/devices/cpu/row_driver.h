@@ -12,6 +12,7 @@
 #include "workspace.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace cpu {
 
@@ -131,6 +132,38 @@ void zeroFill(C *data, size_t count) {
         std::memset(data + begin, 0, n * sizeof(C));
     });
 }
+
+// The zeroed row-block partials of one weight gradient (none where the gradient is not wanted). They add up in
+// the gradient itself where there is one block and the gradient is a contiguous vector of the compute type C:
+// summing that one block (from +0.0 in F64, then rounding back) would give its partials bit for bit, since
+// additions that start from +0.0 never give -0.0. Else they take `blocks` rows of `dim` at `scratch`, and
+// finish() sums them into the gradient.
+template <typename C>
+class BlockPartials {
+  public:
+    template <typename W>
+    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch) : blocks_(blocks), dim_(dim) {
+        if (gradient == nullptr) return;
+        data_ = scratch;
+        if constexpr (std::is_same_v<W, C>) {
+            in_gradient_ = blocks == 1 && stride == 1;
+            if (in_gradient_) data_ = gradient;
+        }
+        zeroFill(data_, in_gradient_ ? dim : blocks * dim);
+    }
+
+    C *data() const { return data_; }
+
+    template <typename W>
+    void finish(W *gradient, ptrdiff_t stride) const {
+        if (data_ != nullptr && !in_gradient_) sumBlockPartials(data_, blocks_, dim_, gradient, stride);
+    }
+
+  private:
+    size_t blocks_, dim_;
+    C *data_ = nullptr;
+    bool in_gradient_ = false;
+};
 
 } // namespace cpu
 

@@ -59,6 +59,17 @@ void widenVector(size_t n, const W *src, ptrdiff_t stride, C *dst) {
     }
 }
 
+// The parameter vector in the compute type: src itself where it already is one and contiguous (F32 parameters of
+// F16/BF16/F32 data, F64 of F64: no copy to make and read); else widened into `copy` as widenVector does.
+template <typename W, typename C>
+const C *computeVector(size_t n, const W *src, ptrdiff_t stride, C *copy) {
+    if constexpr (std::is_same_v<W, C>) {
+        if (src != nullptr && stride == 1) return src;
+    }
+    widenVector(n, src, stride, copy);
+    return copy;
+}
+
 } // namespace cpu
 
 #endif

@@ -77,12 +77,15 @@ class CpuDescriptor final : public Descriptor {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim, blocks = plan_.blocks.count;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        C *weight_c = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
-        C *next_partials = weight_c + dim;
-        C *weight_partials = info.has_grad_weight ? std::exchange(next_partials, next_partials + blocks * dim) : nullptr;
-        C *bias_partials = info.has_grad_bias ? next_partials : nullptr;
-        cpu::widenVector(dim, weight, info.weight_stride, weight_c);
-        cpu::zeroFill(weight_c + dim, partialCount() * blocks * dim);
+        C *weight_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
+        C *partials_scratch = weight_copy + dim;
+        const C *weight_c = cpu::computeVector(dim, weight, info.weight_stride, weight_copy);
+        const cpu::BlockPartials<C> weight_block_partials(
+            blocks, dim, info.has_grad_weight ? grad_weight : nullptr, info.grad_weight_stride,
+            info.has_grad_weight ? std::exchange(partials_scratch, partials_scratch + blocks * dim) : nullptr);
+        const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
+                                                        info.grad_bias_stride, partials_scratch);
+        C *weight_partials = weight_block_partials.data(), *bias_partials = bias_block_partials.data();
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
             return partials == nullptr ? nullptr : partials + block * dim + begin;
@@ -118,10 +121,8 @@ class CpuDescriptor final : public Descriptor {
                                      plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
                                                  info.input_standardization));
             });
-        if (weight_partials != nullptr) {
-            cpu::sumBlockPartials(weight_partials, blocks, dim, grad_weight, info.grad_weight_stride);
-        }
-        if (bias_partials != nullptr) cpu::sumBlockPartials(bias_partials, blocks, dim, grad_bias, info.grad_bias_stride);
+        weight_block_partials.finish(grad_weight, info.grad_weight_stride);
+        bias_block_partials.finish(grad_bias, info.grad_bias_stride);
     }
 
     cpu::RowPlan plan_;

@@ -64,10 +64,11 @@ class CpuDescriptor final : public Descriptor {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
-        C *w_c = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
-        C *partials = info.has_grad_w ? w_c + dim : nullptr;
-        cpu::widenVector(dim, w, info.w_stride, w_c);
-        if (partials != nullptr) cpu::zeroFill(partials, plan_.blocks.count * dim);
+        C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
+        const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
+        const cpu::BlockPartials<C> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
+                                                   info.grad_w_stride, w_copy + dim);
+        C *partials = block_partials.data();
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
@@ -91,7 +92,7 @@ class CpuDescriptor final : public Descriptor {
                                      partials == nullptr ? nullptr : partials + block * dim + begin,
                                      plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
             });
-        if (partials != nullptr) cpu::sumBlockPartials(partials, plan_.blocks.count, dim, grad_w, info.grad_w_stride);
+        block_partials.finish(grad_w, info.grad_w_stride);
     }
 
     cpu::RowPlan plan_;
