@@ -426,6 +426,18 @@ def _summed_terms(case, name, inputs):
     return None
 
 
+def _cancelled_term_size(case, name, inputs):
+    """max|r * grad_y * w| for RMSNorm's grad_x = r*grad_y*w - r^3*x*sum(grad_y*w*x)/D, whose second term cancels
+    the first wholly at D = 1 and can nearly at small D (D = 2 left 3e-3 of terms near 1: F32 rounding of the
+    terms was 7e-5 of that); None for other outputs."""
+    if case is not RMS_NORM or name != "grad_x" or inputs[1].size == 0:
+        return None
+    grad_y, x, w = (f64(a) for a in inputs)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True))
+        return float(np.nanmax(np.abs(r * grad_y * w)))
+
+
 def assert_matches_reference(case, outputs, inputs, dtype):
     """Every output of `case` within the dtype's bound of the float64 reference of `inputs`.
 
@@ -436,7 +448,10 @@ def assert_matches_reference(case, outputs, inputs, dtype):
     for name, actual, expected in zip(case.output_names, outputs, case.reference(*inputs)):
         assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
         terms = _summed_terms(case, name, inputs)
-        if terms is None or terms.size == 0:
+        cancelled = _cancelled_term_size(case, name, inputs)
+        if cancelled is not None and np.isfinite(cancelled) and cancelled > 0:
+            assert_close_on_scale(actual, expected, dtype, max(float(np.max(np.abs(expected))), cancelled), name)
+        elif terms is None or terms.size == 0:
             assert_close(actual, expected, dtype, name)
         else:
             with np.errstate(divide="ignore", invalid="ignore"):
