@@ -28,6 +28,7 @@ import numpy as np
 from . import _host_memory
 from ._ffi import ffi
 from .errors import BadParamError, check
+from .tensors import torch_cpu_pointer
 
 CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has few layouts)
 
@@ -113,12 +114,12 @@ def remember(op, options, wanted, out_given, out, inputs, operator):
         runners = _runners
         new_outputs = [None if array is None else _host_memory.allocator(array.shape, array.dtype) for array in out]
         pointer_of = ffi.from_buffer
-    elif all(_is_plain_tensor(array) for array in arrays):
+    elif all(torch_cpu_pointer(array) is not None for array in arrays):
         torch = sys.modules["torch"]
         runners = _torch_runners
         new_outputs = [None if array is None else functools.partial(torch.empty, array.shape, dtype=array.dtype)
                        for array in out]
-        pointer_of = _tensor_pointer
+        pointer_of = torch_cpu_pointer
     else:
         return
     runner = _runner(operator, new_outputs, pointer_of)
@@ -126,16 +127,6 @@ def remember(op, options, wanted, out_given, out, inputs, operator):
         if len(runners) >= CACHE_SIZE:
             runners.clear()
         runners[call_key] = runner
-
-
-def _is_plain_tensor(array):
-    torch = sys.modules.get("torch")
-    return (torch is not None and type(array) in (torch.Tensor, torch.nn.Parameter) and array.is_cpu
-            and array.is_contiguous())
-
-
-def _tensor_pointer(tensor):
-    return ffi.cast("void *", tensor.data_ptr())
 
 
 def run_torch(op, inputs, out, options, wanted):
@@ -150,12 +141,11 @@ def run_torch(op, inputs, out, options, wanted):
             return None
         pointers = []
         for array in (*(out or ()), *inputs):
-            if array is None:
-                pointers.append(ffi.NULL)
-            elif array.is_cpu and array.is_contiguous():  # the key holds neither the device nor the strides
-                pointers.append(_tensor_pointer(array))
-            else:
+            # The key holds neither the device nor the strides: torch_cpu_pointer checks both.
+            pointer = ffi.NULL if array is None else torch_cpu_pointer(array)
+            if pointer is None:
                 return None
+            pointers.append(pointer)
     except (AttributeError, RuntimeError, TypeError):  # not torch-like; an unhashable attribute
         return None
     return runner(out, pointers)

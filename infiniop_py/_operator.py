@@ -19,7 +19,7 @@ from ._resource import NativeResource
 from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
                      InsufficientWorkspaceError, NotImplementedStatusError, check)
 from .handle import Handle
-from .tensors import TensorDesc, as_tensor, is_array
+from .tensors import TensorDesc, as_tensor, is_array, torch_cpu_pointer
 
 
 _BAD_PARAM = BadParamError.status
@@ -295,17 +295,17 @@ class Operator(NativeResource):
         if self._torch_key is None:
             self._torch_key = [None if key is None else (getattr(torch, key[1].name), key[2])
                                for key in self._plain_key]
-        tensor_types, pointers = (torch.Tensor, torch.nn.Parameter), []
+        pointers = []
         for array, key in zip(arrays, self._torch_key):
             if key is None:
                 if array is not None:
                     return None
                 pointers.append(null)
-            elif (type(array) in tensor_types and array.dtype is key[0] and array.shape == key[1] and array.is_cpu
-                  and array.is_contiguous()):
-                pointers.append(ffi.cast("void *", array.data_ptr()))
-            else:
+                continue
+            pointer = torch_cpu_pointer(array) if array.dtype is key[0] and array.shape == key[1] else None
+            if pointer is None:
                 return None
+            pointers.append(pointer)
         return pointers
 
     def _call(self, arguments, workspace, stream):

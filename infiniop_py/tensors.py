@@ -1,6 +1,7 @@
 """Arrays as the native calls see them (TensorRef), and native tensor descriptors (TensorDesc)."""
 
 import operator
+import sys
 from typing import Any, NamedTuple, Tuple
 
 import numpy as np
@@ -83,6 +84,16 @@ def _from_device_array(array, name):
         dtype=dtypes.code_of(array.dtype, name), itemsize=array.dtype.itemsize, shape=array.shape,
         strides=contiguous_strides(array.shape), owner=array,
     )
+
+
+def torch_cpu_pointer(tensor):
+    """The data pointer of a contiguous torch CPU tensor (torch.Tensor or nn.Parameter, not other subclasses),
+    else None: the fast paths take these without a TensorRef."""
+    torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
+    if (torch is None or type(tensor) not in (torch.Tensor, torch.nn.Parameter) or not tensor.is_cpu
+            or not tensor.is_contiguous()):
+        return None
+    return ffi.cast("void *", tensor.data_ptr())
 
 
 def _is_torch_tensor(obj):

@@ -9,7 +9,6 @@
 #include "devices/cpu/workspace.h"
 #include "layer_norm_backward_simd.h"
 
-#include <utility>
 
 namespace op::layer_norm_backward {
 namespace {
@@ -78,13 +77,13 @@ class CpuDescriptor final : public Descriptor {
         const size_t dim = info.dim, blocks = plan_.blocks.count;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *weight_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
-        C *partials_scratch = weight_copy + dim;
+        C *weight_scratch = weight_copy + dim;
+        C *bias_scratch = weight_scratch + (info.has_grad_weight ? blocks * dim : 0);
         const C *weight_c = cpu::computeVector(dim, weight, info.weight_stride, weight_copy);
-        const cpu::BlockPartials<C> weight_block_partials(
-            blocks, dim, info.has_grad_weight ? grad_weight : nullptr, info.grad_weight_stride,
-            info.has_grad_weight ? std::exchange(partials_scratch, partials_scratch + blocks * dim) : nullptr);
+        const cpu::BlockPartials<C> weight_block_partials(blocks, dim, info.has_grad_weight ? grad_weight : nullptr,
+                                                          info.grad_weight_stride, weight_scratch);
         const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
-                                                        info.grad_bias_stride, partials_scratch);
+                                                        info.grad_bias_stride, bias_scratch);
         C *weight_partials = weight_block_partials.data(), *bias_partials = bias_block_partials.data();
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         auto partialOf = [&](C *partials, size_t block, size_t begin) {
