@@ -73,22 +73,35 @@ def _call(case, seed, out_given, kind=_numpy):
     return function(*arrays, **options)
 
 
+def _as_numpy(array):
+    return array if isinstance(array, np.ndarray) else array.numpy()
+
+
+def _forget_known_layouts():
+    _known_layouts._runners.clear()
+    _known_layouts._torch_runners.clear()
+
+
+@pytest.mark.parametrize("kind", [_numpy, _torch], ids=["numpy", "torch"])
 @pytest.mark.parametrize("out_given", [False, True], ids=["fresh-out", "out"])
 @pytest.mark.parametrize("case", CALLS)
-def test_known_layout_skips_the_checked_path_and_matches_it(case, out_given, monkeypatch):
-    _known_layouts._runners.clear()
-    expected = _call(case, seed=2, out_given=out_given)  # checked
-    _known_layouts._runners.clear()
-    first = _call(case, seed=1, out_given=out_given)  # checked; the layout is known from now on
+def test_known_layout_skips_the_checked_path_and_matches_it(case, out_given, kind, monkeypatch):
+    _forget_known_layouts()
+    expected = _call(case, seed=2, out_given=out_given, kind=kind)  # checked
+    _forget_known_layouts()
+    first = _call(case, seed=1, out_given=out_given, kind=kind)  # checked; the layout is known from now on
 
     def checked_path(*args, **kwargs):
-        raise AssertionError("a call on a known numpy layout took the checked path")
+        raise AssertionError("a call on a known layout took the checked path")
 
     monkeypatch.setattr(_functional, "as_tensor", checked_path)
-    second = _call(case, seed=2, out_given=out_given)  # other data, same layout: the fast path
+    second = _call(case, seed=2, out_given=out_given, kind=kind)  # other data, same layout: the fast path
     for got, want, old in zip(second, expected, first):
         assert (got is None) == (want is None)
         if got is not None:
+            assert type(got) is type(want) and got.dtype == want.dtype  # a torch tensor for torch inputs
+            got, want, old = _as_numpy(got), _as_numpy(want), _as_numpy(old)
+            assert got.flags.c_contiguous
             assert np.array_equal(got, want)
             assert not np.array_equal(got, old)  # really computed from the new data
 
@@ -157,28 +170,6 @@ def test_wrong_out_of_a_known_layout_is_refused_as_before():
     with pytest.raises(TypeError, match="out: expected a tuple of 2 arrays"):
         ip.rms_norm_backward(grad_y, x, w, out=out[0])
     assert ip.rms_norm_backward(grad_y, x, w, out=list(out))[0] is out[0]  # a list is fine, a tuple comes back
-
-
-@pytest.mark.parametrize("out_given", [False, True], ids=["fresh-out", "out"])
-@pytest.mark.parametrize("case", CALLS)
-def test_known_torch_layout_skips_the_checked_path_and_matches_it(case, out_given, monkeypatch):
-    torch = pytest.importorskip("torch", reason="torch tensors need torch")
-    _known_layouts._torch_runners.clear()
-    expected = _call(case, seed=2, out_given=out_given, kind=_torch)  # checked
-    _known_layouts._torch_runners.clear()
-    first = _call(case, seed=1, out_given=out_given, kind=_torch)  # checked; the layout is known from now on
-
-    def checked_path(*args, **kwargs):
-        raise AssertionError("a call on a known torch layout took the checked path")
-
-    monkeypatch.setattr(_functional, "as_tensor", checked_path)
-    second = _call(case, seed=2, out_given=out_given, kind=_torch)  # other data, same layout: the fast path
-    for got, want, old in zip(second, expected, first):
-        assert (got is None) == (want is None)
-        if got is not None:
-            assert type(got) is torch.Tensor and got.dtype == want.dtype and got.is_contiguous()
-            assert torch.equal(got, want)
-            assert not torch.equal(got, old)  # really computed from the new data
 
 
 def _known_torch_rms(seed):
