@@ -12,12 +12,15 @@ from _helpers import BF16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_refere
 # Many rows / a large batch, so that the work splits into several row blocks and partial sums.
 SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 192),
           "batch_norm_backward": (48, 6, 700)}
-# The row ops' other schedules (devices/cpu/row_driver.h): fewer row blocks than two per thread, where the
-# threads split every row at fixed chunks (9 chunks, uneven across 2 threads; 99000 elements, work enough for 3
-# threads, see cpu::threadsFor); and rows so long that the row blocks are capped by the size of their partials
-# (16 rows of 70000: 6 blocks of up to 3 rows; 3 rows of 2^19: one block, its rows split). LayerNorm pairs the
-# long rows of a block for its partials, an odd last row alone.
-LONG_ROW_SHAPES = {"split rows": (3, 33000), "capped blocks": (16, 70000), "one capped block": (3, 1 << 19)}
+# The row ops' other schedules (devices/cpu/row_driver.h), on 2 and 3 threads (one thread takes whole blocks).
+# Inputs over 8 MiB with fewer row blocks than two per thread: the threads split every row at fixed chunks, the
+# blocks capped by the size of their partials (17 rows of 140000: 3 blocks of up to 6 rows, its last an odd
+# one; 3 rows of 2^20: one block). LayerNorm pairs the long rows of a block for its partials, an odd last row
+# alone. Cached inputs (8 MiB or less) with too few blocks, of rows too short to split by chunks: every row's
+# sums, then the threads take column slices, the last with a scalar tail (20 rows of 5000: one block; 130 rows
+# of 1000: two blocks of 65 rows). Each shape has work enough for 3 threads (cpu::threadsFor).
+LONG_ROW_SHAPES = {"split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
+                   "column slices": (20, 5000), "column slices, two blocks": (130, 1000)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 
@@ -98,10 +101,12 @@ def test_long_row_schedules_match_the_reference(case, dtype, shape):
     assert_matches_reference(case, case.function()(*inputs), inputs, dtype)
 
 
-# Long rows are reduced inside the previous row's elementwise pass, except the first row of each row block (or,
-# with rows split across threads, row 0): blocks of 3 rows of 5000 (two 4096-element chunks, the second with a
-# scalar tail), and 3 rows of 9000 split across threads.
-IDENTICAL_ROW_SHAPES = {"blocks of 3 rows": (130, 5000), "split rows": (3, 9000)}
+# Long rows of inputs over 8 MiB are reduced inside the previous row's elementwise pass, except the first row of
+# each row block (or, with rows split across threads, row 0): blocks of 5 rows of 8200 (two 4096-element chunks
+# and a scalar tail), and 3 rows of 2^20 split across threads. Cached rows are reduced on their own: by blocks of
+# 75 rows (300 rows of 1000), or all first where threads split the columns (20 rows of 5000).
+IDENTICAL_ROW_SHAPES = {"blocks of 5 rows": (300, 8200), "split rows": (3, 1 << 20),
+                        "cached blocks": (300, 1000), "column slices": (20, 5000)}
 
 
 @pytest.mark.parametrize("shape", IDENTICAL_ROW_SHAPES.values(), ids=IDENTICAL_ROW_SHAPES.keys())

@@ -1,8 +1,9 @@
 // The two-pass schedule shared by the row-normalizing ops: per row, reduce a pair of sums, then apply. For long
 // rows the apply pass also reduces the next row, so that reading it from DRAM overlaps this row's arithmetic.
-// Many row blocks: threads take whole row blocks. Few: the threads split every row at fixed chunk boundaries.
-// Both schedules do the same arithmetic in the same order, so results never depend on the thread count, nor on
-// how many threads an op's size asks for (cpu::threadsFor).
+// Many row blocks: threads take whole row blocks. Few, of rows that fit the caches: every row's sums first, then
+// threads take column slices down all rows. Few otherwise: the threads split every row at fixed chunk
+// boundaries. All schedules do the same arithmetic in the same order, so results never depend on the thread
+// count, nor on how many threads an op's size asks for (cpu::threadsFor).
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
 #define INFINI_DEVICES_CPU_ROW_DRIVER_H
 
@@ -22,6 +23,19 @@ constexpr size_t kRowChunk = 4096; // the reduction chunk of the leaf kernels (s
 // 64 blocks of partials would be written, read and summed from DRAM, as much traffic as the data itself. 2 MiB
 // (8 blocks of rows of 65536) measured 7-12% faster than 4 MiB there; it leaves rows up to 8192 64 blocks.
 constexpr size_t kPartialBytes = size_t(2) << 20;
+// Ops whose two inputs take at most this many bytes together are cached. Their row blocks hold at least
+// kCachedBlockRows rows, so that their partials are zeroed and summed once per that many rows rather than per
+// row: with a block per row, LayerNorm BF16 64x4096 spent 42% of its time there, and F32 lost to torch. Threads
+// that find too few blocks split the columns instead (runRows), reading the rows once more from the caches.
+// Measured on 2 threads against the previous rule (up to 64 blocks of any size): LayerNorm and RMSNorm of 16-256
+// rows of 768-4096 1.6-2.1x faster; 8 MiB rather than 4 made LayerNorm F32 256x4096 and 64x16384 another
+// 25-30% faster; 16 MiB lost 5-10% at 512x4096.
+constexpr size_t kCachedInputBytes = size_t(8) << 20;
+constexpr size_t kCachedBlockRows = 64;
+// Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
+constexpr size_t kMaxSlicedRows = 4096;
+// Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
+constexpr size_t kSliceAlignment = 64;
 
 inline size_t maxRowBlocks(size_t dim) {
     const size_t partial_bytes = dim * sizeof(float);
@@ -30,21 +44,33 @@ inline size_t maxRowBlocks(size_t dim) {
     return fitting < 1 ? 1 : fitting;
 }
 
+inline size_t cachedRowBlocks(size_t rows) {
+    const size_t blocks = rows / kCachedBlockRows;
+    return blocks < 1 ? 1 : blocks < kMaxRowBlocks ? blocks : kMaxRowBlocks;
+}
+
 struct RowPlan {
     size_t rows, dim;
+    bool cached;   // the inputs fit the caches (kCachedInputBytes)
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
     // Only long rows stream, at any alignment. Short aligned rows could too (BatchNorm's short runs gain from
     // it, see cpu::streamOutput), but measured slower here: BF16 rows of 1 KiB lost a quarter of their speed.
     bool stream_output;
-    // Long rows reduce the next row inside their elementwise pass. Short ones alternate their two passes often
-    // enough for the hardware prefetchers to keep DRAM busy, and measured 5% slower with the fused pass.
+    // Long rows reduce the next row inside their elementwise pass, where the next row comes from DRAM. Short
+    // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured
+    // 5% slower with the fused pass; cached rows come from the caches anyway.
     bool reduce_alongside;
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
-        : rows(rows), dim(dim), blocks(Blocks::split(rows, maxRowBlocks(dim))), chunks(Blocks::ofSize(dim, kRowChunk)),
+        : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
+          blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows) : maxRowBlocks(dim))),
+          chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
-          reduce_alongside(dim * element_bytes >= kLongRunBytes) {}
+          reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes) {}
+
+    // Whether the column schedule may run these rows: cached, and few enough to keep their sums.
+    bool sliced() const { return cached && rows <= kMaxSlicedRows; }
 
     // The hints of the elements of `row` from `begin`: the plan's streaming and, if reduce_next, the same
     // elements of row + 1 to reduce and of row + 2 (where there is one) to fetch, of the two inputs a and b
@@ -63,20 +89,22 @@ struct RowPlan {
         return hints;
     }
 
-    // Scratch the driver needs at the workspace's start: one PairSums per chunk, for two rows. Rounded up to
-    // whole cache lines: the vectors the callers keep after it would otherwise each straddle two lines.
+    // Scratch the driver needs at the workspace's start: one PairSums per chunk, for two rows, or per row for the
+    // column schedule. Rounded up to whole cache lines: the vectors the callers keep after it would otherwise
+    // each straddle two lines.
     size_t scratchBytes() const {
-        const size_t bytes = 2 * chunks.count * sizeof(PairSums);
+        const size_t chunk_sums = 2 * chunks.count, row_sums = sliced() ? rows : 0;
+        const size_t bytes = (chunk_sums > row_sums ? chunk_sums : row_sums) * sizeof(PairSums);
         return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
     }
 };
 
 // sums(row, begin, n) -> PairSums of the row's elements [begin, begin + n);
 // apply(block, row, total, begin, n, reduce_next) finishes those elements given the row's total sums and, if
-// reduce_next, returns the sums of the same elements of row + 1 (that row is the same thread's next one in both
-// schedules).
+// reduce_next, returns the sums of the same elements of row + 1 (that row is the same thread's next one in every
+// schedule that asks). `scratch` holds plan.scratchBytes().
 template <typename Sums, typename Apply>
-void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&apply) {
+void runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply) {
     if (plan.dim == 0 || plan.rows == 0) return; // nothing to reduce or write (and the data may be NULL)
     // Finishes the elements of `row` and returns the sums of the same elements of row + 1, if has_next.
     auto finishThenReduceNext = [&](size_t block, size_t row, const PairSums &total, size_t begin, size_t n,
@@ -86,7 +114,7 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         return has_next ? sums(row + 1, begin, n) : PairSums{};
     };
     const size_t threads = threadsFor(plan.rows * plan.dim); // small ops stay on fewer threads, or the caller's
-    if (plan.blocks.count >= 2 * threads) {
+    if (plan.blocks.count >= 2 * threads || threads == 1) {
         parallelFor(plan.blocks.count, [&](size_t block) {
             const size_t first = plan.blocks.begin(block), end = plan.blocks.end(block, plan.rows);
             PairSums total = sums(first, 0, plan.dim);
@@ -96,6 +124,27 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         }, threads);
         return;
     }
+    if (plan.sliced() && plan.rows >= threads && plan.chunks.count < 2 * threads) {
+        // Rows too short to split by chunks. Every row's sums first, threads over rows; then each thread takes a
+        // slice of the columns down all rows in block order (its slice of the partials stays in its L1). Apply
+        // never reduces here: reduce_alongside is off for cached plans, so no schedule pairs their partials.
+        PairSums *row_sums = scratch;
+        parallelRegion(threads, [&](size_t thread, size_t team) {
+            for (size_t row = plan.rows * thread / team; row < plan.rows * (thread + 1) / team; ++row) {
+                row_sums[row] = sums(row, 0, plan.dim);
+            }
+            barrier();
+            auto sliceStart = [&](size_t t) {
+                return t == team ? plan.dim : plan.dim * t / team / kSliceAlignment * kSliceAlignment;
+            };
+            const size_t begin = sliceStart(thread), end = sliceStart(thread + 1);
+            if (begin == end) return;
+            for (size_t row = 0; row < plan.rows; ++row) {
+                apply(row / plan.blocks.per_block, row, row_sums[row], begin, end - begin, false);
+            }
+        });
+        return;
+    }
     // One region for all rows (a region per pass cost more than it saved). Each thread keeps the same chunks of
     // every row; chunk sums alternate between two buffers, so one barrier per row keeps a fast thread from
     // overwriting sums another is still adding up.
@@ -103,12 +152,12 @@ void runRows(const RowPlan &plan, PairSums *chunk_sums, Sums &&sums, Apply &&app
         const size_t first = plan.chunks.count * thread / team, last = plan.chunks.count * (thread + 1) / team;
         for (size_t c = first; c < last; ++c) {
             size_t begin = plan.chunks.begin(c);
-            chunk_sums[c] = sums(0, begin, plan.chunks.end(c, plan.dim) - begin);
+            scratch[c] = sums(0, begin, plan.chunks.end(c, plan.dim) - begin);
         }
         for (size_t row = 0; row < plan.rows; ++row) {
             barrier();
-            const PairSums *row_sums = chunk_sums + (row % 2) * plan.chunks.count;
-            PairSums *next_sums = chunk_sums + ((row + 1) % 2) * plan.chunks.count;
+            const PairSums *row_sums = scratch + (row % 2) * plan.chunks.count;
+            PairSums *next_sums = scratch + ((row + 1) % 2) * plan.chunks.count;
             PairSums total;
             for (size_t c = 0; c < plan.chunks.count; ++c) {
                 total.first += row_sums[c].first;
