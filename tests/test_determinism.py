@@ -17,10 +17,10 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
 # blocks capped by the size of their partials (17 rows of 140000: 3 blocks of up to 6 rows, its last an odd
 # one; 3 rows of 2^20: one block). LayerNorm pairs the long rows of a block for its partials, an odd last row
 # alone. Cached inputs (8 MiB or less) with too few blocks, of rows too short to split by chunks: every row's
-# sums, then the threads take column slices, the last with a scalar tail (20 rows of 5000: one block; 130 rows
-# of 1000: two blocks of 65 rows). Each shape has work enough for 3 threads (cpu::threadsFor).
+# sums, then the threads take column slices, the last with a scalar tail (20 rows of 5000: one block; 48 rows
+# of 2100: three blocks of 16 rows). Each shape has work enough for 3 threads (cpu::threadsFor).
 LONG_ROW_SHAPES = {"split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
-                   "column slices": (20, 5000), "column slices, two blocks": (130, 1000)}
+                   "column slices": (20, 5000), "column slices, three blocks": (48, 2100)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 
@@ -104,7 +104,7 @@ def test_long_row_schedules_match_the_reference(case, dtype, shape):
 # Long rows of inputs over 8 MiB are reduced inside the previous row's elementwise pass, except the first row of
 # each row block (or, with rows split across threads, row 0): blocks of 5 rows of 8200 (two 4096-element chunks
 # and a scalar tail), and 3 rows of 2^20 split across threads. Cached rows are reduced on their own: by blocks of
-# 75 rows (300 rows of 1000), or all first where threads split the columns (20 rows of 5000).
+# 17 rows (300 rows of 1000), or all first where threads split the columns (20 rows of 5000).
 IDENTICAL_ROW_SHAPES = {"blocks of 5 rows": (300, 8200), "split rows": (3, 1 << 20),
                         "cached blocks": (300, 1000), "column slices": (20, 5000)}
 

@@ -27,11 +27,12 @@ constexpr size_t kPartialBytes = size_t(2) << 20;
 // kCachedBlockRows rows, so that their partials are zeroed and summed once per that many rows rather than per
 // row: with a block per row, LayerNorm BF16 64x4096 spent 42% of its time there, and F32 lost to torch. Threads
 // that find too few blocks split the columns instead (runRows), reading the rows once more from the caches.
-// Measured on 2 threads against the previous rule (up to 64 blocks of any size): LayerNorm and RMSNorm of 16-256
-// rows of 768-4096 1.6-2.1x faster; 8 MiB rather than 4 made LayerNorm F32 256x4096 and 64x16384 another
-// 25-30% faster; 16 MiB lost 5-10% at 512x4096.
+// Measured on 2 threads (LayerNorm F32/BF16, 16-1024 rows of 512-16384): 16 rows per block was best or within
+// 12% of best against 8, 32 and 64; fewer blocks left 2 threads to the column schedule, which re-reads each
+// thread's rows from the other's cache (2-3x slower for rows of 512-768). 8 MiB rather than 4 made LayerNorm F32
+// 256x4096 and 64x16384 25-30% faster; 16 MiB lost 5-10% at 512x4096.
 constexpr size_t kCachedInputBytes = size_t(8) << 20;
-constexpr size_t kCachedBlockRows = 64;
+constexpr size_t kCachedBlockRows = 16;
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
