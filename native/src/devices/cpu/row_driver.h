@@ -202,7 +202,8 @@ class BlockPartials {
         zeroFill(data_, in_gradient_ ? dim : blocks * dim);
     }
 
-    C *data() const { return data_; }
+    // Where block `block`'s partials of the elements from `begin` lie (NULL where the gradient is not wanted).
+    C *at(size_t block, size_t begin) const { return data_ == nullptr ? nullptr : data_ + block * dim_ + begin; }
 
     template <typename W>
     void finish(W *gradient, ptrdiff_t stride) const {

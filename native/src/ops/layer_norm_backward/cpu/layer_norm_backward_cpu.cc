@@ -9,7 +9,6 @@
 #include "devices/cpu/workspace.h"
 #include "layer_norm_backward_simd.h"
 
-
 namespace op::layer_norm_backward {
 namespace {
 
@@ -84,11 +83,7 @@ class CpuDescriptor final : public Descriptor {
                                                           info.grad_weight_stride, weight_scratch);
         const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
                                                         info.grad_bias_stride, bias_scratch);
-        C *weight_partials = weight_block_partials.data(), *bias_partials = bias_block_partials.data();
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        auto partialOf = [&](C *partials, size_t block, size_t begin) {
-            return partials == nullptr ? nullptr : partials + block * dim + begin;
-        };
         // Rows reduced alongside pair up from their block's first: the first of a pair adds both rows' terms to
         // the partials, read while it reduces the second, which adds none (one trip of the partials through the
         // caches per two rows). A block's odd last row adds its own.
@@ -114,8 +109,8 @@ class CpuDescriptor final : public Descriptor {
                                      grad_output + info.grad_output.offset(row) + begin,
                                      xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
                                      grad_input + info.grad_input.offset(row) + begin,
-                                     skip_partials ? nullptr : partialOf(weight_partials, block, begin),
-                                     skip_partials ? nullptr : partialOf(bias_partials, block, begin),
+                                     skip_partials ? nullptr : weight_block_partials.at(block, begin),
+                                     skip_partials ? nullptr : bias_block_partials.at(block, begin),
                                      partial_rows == PartialRows::with_next,
                                      plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
                                                  info.input_standardization));

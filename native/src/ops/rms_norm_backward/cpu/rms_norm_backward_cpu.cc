@@ -68,7 +68,6 @@ class CpuDescriptor final : public Descriptor {
         const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
         const cpu::BlockPartials<C> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
                                                    info.grad_w_stride, w_copy + dim);
-        C *partials = block_partials.data();
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
@@ -89,7 +88,7 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
                                      x + info.x.offset(row) + begin, w_c + begin,
                                      grad_x + info.grad_x.offset(row) + begin,
-                                     partials == nullptr ? nullptr : partials + block * dim + begin,
+                                     block_partials.at(block, begin),
                                      plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
             });
         block_partials.finish(grad_w, info.grad_w_stride);
