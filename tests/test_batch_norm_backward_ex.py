@@ -164,9 +164,11 @@ def test_channels_last_many_rows(device, channels, dtype, training):
 
 
 # Channels-first (N, C, L) around the CPU's choice of path: runs shorter than a vector (L < 16) are periodic rows
-# of C * L, at any C * L; longer runs keep the channels-first tiles, with or without a partial vector.
+# of C * L, at any C * L; longer runs keep the channels-first tiles, with or without a partial vector. Runs of
+# exactly one vector take loops of their own, by pairs of channels (an odd C leaves one over).
 SHORT_RUN_SHAPES = {"periodic, C*L not a multiple of 16": (2500, 7, 3), "periodic, L = 15": (400, 64, 15),
-                    "one vector per run": (400, 64, 16), "a partial vector per run": (300, 33, 24),
+                    "one vector per run": (400, 64, 16), "one vector per run, odd C": (300, 33, 16),
+                    "a partial vector per run": (300, 33, 24),
                     "periodic, rows too long for whole-vector periods": (40, 2049, 8)}
 
 

@@ -86,7 +86,7 @@ def test_streamed_in_place_rms_equals_the_out_of_place_call(cpu_handle, dtype):
 # channels-first and channels-last.
 BATCH_CASES = {
     "long-runs": ((4, 4, 140000), False),
-    "short-runs": ((8192, 16, 16), False),
+    "short-runs": ((8800, 15, 16), False),  # an odd C: the pairs of one-vector runs leave one over
     "channels-last": ((8192, 16, 16), True),
 }
 
