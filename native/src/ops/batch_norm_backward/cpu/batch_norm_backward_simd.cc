@@ -60,6 +60,29 @@ SIMD_INLINE void accumulateVector(const T *grad_output, const T *input, float me
                 simd::load(scratch + kCenteredLanes) + go * (simd::load(input) - simd::splat(mean)));
 }
 
+// Calls vector(stream, c, at) for the one vector of each run of a oneVectorRuns tile: channel c's, at element
+// `at`, two channels per iteration. stream is std::true_type where stream_output, else std::false_type.
+template <typename Vector>
+SIMD_INLINE void forEachOneVectorRun(const Tile &tile, bool stream_output, Vector &&vector) {
+    const size_t channels = tile.channels, channel_begin = tile.channel_begin, channel_end = tile.channel_end;
+    const size_t batch_begin = tile.batch_begin, batch_end = tile.batch_end;
+    auto runs = [&](auto stream) {
+        for (size_t n = batch_begin; n < batch_end; ++n) {
+            size_t c = channel_begin, at = (n * channels + channel_begin) * simd::kWidth;
+            for (; c + 2 <= channel_end; c += 2, at += 2 * simd::kWidth) {
+                vector(stream, c, at);
+                vector(stream, c + 1, at + simd::kWidth);
+            }
+            if (c < channel_end) vector(stream, c, at);
+        }
+    };
+    if (stream_output) {
+        runs(std::true_type{});
+    } else {
+        runs(std::false_type{});
+    }
+}
+
 template <typename T>
 void sums(const Tile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
           double *sums) {
@@ -76,22 +99,23 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
             pending = 0;
         }
     };
-    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-        if (oneVectorRuns(tile)) {
-            const size_t first = (n * channels + channel_begin) * simd::kWidth;
-            const T *go = grad_output + first, *x = input + first;
-            float *channel_scratch = scratch;
-            size_t c = channel_begin;
-            for (; c + 2 <= channel_end; c += 2, go += 2 * simd::kWidth, x += 2 * simd::kWidth) {
-                accumulateVector(go, x, mean[c], channel_scratch);
-                accumulateVector(go + simd::kWidth, x + simd::kWidth, mean[c + 1],
-                                 channel_scratch + kChannelScratchFloats);
-                channel_scratch += 2 * kChannelScratchFloats;
-            }
-            if (c < channel_end) accumulateVector(go, x, mean[c], channel_scratch);
-            added(simd::kWidth);
-            continue;
+    if (oneVectorRuns(tile)) {
+        // kChunk / kWidth batches at a time, the flushes of the loop below: the same bits.
+        constexpr size_t kFlushBatches = simd::kChunk / simd::kWidth;
+        for (size_t first = tile.batch_begin; first < tile.batch_end; first += kFlushBatches) {
+            Tile batches = tile;
+            batches.batch_begin = first;
+            batches.batch_end = tile.batch_end - first < kFlushBatches ? tile.batch_end : first + kFlushBatches;
+            forEachOneVectorRun(batches, false, [&](auto, size_t c, size_t at) {
+                accumulateVector(grad_output + at, input + at, mean[c],
+                                 scratch + (c - channel_begin) * kChannelScratchFloats);
+            });
+            added((batches.batch_end - first) * simd::kWidth);
         }
+        flush(tile, scratch, sums);
+        return;
+    }
+    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
         for (size_t piece = begin; piece < end; piece += simd::kChunk) {
             const size_t width = end - piece < simd::kChunk ? end - piece : simd::kChunk;
             size_t offset = (n * channels + channel_begin) * length + piece;
@@ -152,22 +176,8 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
                       simd::splat(scale_centereds[c]) * (simd::load(input + at) - simd::splat(means[c])) +
                       simd::splat(shifts[c]));
     };
-    auto one_vector_runs = [&](auto stream) {
-        for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-            size_t c = channel_begin, at = (n * channels + channel_begin) * simd::kWidth;
-            for (; c + 2 <= channel_end; c += 2, at += 2 * simd::kWidth) {
-                vector(stream, c, at);
-                vector(stream, c + 1, at + simd::kWidth);
-            }
-            if (c < channel_end) vector(stream, c, at);
-        }
-    };
     if (whole_vectors && oneVectorRuns(tile)) {
-        if (stream_output) {
-            one_vector_runs(std::true_type{});
-        } else {
-            one_vector_runs(std::false_type{});
-        }
+        forEachOneVectorRun(tile, stream_output, vector);
     } else {
         for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
             size_t offset = (n * channels + channel_begin) * length + tile.begin;
@@ -190,14 +200,23 @@ void apply(const Tile &tile, const T *grad_output, const T *input, const Coeffic
 template <typename T>
 void scale(const Tile &tile, const T *grad_output, const float *scale_grad, T *grad_input, bool stream_output) {
     const bool whole_vectors = wholeVectors(tile, grad_input, stream_output);
-    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-        for (size_t c = tile.channel_begin; c < tile.channel_end; ++c) {
-            const f32v factor = simd::splat(scale_grad[c]);
-            size_t offset = (n * tile.channels + c) * tile.length + tile.begin;
-            passOverRun(
-                whole_vectors, tile.end - tile.begin, stream_output,
-                [&](auto stream, T *gi, const auto *go) { simd::put(stream, gi, factor * simd::load(go)); },
-                grad_input + offset, grad_output + offset);
+    if (whole_vectors && oneVectorRuns(tile)) {
+        forEachOneVectorRun(tile, stream_output, [&](auto stream, size_t c, size_t at) {
+            simd::put(stream, grad_input + at, simd::splat(scale_grad[c]) * simd::load(grad_output + at));
+        });
+    } else {
+        // Locals, as in sums.
+        const size_t channels = tile.channels, length = tile.length, width = tile.end - tile.begin;
+        const size_t channel_begin = tile.channel_begin, channel_end = tile.channel_end;
+        for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
+            size_t offset = (n * channels + channel_begin) * length + tile.begin;
+            for (size_t c = channel_begin; c < channel_end; ++c, offset += length) {
+                const f32v factor = simd::splat(scale_grad[c]);
+                passOverRun(
+                    whole_vectors, width, stream_output,
+                    [&](auto stream, T *gi, const auto *go) { simd::put(stream, gi, factor * simd::load(go)); },
+                    grad_input + offset, grad_output + offset);
+            }
         }
     }
     if (stream_output) simd::fenceStreams();
