@@ -100,7 +100,7 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
         }
     };
     if (oneVectorRuns(tile)) {
-        // kChunk / kWidth batches at a time, the flushes of the loop below: the same bits.
+        // kChunk / kWidth batches at a time, the flushes of the general loop: the same bits.
         constexpr size_t kFlushBatches = simd::kChunk / simd::kWidth;
         for (size_t first = tile.batch_begin; first < tile.batch_end; first += kFlushBatches) {
             Tile batches = tile;
@@ -112,20 +112,19 @@ void sums(const Tile &tile, const T *grad_output, const T *input, const float *m
             });
             added((batches.batch_end - first) * simd::kWidth);
         }
-        flush(tile, scratch, sums);
-        return;
-    }
-    for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
-        for (size_t piece = begin; piece < end; piece += simd::kChunk) {
-            const size_t width = end - piece < simd::kChunk ? end - piece : simd::kChunk;
-            size_t offset = (n * channels + channel_begin) * length + piece;
-            float *channel_scratch = scratch;
-            for (size_t c = channel_begin; c < channel_end; ++c) {
-                accumulate(grad_output + offset, input + offset, mean[c], width, channel_scratch);
-                offset += length;
-                channel_scratch += kChannelScratchFloats;
+    } else {
+        for (size_t n = tile.batch_begin; n < tile.batch_end; ++n) {
+            for (size_t piece = begin; piece < end; piece += simd::kChunk) {
+                const size_t width = end - piece < simd::kChunk ? end - piece : simd::kChunk;
+                size_t offset = (n * channels + channel_begin) * length + piece;
+                float *channel_scratch = scratch;
+                for (size_t c = channel_begin; c < channel_end; ++c) {
+                    accumulate(grad_output + offset, input + offset, mean[c], width, channel_scratch);
+                    offset += length;
+                    channel_scratch += kChannelScratchFloats;
+                }
+                added(width);
             }
-            added(width);
         }
     }
     flush(tile, scratch, sums);
