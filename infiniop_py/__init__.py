@@ -12,7 +12,7 @@ from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, Ba
                      DeviceTypeNotSupportedError, InfiniopError, InsufficientWorkspaceError, InternalError,
                      NotImplementedStatusError, NullPointerError)
 from .handle import Handle
-from .layer_norm_backward import LayerNormBackward, layer_norm_backward
+from .layer_norm_backward import LayerNormBackward, LayerNormBackwardFromInput, layer_norm_backward
 from .rms_norm_backward import RMSNormBackward, rms_norm_backward
 from .tensors import TensorDesc
 
@@ -22,7 +22,7 @@ __all__ = [
     "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
     "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
-    "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LibraryNotFoundError",
-    "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
+    "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
+    "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
     "batch_norm_backward", "layer_norm_backward", "library_path", "rms_norm_backward",
 ]

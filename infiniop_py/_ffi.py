@@ -161,6 +161,17 @@ infiniStatus_t infiniopCreateLayerNormBackwardDescriptorEx(
     infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
     infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
     infiniopTensorDescriptor_t input_std_deviation_desc);
+infiniStatus_t infiniopCreateLayerNormBackwardFromInputDescriptorEx(
+    infiniopHandle_t handle, infiniopLayerNormBackwardDescriptor_t *desc_ptr,
+    infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,
+    infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
+    infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_desc,
+    infiniopTensorDescriptor_t mean_desc, infiniopTensorDescriptor_t rstd_desc);
+infiniStatus_t infiniopLayerNormBackwardFromInputEx(infiniopLayerNormBackwardDescriptor_t desc, void *workspace,
+                                                    size_t workspace_size, void *grad_input, void *grad_weight,
+                                                    void *grad_bias, const void *grad_output, const void *weight,
+                                                    const void *input, const void *mean, const void *rstd,
+                                                    void *stream);
 infiniStatus_t infiniopDestroyLayerNormBackwardDescriptor(infiniopLayerNormBackwardDescriptor_t desc);
 
 /* infiniop/ops/batch_norm_backward.h */

@@ -274,20 +274,41 @@ def check_layer_norm_backward_ex(grad_input, grad_weight, grad_bias, grad_output
                         "input_standardization": input_standardization},
                        {"weight": weight, "grad_weight": grad_weight, "grad_bias": grad_bias,
                         "input_std_deviation": input_std_deviation}, {})
-    leading = len(input_std_deviation.shape)
+    _check_layer_norm_rows(grad_input, grad_weight, grad_bias, grad_output, weight,
+                           {"input_standardization": input_standardization},
+                           {"input_std_deviation": input_std_deviation})
+
+
+def check_layer_norm_backward_from_input_ex(grad_input, grad_weight, grad_bias, grad_output, weight, input, mean,
+                                            rstd):
+    _require_present({"grad_input": grad_input, "grad_output": grad_output, "input": input, "mean": mean,
+                      "rstd": rstd})
+    _require_ex_dtypes({"grad_input": grad_input, "grad_output": grad_output, "input": input},
+                       {"weight": weight, "grad_weight": grad_weight, "grad_bias": grad_bias},
+                       {"mean": mean, "rstd": rstd})
+    _check_layer_norm_rows(grad_input, grad_weight, grad_bias, grad_output, weight, {"input": input},
+                           {"mean": mean, "rstd": rstd})
+
+
+def _check_layer_norm_rows(grad_input, grad_weight, grad_bias, grad_output, weight, row_input, per_row):
+    """The shape and stride rules both LayerNorm Ex forms share (info.h createRows). ``row_input``: {name: spec} of
+    xhat or the input; ``per_row``: {name: spec} of the one-per-row tensors, the first of which names the leading
+    dims by its rank."""
+    (row_input_name, row_input_spec), = row_input.items()
+    first_per_row = next(iter(per_row))
+    leading = len(per_row[first_per_row].shape)
     _require_normalized_ranks("grad_input", grad_input, len(grad_input.shape) - leading,
-                              "grad_input's rank minus input_std_deviation's")
+                              f"grad_input's rank minus {first_per_row}'s")
     _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
-    _require_shape("input_standardization", input_standardization, grad_input.shape, "grad_input.shape")
-    _require_shape("input_std_deviation", input_std_deviation, tuple(grad_input.shape)[:leading],
-                   f"grad_input.shape[:{leading}]")
+    _require_shape(row_input_name, row_input_spec, grad_input.shape, "grad_input.shape")
+    for name, spec in per_row.items():
+        _require_shape(name, spec, tuple(grad_input.shape)[:leading], f"grad_input.shape[:{leading}]")
     normalized_shape = tuple(grad_input.shape)[leading:]
     for name, spec in (("weight", weight), ("grad_weight", grad_weight), ("grad_bias", grad_bias)):
         if spec is not None:
             _require_shape(name, spec, normalized_shape, f"grad_input.shape[{leading}:]")
     normalized = len(normalized_shape)
-    for name, spec in (("grad_input", grad_input), ("grad_output", grad_output),
-                       ("input_standardization", input_standardization)):
+    for name, spec in (("grad_input", grad_input), ("grad_output", grad_output), (row_input_name, row_input_spec)):
         _require_trailing_packed(name, spec, normalized)
     _require_no_self_overlap("grad_input", grad_input)
     if weight is not None:

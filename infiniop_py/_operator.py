@@ -60,6 +60,8 @@ class Operator(NativeResource):
     _check_layout_ex  the _layout.check_*_ex function of the Ex create
     _seed_count   how many of the leading tensors the seed create and run take
     _has_ex_run   whether infiniop<_c_name>Ex exists (it takes every tensor; else the seed run does)
+    _descriptor_c_name  the C name of the descriptor type and of its GetWorkspaceSize / Destroy functions, where
+                  another op's serve this one (LayerNormBackwardFromInput's are LayerNormBackward's); else _c_name
     and passes the tensors to __init__ as a dict in the C argument order (None: an absent optional
     tensor), with the Ex create's scalar arguments as ``options`` and their seed meaning as ``seed_options``;
     its __call__ passes the arrays to _call in that same order.
@@ -72,6 +74,7 @@ class Operator(NativeResource):
     _check_layout_ex = None
     _seed_count = None
     _has_ex_run = False
+    _descriptor_c_name = None
 
     def __init__(self, handle, tensors, options=None, seed_options=None):
         if not isinstance(handle, Handle):
@@ -81,11 +84,12 @@ class Operator(NativeResource):
         handle_pointer = handle.native
         op = libraries().op
         create_ex = _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
+        descriptor_name = self._descriptor_c_name or self._c_name
         temporaries = []
         try:
             descs = {name: None if tensor is None else self._descriptor_for(name, tensor, temporaries)
                      for name, tensor in tensors.items()}
-            pointer = ffi.new(f"infiniop{self._c_name}Descriptor_t *")
+            pointer = ffi.new(f"infiniop{descriptor_name}Descriptor_t *")
             if create_ex is not None:
                 self._check_layout_ex(**descs, **options)
                 natives = [ffi.NULL if desc is None else desc.native for desc in descs.values()]
@@ -100,14 +104,14 @@ class Operator(NativeResource):
         finally:
             for desc in temporaries:  # the op descriptor copied what it needs
                 desc.close()
-        destroy = f"infiniopDestroy{self._c_name}Descriptor"
+        destroy = f"infiniopDestroy{descriptor_name}Descriptor"
         self._own(pointer[0], getattr(op, destroy), destroy)
         # name -> TensorSpec, or None for an absent tensor; in the run function's argument order.
         run_count = len(descs) if (create_ex is not None and self._has_ex_run) else self._seed_count
         self.layouts = {name: None if desc is None else TensorSpec(desc.shape, desc.dtype, desc.strides)
                         for name, desc in list(descs.items())[:run_count]}
         size = ffi.new("size_t *")
-        query = f"infiniopGet{self._c_name}WorkspaceSize"
+        query = f"infiniopGet{descriptor_name}WorkspaceSize"
         check(getattr(op, query)(pointer[0], size), query)
         self.workspace_size = int(size[0])
         run_name = f"infiniop{self._c_name}Ex" if run_count > self._seed_count else f"infiniop{self._c_name}"

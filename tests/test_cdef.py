@@ -66,7 +66,8 @@ CDEF_FUNCTIONS = _functions(_ffi.CDEF, r"(?:^|;|\n)\s*")
 def test_parser_finds_every_export():
     declarations = re.findall(r"^\s*__C\s+__export\b", _strip_comments(header_text()), flags=re.M)
     assert len(HEADER_FUNCTIONS) == len(declarations) > 20
-    assert {"infiniopCreateRMSNormBackwardDescriptor", "infinirtSetDevice", "infiniopBatchNormBackward"} <= set(
+    assert {"infiniopCreateRMSNormBackwardDescriptor", "infinirtSetDevice", "infiniopBatchNormBackward",
+            "infiniopCreateLayerNormBackwardFromInputDescriptorEx", "infiniopLayerNormBackwardFromInputEx"} <= set(
         HEADER_FUNCTIONS)
 
 

@@ -105,3 +105,60 @@ def test_generator_reaches_every_verdict(case):
 
     sample()
     assert seen >= {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES}, seen
+
+
+# ---------------------------------------------------------------- the LayerNorm Ex creates (both forms)
+
+LAYER_NORM_EX = {  # C name -> (Python check, tensor names in C order)
+    "LayerNormBackward": (_layout.check_layer_norm_backward_ex,
+                          ("grad_input", "grad_weight", "grad_bias", "grad_output", "weight",
+                           "input_standardization", "input_std_deviation")),
+    "LayerNormBackwardFromInput": (_layout.check_layer_norm_backward_from_input_ex,
+                                   ("grad_input", "grad_weight", "grad_bias", "grad_output", "weight", "input",
+                                    "mean", "rstd")),
+}
+EX_CODES = (12, 13, 14, 19)  # F16, F32, F64, BF16
+
+
+@st.composite
+def layer_norm_ex_layouts(draw, c_name):
+    """Specs of either LayerNorm Ex create: ranks 1..8 with s leading dims, data, parameter and per-row dtypes
+    drawn apart (so each dtype rule comes up), perturbed shapes and strides, NULLs now and then."""
+    names = LAYER_NORM_EX[c_name][1]
+    shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=5)))
+    leading = draw(st.integers(0, len(shape)))  # == rank: no normalized dims
+    data = draw(st.sampled_from(EX_CODES + (5,)))
+    parameter = draw(st.sampled_from((data, data, 13, 12)))
+    per_row = draw(st.sampled_from((13, 13, 14, parameter)))
+    shapes = {name: shape for name in names[:1] + names[3:4] + names[5:6]}
+    shapes.update({name: shape[leading:] for name in ("grad_weight", "grad_bias", "weight")})
+    shapes.update({name: shape[:leading] for name in names[6:]})
+    if draw(st.sampled_from([False] * 3 + [True])):
+        name = draw(st.sampled_from(names))
+        shapes[name] = perturbed_shape(draw, shapes[name])
+    codes = {name: data if shapes[name] == shape and name in names[:1] + names[3:4] + names[5:6] else parameter
+             for name in names}
+    codes.update({name: per_row for name in names[6:] if c_name == "LayerNormBackwardFromInput"})
+    specs = [_layout.TensorSpec(shapes[name], codes[name], draw(strides_for(shapes[name]))) for name in names]
+    if draw(st.sampled_from([False] * 6 + [True])):
+        specs[draw(st.integers(0, len(names) - 1))] = None
+    return specs
+
+
+@pytest.mark.parametrize("c_name", LAYER_NORM_EX)
+@settings(max_examples=300)
+@given(data=st.data())
+def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, c_name, data):
+    from _helpers import CTensorDescriptors, native
+
+    check, names = LAYER_NORM_EX[c_name]
+    specs = data.draw(layer_norm_ex_layouts(c_name))
+    python_status = _layout.status_of(check, **dict(zip(names, specs)))
+    ffi, op, _ = native()
+    with CTensorDescriptors([s and (s.shape, s.dtype, s.strides) for s in specs]) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        c_status = getattr(op, f"infiniopCreate{c_name}DescriptorEx")(c_handle, desc_ptr, *descriptors)
+        if c_status == SUCCESS:
+            assert op.infiniopDestroyLayerNormBackwardDescriptor(desc_ptr[0]) == SUCCESS
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}"

@@ -9,12 +9,18 @@
 namespace op::layer_norm_backward {
 
 struct Info {
-    infiniDtype_t dtype;           // grad_input, grad_output, input_standardization
-    infiniDtype_t parameter_dtype; // weight, grad_weight, grad_bias, input_std_deviation
+    // Which run takes the descriptor: xhat and std (the seed's), or input, mean and rstd (PyTorch's and CANN's).
+    enum class Form { xhat, from_input };
+
+    Form form;
+    infiniDtype_t dtype;           // grad_input, grad_output, row_input
+    infiniDtype_t parameter_dtype; // weight, grad_weight, grad_bias; the std of the xhat form
     size_t rows;                   // all leading dims flattened
     size_t dim;                    // L, the normalized length (all normalized dims flattened)
-    RowLayout grad_input, grad_output, input_standardization;
-    RowLayout input_std_deviation; // one element per row
+    RowLayout grad_input, grad_output;
+    RowLayout row_input;           // xhat (input_standardization), or the from-input form's input
+    RowLayout row_scale;           // one element per row: std (xhat form) or rstd (from-input form)
+    RowLayout row_mean;            // one element per row: the from-input form's mean (depth 0 in the xhat form)
     ptrdiff_t grad_weight_stride, grad_bias_stride, weight_stride;
     bool has_grad_weight, has_grad_bias, has_weight;
 
@@ -40,15 +46,39 @@ struct Info {
         }
         INFINI_CHECK(infini::checkNormDtypesEx({grad_input, grad_output, input_standardization},
                                                {weight, grad_weight, grad_bias, input_std_deviation}, {}));
+        return createRows(info, Form::xhat, grad_input, grad_weight, grad_bias, grad_output, weight,
+                          input_standardization, nullptr, input_std_deviation);
+    }
 
-        const size_t ndim = grad_input->ndim(), leading = input_std_deviation->ndim();
+    // infiniopCreateLayerNormBackwardFromInputDescriptorEx: the Ex rules with input for xhat, and mean and rstd
+    // (statistics: F32, F64 for F64 data) for std.
+    static infiniStatus_t createFromInput(Info *info, infini::Tensor grad_input, infini::Tensor grad_weight,
+                                          infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,
+                                          infini::Tensor input, infini::Tensor mean, infini::Tensor rstd) {
+        if (grad_input == nullptr || grad_output == nullptr || input == nullptr || mean == nullptr ||
+            rstd == nullptr) {
+            return INFINI_STATUS_NULL_POINTER;
+        }
+        INFINI_CHECK(infini::checkNormDtypesEx({grad_input, grad_output, input}, {weight, grad_weight, grad_bias},
+                                               {mean, rstd}));
+        return createRows(info, Form::from_input, grad_input, grad_weight, grad_bias, grad_output, weight, input,
+                          mean, rstd);
+    }
+
+  private:
+    // The shape and stride rules both Ex forms share, after their NULL and dtype checks. row_scale (std or rstd)
+    // and mean (NULL in the xhat form) hold one value per row; row_scale's rank names the leading dims.
+    static infiniStatus_t createRows(Info *info, Form form, infini::Tensor grad_input, infini::Tensor grad_weight,
+                                     infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,
+                                     infini::Tensor row_input, infini::Tensor mean, infini::Tensor row_scale) {
+        const size_t ndim = grad_input->ndim(), leading = (mean != nullptr ? mean : row_scale)->ndim();
         if (ndim < 1 || ndim > 8 || leading >= ndim) return INFINI_STATUS_BAD_TENSOR_SHAPE;
         const std::vector<size_t> leading_shape(grad_input->shape.begin(), grad_input->shape.begin() + leading);
         const std::vector<size_t> normalized_shape(grad_input->shape.begin() + leading, grad_input->shape.end());
         auto normalizedOrAbsent = [&](infini::Tensor t) { return t == nullptr || t->shape == normalized_shape; };
-        if (!infini::sameShape(grad_output, grad_input) || !infini::sameShape(input_standardization, grad_input) ||
-            input_std_deviation->shape != leading_shape || !normalizedOrAbsent(weight) ||
-            !normalizedOrAbsent(grad_weight) || !normalizedOrAbsent(grad_bias)) {
+        if (!infini::sameShape(grad_output, grad_input) || !infini::sameShape(row_input, grad_input) ||
+            (mean != nullptr && mean->shape != leading_shape) || row_scale->shape != leading_shape ||
+            !normalizedOrAbsent(weight) || !normalizedOrAbsent(grad_weight) || !normalizedOrAbsent(grad_bias)) {
             return INFINI_STATUS_BAD_TENSOR_SHAPE;
         }
 
@@ -58,20 +88,24 @@ struct Info {
             return t == nullptr || (infini::nonOverlapping(t) && infini::collapsesToVector(t, stride));
         };
         if (!infini::trailingPacked(grad_input, normalized) || !infini::trailingPacked(grad_output, normalized) ||
-            !infini::trailingPacked(input_standardization, normalized) || !infini::nonOverlapping(grad_input) ||
+            !infini::trailingPacked(row_input, normalized) || !infini::nonOverlapping(grad_input) ||
             (weight != nullptr && !infini::collapsesToVector(weight, &weight_stride)) ||
             !outputVector(grad_weight, &grad_weight_stride) || !outputVector(grad_bias, &grad_bias_stride)) {
             return INFINI_STATUS_BAD_TENSOR_STRIDES;
         }
 
-        *info = Info{grad_input->dtype,
-                     infini::dtypeOfFirst({weight, grad_weight, grad_bias, input_std_deviation}, grad_input->dtype),
+        *info = Info{form,
+                     grad_input->dtype,
+                     form == Form::xhat
+                         ? infini::dtypeOfFirst({weight, grad_weight, grad_bias, row_scale}, grad_input->dtype)
+                         : infini::dtypeOfFirst({weight, grad_weight, grad_bias}, grad_input->dtype),
                      infini::countOf(grad_input, 0, leading),
                      infini::countOf(grad_input, leading, ndim),
                      RowLayout::of(grad_input, leading),
                      RowLayout::of(grad_output, leading),
-                     RowLayout::of(input_standardization, leading),
-                     RowLayout::of(input_std_deviation, leading),
+                     RowLayout::of(row_input, leading),
+                     RowLayout::of(row_scale, leading),
+                     mean == nullptr ? RowLayout{} : RowLayout::of(mean, leading),
                      grad_weight_stride,
                      grad_bias_stride,
                      weight_stride,

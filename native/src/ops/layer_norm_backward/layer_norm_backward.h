@@ -14,9 +14,10 @@ class Descriptor : public InfiniopDescriptor {
 
     virtual size_t workspaceSize() const = 0;
     // Arguments already checked: workspace is large enough, data pointers are non-null where needed.
+    // row_input, row_mean, row_scale: xhat, NULL, std in the xhat form; input, mean, rstd in the from-input form.
     virtual infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                                     const void *grad_output, const void *weight, const void *input_standardization,
-                                     const void *input_std_deviation, void *stream) const = 0;
+                                     const void *grad_output, const void *weight, const void *row_input,
+                                     const void *row_mean, const void *row_scale, void *stream) const = 0;
 
     const Info info;
 };

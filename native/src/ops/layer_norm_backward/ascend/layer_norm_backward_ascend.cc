@@ -18,7 +18,8 @@ namespace {
 using ascend::Buffer;
 using ascend::TensorSpec;
 
-enum Arg { kGradInput, kGradWeight, kGradBias, kGradOutput, kWeight, kXhat, kStd };
+// The run's data pointers, in calculate's order (kMean: NULL in the xhat form).
+enum Arg { kGradInput, kGradWeight, kGradBias, kGradOutput, kWeight, kRowInput, kMean, kScale };
 
 class AscendDescriptor final : public Descriptor {
   public:
@@ -28,11 +29,10 @@ class AscendDescriptor final : public Descriptor {
     size_t workspaceSize() const override { return plan_->workspaceSize(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *grad_output, const void *weight, const void *input_standardization,
-                             const void *input_std_deviation, void *stream) const override {
-        return plan_->run(workspace,
-                          {grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,
-                           input_std_deviation},
+                             const void *grad_output, const void *weight, const void *row_input, const void *row_mean,
+                             const void *row_scale, void *stream) const override {
+        return plan_->run(workspace, {grad_input, grad_weight, grad_bias, grad_output, weight, row_input, row_mean,
+                                      row_scale},
                           stream);
     }
 
@@ -62,7 +62,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
     const std::optional<TensorSpec> weight = weightTensor(info, plan);
     // One leading shape for every row tensor: aclnn matches their shapes (and broadcasts std) dim by dim.
     const std::vector<int64_t> leading = ascend::commonRowDims(
-        rows, {&info.grad_input, &info.grad_output, &info.input_standardization, &info.input_std_deviation});
+        rows, {&info.grad_input, &info.grad_output, &info.row_input, &info.row_scale});
     auto rowsOf = [&](const RowLayout &layout, size_t length, aclDataType type, Arg arg) {
         return ascend::rowsView(layout, leading, length, type, Buffer::argument(arg));
     };
@@ -79,7 +79,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 
     const aclIntArray *normalized_shape = plan.intArray({static_cast<int64_t>(dim)});
     const aclBoolArray *output_mask = plan.boolArray({true, info.has_grad_weight, info.has_grad_bias});
-    plan.add({{rowsOf(info.grad_output, dim, dtype, kGradOutput), rowsOf(info.input_standardization, dim, dtype, kXhat),
+    plan.add({{rowsOf(info.grad_output, dim, dtype, kGradOutput), rowsOf(info.row_input, dim, dtype, kRowInput),
                TensorSpec::contiguous(per_row_shape, ACL_FLOAT, mean),
                TensorSpec::contiguous(per_row_shape, ACL_FLOAT, rstd), weight},
               {packed, gradientVector(info.has_grad_weight, kGradWeight, info.grad_weight_stride),
@@ -89,7 +89,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
                                                                     nullptr, output_mask, t[5], t[6], t[7], ws, ex);
               },
               acl.aclnnLayerNormBackward});
-    plan.add({{packed, rowsOf(info.input_std_deviation, 1, parameter_dtype, kStd)},
+    plan.add({{packed, rowsOf(info.row_scale, 1, parameter_dtype, kScale)},
               {rowsOf(info.grad_input, dim, dtype, kGradInput)},
               [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
                   return acl.aclnnDivGetWorkspaceSize(t[0], t[1], t[2], ws, ex);
@@ -100,12 +100,12 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
+    if (!ascend::cannHasDtype(info.dtype) || info.form == Info::Form::from_input) return INFINI_STATUS_NOT_IMPLEMENTED;
     const ascend::Api *acl;
     INFINI_CHECK(ascend::api(&acl));
     // aclCreateTensor takes non-negative strides only.
     if (!ascend::nonNegative(info.grad_input) || !ascend::nonNegative(info.grad_output) ||
-        !ascend::nonNegative(info.input_standardization) || !ascend::nonNegative(info.input_std_deviation) ||
+        !ascend::nonNegative(info.row_input) || !ascend::nonNegative(info.row_scale) ||
         info.weight_stride < 0 || info.grad_weight_stride < 0 || info.grad_bias_stride < 0) {
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }

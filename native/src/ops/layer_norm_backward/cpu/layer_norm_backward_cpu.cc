@@ -1,6 +1,7 @@
-// LayerNorm backward on the CPU. Per row: one pass reduces mean(g) and mean(g*xhat) with g = grad_output*weight,
-// a second writes grad_input while the row is still in cache and adds grad_output*xhat and grad_output into
-// the row block's F32 partials; the partials are summed in block order at the end
+// LayerNorm backward on the CPU, both forms: the row input is xhat, or the forward's input, of which the kernels
+// form xhat = (input - mean) * rstd in registers. Per row: one pass reduces mean(g) and mean(g*xhat) with
+// g = grad_output*weight, a second writes grad_input while the row is still in cache and adds grad_output*xhat
+// and grad_output into the row block's F32 partials; the partials are summed in block order at the end
 // (devices/cpu/row_driver.h has the schedule).
 #include "../layer_norm_backward.h"
 
@@ -13,31 +14,37 @@ namespace op::layer_norm_backward {
 namespace {
 
 // F64 is for reference-grade use: plain loops, everything in F64, the same schedule as the fast types.
-cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *xhat, const double *weight) {
+template <bool kFromInput>
+cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *row_input, const double *weight,
+                      RowStatistics<double> row) {
     cpu::PairSums total;
     for (size_t j = 0; j < n; ++j) {
         const double g = grad_output[j] * weight[j];
         total.first += g;
-        total.second += g * xhat[j];
+        total.second += g * standardized<kFromInput>(row_input[j], row.mean, row.rstd);
     }
     return total;
 }
 
-cpu::PairSums applyF64(size_t n, double inv_std, double mean_g, double mean_g_xhat, const double *grad_output,
-                       const double *xhat, const double *weight, double *grad_input, double *weight_partial,
-                       double *bias_partial, bool partials_with_next, const cpu::RowHints<double> &hints) {
+template <bool kFromInput>
+cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double> next, double mean_g,
+                       double mean_g_xhat, const double *grad_output, const double *row_input, const double *weight,
+                       double *grad_input, double *weight_partial, double *bias_partial, bool partials_with_next,
+                       const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
-        const double go = grad_output[j], xh = xhat[j];
+        const double go = grad_output[j], xh = standardized<kFromInput>(row_input[j], row.mean, row.rstd);
         const double next_go = partials_with_next ? hints.next_a[j] : 0.0;
-        const double next_xh = partials_with_next ? hints.next_b[j] : 0.0;
+        const double next_xh =
+            partials_with_next ? standardized<kFromInput>(hints.next_b[j], next.mean, next.rstd) : 0.0;
         if (weight_partial != nullptr) weight_partial[j] += go * xh + next_go * next_xh;
         if (bias_partial != nullptr) bias_partial[j] += go + next_go;
-        grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * inv_std;
+        grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * row.rstd;
     }
-    return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, weight);
+    return hints.next_a == nullptr ? cpu::PairSums{}
+                                   : sumsF64<kFromInput>(n, hints.next_a, hints.next_b, weight, next);
 }
 
-const Kernels<double> kF64Kernels{sumsF64, applyF64};
+const Kernels<double> kF64Kernels{{sumsF64<false>, applyF64<false>}, {sumsF64<true>, applyF64<true>}};
 
 // Which rows' terms a row's elementwise pass adds to the weight-gradient partials.
 enum class PartialRows { this_row, with_next, none };
@@ -54,14 +61,27 @@ class CpuDescriptor final : public Descriptor {
     }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *grad_output, const void *weight, const void *input_standardization,
-                             const void *input_std_deviation, void *) const override {
+                             const void *grad_output, const void *weight, const void *row_input, const void *row_mean,
+                             const void *row_scale, void *) const override {
         cpu::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
-            run(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_input), static_cast<W *>(grad_weight), static_cast<W *>(grad_bias),
-                static_cast<const T *>(grad_output), info.has_weight ? static_cast<const W *>(weight) : nullptr,
-                static_cast<const T *>(input_standardization), static_cast<const W *>(input_std_deviation));
+            using C = cpu::ComputeOf<T>;
+            auto runForm = [&](auto from_input) {
+                constexpr bool kFromInput = decltype(from_input)::value;
+                using S = std::conditional_t<kFromInput, C, W>; // std has the parameters' type, mean/rstd C's
+                run<kFromInput>(cpu::alignedWorkspace(workspace), static_cast<T *>(grad_input),
+                                static_cast<W *>(grad_weight), static_cast<W *>(grad_bias),
+                                static_cast<const T *>(grad_output),
+                                info.has_weight ? static_cast<const W *>(weight) : nullptr,
+                                static_cast<const T *>(row_input), static_cast<const S *>(row_mean),
+                                static_cast<const S *>(row_scale));
+            };
+            if (info.form == Info::Form::from_input) {
+                runForm(std::true_type{});
+            } else {
+                runForm(std::false_type{});
+            }
         });
         return INFINI_STATUS_SUCCESS;
     }
@@ -69,9 +89,9 @@ class CpuDescriptor final : public Descriptor {
   private:
     size_t partialCount() const { return (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0); }
 
-    template <typename T, typename W>
+    template <bool kFromInput, typename T, typename W, typename S>
     void run(void *workspace, T *grad_input, W *grad_weight, W *grad_bias, const T *grad_output, const W *weight,
-             const T *xhat, const W *std_deviation) const {
+             const T *row_input, const S *row_mean, const S *row_scale) const {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim, blocks = plan_.blocks.count;
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
@@ -83,7 +103,16 @@ class CpuDescriptor final : public Descriptor {
                                                           info.grad_weight_stride, weight_scratch);
         const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
                                                         info.grad_bias_stride, bias_scratch);
-        const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
+        const Kernels<T> &all_kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
+        const FormKernels<T> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
+        auto statisticsOf = [&](size_t row) {
+            const S scale = row_scale[info.row_scale.offset(row)];
+            if constexpr (kFromInput) {
+                return RowStatistics<C>{row_mean[info.row_mean.offset(row)], scale};
+            } else {
+                return RowStatistics<C>{C(0), static_cast<C>(1.0 / cpu::toDouble(scale))};
+            }
+        };
         // Rows reduced alongside pair up from their block's first: the first of a pair adds both rows' terms to
         // the partials, read while it reduces the second, which adds none (one trip of the partials through the
         // caches per two rows). A block's odd last row adds its own.
@@ -98,22 +127,25 @@ class CpuDescriptor final : public Descriptor {
             plan_, chunk_sums,
             [&](size_t row, size_t begin, size_t n) {
                 return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
-                                    xhat + info.input_standardization.offset(row) + begin, weight_c + begin);
+                                    row_input + info.row_input.offset(row) + begin, weight_c + begin,
+                                    kFromInput ? statisticsOf(row) : RowStatistics<C>{}); // xhat: not read
             },
             [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
                 const PartialRows partial_rows = partialRows(block, row, reduce_next);
                 const bool skip_partials = partial_rows == PartialRows::none;
-                const C inv_std = static_cast<C>(1.0 / cpu::toDouble(std_deviation[info.input_std_deviation.offset(row)]));
-                return kernels.apply(n, inv_std, static_cast<C>(total.first / static_cast<double>(dim)),
+                // The next row's statistics where this pass reduces it (reduce_next: it exists); xhat reads none.
+                const RowStatistics<C> next = kFromInput && reduce_next ? statisticsOf(row + 1) : RowStatistics<C>{};
+                return kernels.apply(n, statisticsOf(row), next,
+                                     static_cast<C>(total.first / static_cast<double>(dim)),
                                      static_cast<C>(total.second / static_cast<double>(dim)),
                                      grad_output + info.grad_output.offset(row) + begin,
-                                     xhat + info.input_standardization.offset(row) + begin, weight_c + begin,
+                                     row_input + info.row_input.offset(row) + begin, weight_c + begin,
                                      grad_input + info.grad_input.offset(row) + begin,
                                      skip_partials ? nullptr : weight_block_partials.at(block, begin),
                                      skip_partials ? nullptr : bias_block_partials.at(block, begin),
                                      partial_rows == PartialRows::with_next,
-                                     plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, xhat,
-                                                 info.input_standardization));
+                                     plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, row_input,
+                                                 info.row_input));
             });
         weight_block_partials.finish(grad_weight, info.grad_weight_stride);
         bias_block_partials.finish(grad_bias, info.grad_bias_stride);

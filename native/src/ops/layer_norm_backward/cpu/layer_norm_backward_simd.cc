@@ -10,26 +10,27 @@ namespace {
 
 using simd::f32v;
 
-// The reduction of one row: sums of g and g*xhat with g = grad_output*weight.
-template <typename T>
-auto rowSums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
+// The reduction of one row: sums of g and g*xhat with g = grad_output*weight, xhat formed from the row input.
+template <bool kFromInput, typename T>
+auto rowSums(size_t n, const T *grad_output, const T *row_input, const float *weight, RowStatistics<float> row) {
+    const f32v mean_v = simd::splat(row.mean), rstd_v = simd::splat(row.rstd);
     return simd::RowSums(
         n,
         [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) {
             f32v g = simd::load(grad_output + j) * simd::load(weight + j);
             sum_g += g;
-            sum_g_xhat += g * simd::load(xhat + j);
+            sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
         },
         [=](size_t j, float &sum_g, float &sum_g_xhat) {
             float g = cpu::toFloat(grad_output[j]) * weight[j];
             sum_g += g;
-            sum_g_xhat += g * cpu::toFloat(xhat[j]);
+            sum_g_xhat += g * standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd);
         });
 }
 
-template <typename T>
-cpu::PairSums sums(size_t n, const T *grad_output, const T *xhat, const float *weight) {
-    return rowSums(n, grad_output, xhat, weight).finish();
+template <bool kFromInput, typename T>
+cpu::PairSums sums(size_t n, const T *grad_output, const T *row_input, const float *weight, RowStatistics<float> row) {
+    return rowSums<kFromInput>(n, grad_output, row_input, weight, row).finish();
 }
 
 // The arrays if kWanted, else none: a piece of forEachVector's argument list.
@@ -44,23 +45,26 @@ auto arraysIf(Arrays *...arrays) {
 
 // kWithNext: the partials also take the next row's terms (hints.next_a/next_b, read from the caches where this
 // pass reduces that row), so long rows move their partials once per two rows.
-template <typename T, bool kWeight, bool kBias, bool kWithNext>
-cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-                       const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
-                       const cpu::RowHints<T> &hints) {
-    const f32v inv_std_v = simd::splat(inv_std), mean_g_v = simd::splat(mean_g),
+template <bool kFromInput, typename T, bool kWeight, bool kBias, bool kWithNext>
+cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
+                       const T *grad_output, const T *row_input, const float *weight, T *grad_input,
+                       float *weight_partial, float *bias_partial, const cpu::RowHints<T> &hints) {
+    const f32v inv_std_v = simd::splat(row.rstd), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
-    // rest: the next row's grad_output and xhat if kWithNext, then the wanted partials, weight's first.
-    auto step = [&](auto stream, T *out, const auto *go_at, const auto *xh_at, const float *weight_at,
+    const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
+    // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
+    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const float *weight_at,
                     auto *...rest) {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
         // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
-        const f32v go = simd::load(go_at), xh = simd::load(xh_at), weight_v = simd::load(weight_at);
+        const f32v go = simd::load(go_at), xh = standardized<kFromInput>(simd::load(in_at), mean_v, inv_std_v),
+                   weight_v = simd::load(weight_at);
         const auto at = std::make_tuple(rest...);
         constexpr size_t kFirstPartial = kWithNext ? 2 : 0;
         f32v weight_terms = go * xh, bias_terms = go;
         if constexpr (kWithNext) {
-            const f32v next_go = simd::load(std::get<0>(at)), next_xh = simd::load(std::get<1>(at));
+            const f32v next_go = simd::load(std::get<0>(at));
+            const f32v next_xh = standardized<kFromInput>(simd::load(std::get<1>(at)), next_mean_v, next_rstd_v);
             weight_terms = weight_terms + next_go * next_xh;
             bias_terms = bias_terms + next_go;
         }
@@ -76,40 +80,43 @@ cpu::PairSums applyRow(size_t n, float inv_std, float mean_g, float mean_g_xhat,
                                          arraysIf<kWeight>(weight_partial), arraysIf<kBias>(bias_partial));
         std::apply(
             [&](auto *...rest_arrays) {
-                simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, xhat, weight,
-                                    rest_arrays...);
+                simd::forEachVector(n, hints.stream_output, step, side_work, grad_input, grad_output, row_input,
+                                    weight, rest_arrays...);
             },
             rest);
     };
     const cpu::PairSums next_sums = simd::passAlongside(
-        hints, [&](const T *next_grad_output, const T *next_xhat) {
-            return rowSums(n, next_grad_output, next_xhat, weight);
+        hints, [&](const T *next_grad_output, const T *next_row_input) {
+            return rowSums<kFromInput>(n, next_grad_output, next_row_input, weight, next);
         }, run);
     if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }
 
-template <typename T>
-cpu::PairSums apply(size_t n, float inv_std, float mean_g, float mean_g_xhat, const T *grad_output, const T *xhat,
-                    const float *weight, T *grad_input, float *weight_partial, float *bias_partial,
-                    bool partials_with_next, const cpu::RowHints<T> &hints) {
+template <bool kFromInput, typename T>
+cpu::PairSums apply(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
+                    const T *grad_output, const T *row_input, const float *weight, T *grad_input,
+                    float *weight_partial, float *bias_partial, bool partials_with_next,
+                    const cpu::RowHints<T> &hints) {
     auto run = [&](auto with_next) {
         constexpr bool kWithNext = decltype(with_next)::value;
         auto call = [&](auto kernel) {
-            return kernel(n, inv_std, mean_g, mean_g_xhat, grad_output, xhat, weight, grad_input, weight_partial,
-                          bias_partial, hints);
+            return kernel(n, row, next, mean_g, mean_g_xhat, grad_output, row_input, weight, grad_input,
+                          weight_partial, bias_partial, hints);
         };
-        if (weight_partial != nullptr && bias_partial != nullptr) return call(applyRow<T, true, true, kWithNext>);
-        if (weight_partial != nullptr) return call(applyRow<T, true, false, kWithNext>);
-        if (bias_partial != nullptr) return call(applyRow<T, false, true, kWithNext>);
-        return call(applyRow<T, false, false, false>); // no partials: nothing to take from the next row
+        if (weight_partial != nullptr && bias_partial != nullptr) {
+            return call(applyRow<kFromInput, T, true, true, kWithNext>);
+        }
+        if (weight_partial != nullptr) return call(applyRow<kFromInput, T, true, false, kWithNext>);
+        if (bias_partial != nullptr) return call(applyRow<kFromInput, T, false, true, kWithNext>);
+        return call(applyRow<kFromInput, T, false, false, false>); // no partials: nothing to take from the next row
     };
     return partials_with_next ? run(std::true_type{}) : run(std::false_type{});
 }
 
 template <typename T>
 const Kernels<T> &table() {
-    static const Kernels<T> table{sums<T>, apply<T>};
+    static const Kernels<T> table{{sums<false, T>, apply<false, T>}, {sums<true, T>, apply<true, T>}};
     return table;
 }
 

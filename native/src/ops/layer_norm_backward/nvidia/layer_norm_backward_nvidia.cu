@@ -64,8 +64,8 @@ class NvidiaDescriptor final : public Descriptor {
         call.scalar = input_std_deviation;
         call.out_rows = info.grad_input;
         call.a_rows = info.grad_output;
-        call.b_rows = info.input_standardization;
-        call.scalar_rows = info.input_std_deviation;
+        call.b_rows = info.row_input;
+        call.scalar_rows = info.row_scale;
         call.w_stride = info.weight_stride;
         call.outs[0] = info.has_grad_weight ? grad_weight : nullptr;
         call.outs[1] = info.has_grad_bias ? grad_bias : nullptr;
@@ -84,7 +84,7 @@ infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **de
     rb::Driver<LayerNormTerms> driver;
     const bool wanted[] = {info.has_grad_weight, info.has_grad_bias};
     INFINI_CHECK(rb::Driver<LayerNormTerms>::make(info.dtype, info.parameter_dtype, info.rows, info.dim, wanted,
-                                                  {info.grad_input, info.grad_output, info.input_standardization},
+                                                  {info.grad_input, info.grad_output, info.row_input},
                                                   device_id, &driver));
     *desc = new NvidiaDescriptor(device_id, info, driver);
     return INFINI_STATUS_SUCCESS;
