@@ -1,0 +1,19 @@
+"""PyTorch training with this library's backward kernels.
+
+Imported only on request (``import infiniop_py.torch``); the base package never imports torch.
+
+- ``torch.ops.infiniop.{rms_norm,layer_norm,batch_norm}_backward``: the kernels as custom ops, with fake
+  implementations, so torch.compile(fullgraph=True) traces them (see ``ops``).
+- ``rms_norm``, ``layer_norm``, ``batch_norm``: torch.nn.functional's signatures; PyTorch's forward, our
+  backward.
+- ``RMSNorm``, ``LayerNorm``, ``BatchNorm1d/2d/3d``: subclasses of torch.nn's modules (same constructor,
+  parameters, buffers and state_dict) whose forward is the functional above.
+- ``replace_norms(model)``: turns a model's torch norm modules into these, in place.
+"""
+
+from . import ops
+from .functional import batch_norm, layer_norm, rms_norm
+from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, replace_norms
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "batch_norm", "layer_norm", "ops",
+           "replace_norms", "rms_norm"]

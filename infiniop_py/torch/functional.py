@@ -1,0 +1,56 @@
+"""Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the
+forward is PyTorch's own kernel, the backward this library's (through torch.ops.infiniop)."""
+
+import math
+import numbers
+from typing import List, Optional
+
+import torch
+
+from . import ops  # noqa: F401  (registers torch.ops.infiniop)
+
+Tensor = torch.Tensor
+
+
+def _shape_list(normalized_shape):
+    if isinstance(normalized_shape, numbers.Integral):
+        return [int(normalized_shape)]
+    return [int(size) for size in normalized_shape]
+
+
+def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
+             eps: Optional[float] = None) -> Tensor:
+    """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None:
+    torch.finfo(input.dtype).eps)."""
+    return torch.ops.infiniop.rms_norm(input, _shape_list(normalized_shape), weight, eps)[0]
+
+
+def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
+               bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
+    return torch.ops.infiniop.layer_norm(input, _shape_list(normalized_shape), weight, bias, eps)[0]
+
+
+def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
+               weight: Optional[Tensor] = None, bias: Optional[Tensor] = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
+    statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
+    (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
+    if training:
+        _require_more_than_one_value_per_channel(input)
+    output, _, _, new_mean, new_var = torch.ops.infiniop.batch_norm(input, weight, bias, running_mean, running_var,
+                                                                    training, momentum, eps)
+    if training and running_mean is not None and running_var is not None:
+        with torch.no_grad():
+            running_mean.copy_(new_mean)
+            running_var.copy_(new_var)
+    return output
+
+
+def _require_more_than_one_value_per_channel(input):
+    """torch.nn.functional.batch_norm's check: a channel of one value has no variance to train with."""
+    if input.dim() < 2:
+        return
+    if math.prod(input.shape) // input.shape[1] == 1:
+        raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.size()}")

@@ -1,0 +1,119 @@
+"""Drop-in norm modules: torch.nn's own classes with a forward through this library's backward kernels, and
+replace_norms, which turns a model's modules into them in place.
+
+Each class subclasses its torch.nn counterpart and changes only forward, so the constructor, parameters,
+buffers, state_dict, extra_repr and isinstance checks are torch's.
+"""
+
+import functools
+import warnings
+
+import torch
+
+import infiniop_py
+from . import functional
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm with this library's backward."""
+
+    def forward(self, x):
+        return functional.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm with this library's backward."""
+
+    def forward(self, input):
+        return functional.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class _BatchNormForward:
+    """torch.nn's BatchNorm forward (running statistics, num_batches_tracked and momentum=None's cumulative
+    average as torch updates them) through functional.batch_norm."""
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        tracking = self.training and self.track_running_stats
+        average_factor = 0.0 if self.momentum is None else self.momentum
+        if tracking and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # a cumulative moving average
+                average_factor = 1.0 / float(self.num_batches_tracked)
+        # Batch statistics in training, and in eval where there are no running ones.
+        batch_statistics = self.training or (self.running_mean is None and self.running_var is None)
+        use_running = not self.training or self.track_running_stats
+        return functional.batch_norm(input, self.running_mean if use_running else None,
+                                     self.running_var if use_running else None, self.weight, self.bias,
+                                     batch_statistics, average_factor, self.eps)
+
+
+class BatchNorm1d(_BatchNormForward, torch.nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d with this library's backward."""
+
+
+class BatchNorm2d(_BatchNormForward, torch.nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d with this library's backward."""
+
+
+class BatchNorm3d(_BatchNormForward, torch.nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d with this library's backward."""
+
+
+REPLACEMENTS = {torch.nn.RMSNorm: RMSNorm, torch.nn.LayerNorm: LayerNorm, torch.nn.BatchNorm1d: BatchNorm1d,
+                torch.nn.BatchNorm2d: BatchNorm2d, torch.nn.BatchNorm3d: BatchNorm3d}
+_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DEVICES = {"cpu": "cpu", "cuda": "nvidia"}
+
+
+def replace_norms(module):
+    """Turn every torch.nn.RMSNorm, LayerNorm and BatchNorm1d/2d/3d in ``module`` (itself included, recursively)
+    into this package's class, in place: the same objects, parameters, buffers and hooks, so an optimizer built
+    before still works. Subclasses of those classes are left alone (their forward may differ). Returns how many
+    were replaced; modules this library cannot serve (parameters of a dtype or on a device it has no kernel
+    for) stay torch's, named in one warning."""
+    replaced, kept = 0, []
+    for name, submodule in module.named_modules():
+        replacement = REPLACEMENTS.get(type(submodule))
+        if replacement is None:
+            continue
+        reason = _unservable_reason(submodule)
+        if reason is not None:
+            kept.append(f"{name or type(submodule).__name__} ({reason})")
+            continue
+        submodule.__class__ = replacement
+        replaced += 1
+    if kept:
+        warnings.warn(f"replace_norms: kept torch's modules for {', '.join(kept)}", stacklevel=2)
+    return replaced
+
+
+def _unservable_reason(module):
+    """Why this library cannot run the module's backward, or None where it can."""
+    tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    floating = {tensor.dtype for tensor in tensors if tensor.is_floating_point()}
+    unsupported = floating.difference(_DTYPES)
+    if unsupported:
+        return f"dtype {', '.join(sorted(str(dtype) for dtype in unsupported))}"
+    if len(floating) > 1:
+        return f"parameters of several dtypes: {', '.join(sorted(str(dtype) for dtype in floating))}"
+    for device in {tensor.device for tensor in tensors}:
+        reason = _device_reason(device.type, device.index or 0)
+        if reason is not None:
+            return reason
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _device_reason(device_type, index):
+    """Why this library cannot run on a torch device, or None (meta: no data, nothing runs)."""
+    if device_type == "meta":
+        return None
+    device = _DEVICES.get(device_type)
+    if device is None:
+        return f"no infiniop backend for torch device {device_type!r}"
+    try:
+        infiniop_py.Handle(device, index).close()
+    except infiniop_py.InfiniopError as error:
+        return f"{device_type}:{index}: {error}"
+    return None

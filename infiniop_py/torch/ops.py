@@ -1,0 +1,289 @@
+"""The custom ops under torch.ops.infiniop: three backward kernels of this library, and three forwards (PyTorch's
+own kernels, saving the statistics in F32) whose autograd formula calls them.
+
+Each op has a fake implementation, so torch.compile(fullgraph=True) traces through it. The backward ops mirror
+ATen's schemas (``_fused_rms_norm_backward``, ``native_layer_norm_backward``, ``native_batch_norm_backward``),
+except that a gradient not asked for in ``output_mask`` comes back as an empty tensor (custom ops cannot return
+None). CPU tensors run the CPU backend; CUDA tensors the CUDA backend, on torch's current stream.
+"""
+
+from typing import Optional, Sequence
+
+import torch
+
+import infiniop_py
+
+Tensor = torch.Tensor
+
+
+def _statistics_dtype(dtype):
+    """What PyTorch's forwards save mean / rstd / invstd in: F64 for F64 data, else F32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _statistics(tensor, input, shape=None):
+    """Saved statistics as the kernels take them: F32 (F64 for F64 data), of ``shape`` where given. The forwards
+    below save them so, but for BatchNorm with 16-bit parameters, whose 16-bit statistics are widened here."""
+    if tensor is None:
+        return None
+    tensor = tensor.to(_statistics_dtype(input.dtype))
+    return tensor if shape is None else tensor.reshape(shape)
+
+
+def _absent(like):
+    """The stand-in for an output not asked for (custom ops return tensors, never None)."""
+    return like.new_empty(0)
+
+
+def _leading(input, normalized_shape):
+    return input.shape[:input.dim() - len(normalized_shape)]
+
+
+def _same_layout(tensor, like):
+    """``tensor`` with ``like``'s strides (both dense), copied only where they differ."""
+    if tensor.stride() == like.stride():
+        return tensor
+    return torch.empty_like(like).copy_(tensor)
+
+
+def _batch_packed(input):
+    """Channels-first or channels-last packed (C innermost, then the spatial dims, then N): what the BatchNorm
+    kernels take without copies."""
+    return input.is_contiguous() or input.movedim(1, -1).is_contiguous()
+
+
+# ---------------------------------------------------------------------------------------------- backward ops
+
+@torch.library.custom_op("infiniop::rms_norm_backward", mutates_args=())
+def rms_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], rstd: Tensor,
+                      weight: Optional[Tensor], output_mask: Sequence[bool]) -> tuple[Tensor, Tensor]:
+    """(grad_input, grad_weight) of RMSNorm from the forward's rstd (any shape of input.shape[:-k] elements)."""
+    leading = _leading(input, normalized_shape)
+    want_weight = bool(output_mask[1]) and weight is not None
+    if weight is None:  # no affine: the kernel takes a weight, so give it ones
+        weight = torch.ones(normalized_shape, dtype=input.dtype, device=input.device)
+    grad_input = torch.empty_like(input, memory_format=torch.contiguous_format)
+    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format) if want_weight else None
+    infiniop_py.rms_norm_backward(grad_out.contiguous(), input.contiguous(), weight, rstd=_statistics(rstd, input, leading),
+                                  need_grad_weight=want_weight, out=(grad_input, grad_weight))
+    return (grad_input if output_mask[0] else _absent(input),
+            grad_weight if want_weight else _absent(input))
+
+
+@rms_norm_backward.register_fake
+def _(grad_out, input, normalized_shape, rstd, weight, output_mask):
+    want_weight = output_mask[1] and weight is not None
+    return (torch.empty_like(input, memory_format=torch.contiguous_format) if output_mask[0] else _absent(input),
+            torch.empty_like(weight, memory_format=torch.contiguous_format) if want_weight else _absent(input))
+
+
+@torch.library.custom_op("infiniop::layer_norm_backward", mutates_args=())
+def layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape: Sequence[int], mean: Tensor,
+                        rstd: Tensor, weight: Optional[Tensor], bias: Optional[Tensor],
+                        output_mask: Sequence[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias) of LayerNorm from the forward's mean and rstd; ``bias`` only says the
+    dtype of grad_bias."""
+    leading = _leading(input, normalized_shape)
+    grad_input = torch.empty_like(input, memory_format=torch.contiguous_format)
+    grad_weight, grad_bias = _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask)
+    _layer_norm_kernel(grad_out.contiguous(), input.contiguous(), _statistics(mean, input, leading),
+                       _statistics(rstd, input, leading),
+                       weight, (grad_input, grad_weight, grad_bias))
+    return (grad_input if output_mask[0] else _absent(input),
+            _absent(input) if grad_weight is None else grad_weight,
+            _absent(input) if grad_bias is None else grad_bias)
+
+
+def _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask):
+    """Fresh grad_weight and grad_bias (None where not wanted), in the parameters' dtype."""
+    parameter_dtype = next((p.dtype for p in (weight, bias) if p is not None), input.dtype)
+    def fresh(wanted):
+        return input.new_empty(tuple(normalized_shape), dtype=parameter_dtype) if wanted else None
+    return fresh(bool(output_mask[1]) and weight is not None), fresh(bool(output_mask[2]) and bias is not None)
+
+
+def _layer_norm_kernel(grad_out, input, mean, rstd, weight, out):
+    infiniop_py.layer_norm_backward(grad_out, weight, input=input, mean=mean, rstd=rstd,
+                                    need_grad_weight=out[1] is not None, need_grad_bias=out[2] is not None, out=out)
+
+
+@layer_norm_backward.register_fake
+def _(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    grad_weight, grad_bias = _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask)
+    return (torch.empty_like(input, memory_format=torch.contiguous_format) if output_mask[0] else _absent(input),
+            _absent(input) if grad_weight is None else grad_weight,
+            _absent(input) if grad_bias is None else grad_bias)
+
+
+@torch.library.custom_op("infiniop::batch_norm_backward", mutates_args=())
+def batch_norm_backward(grad_out: Tensor, input: Tensor, weight: Optional[Tensor], running_mean: Optional[Tensor],
+                        running_var: Optional[Tensor], save_mean: Optional[Tensor], save_invstd: Optional[Tensor],
+                        train: bool, eps: float, output_mask: Sequence[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_input, grad_weight, grad_bias) of BatchNorm. Training: from the forward's save_mean / save_invstd;
+    eval: from running_mean / running_var and eps, which are constants there. grad_input has input's layout
+    (channels-first or channels-last packed; any other layout is packed channels-first first)."""
+    if not _batch_packed(input):
+        input = input.contiguous()
+    grad_input = _batch_grad_input(input)
+    grad_weight, grad_bias = _batch_norm_parameter_gradients(input, weight, running_mean, output_mask)
+    statistics = ((None, None, _statistics(save_mean, input), _statistics(save_invstd, input)) if train
+                  else (running_mean, running_var, None, None))
+    infiniop_py.batch_norm_backward(input, _same_layout(grad_out, input), weight, statistics[0], statistics[1],
+                                    eps=eps, save_mean=statistics[2], save_invstd=statistics[3], training=train,
+                                    need_grad_weight=grad_weight is not None, need_grad_bias=grad_bias is not None,
+                                    out=(grad_input, grad_weight, grad_bias))
+    return (grad_input if output_mask[0] else _absent(input),
+            _absent(input) if grad_weight is None else grad_weight,
+            _absent(input) if grad_bias is None else grad_bias)
+
+
+def _batch_grad_input(input):
+    """A fresh grad_input in the layout the kernel takes for this input."""
+    return torch.empty_like(input, memory_format=torch.preserve_format if _batch_packed(input) else torch.contiguous_format)
+
+
+def _batch_norm_parameter_gradients(input, weight, running_mean, output_mask):
+    """Fresh grad_weight and grad_bias of shape (C,) (None where not wanted), in the parameters' dtype."""
+    parameter_dtype = next((p.dtype for p in (weight, running_mean) if p is not None), input.dtype)
+    def fresh(wanted):
+        return input.new_empty((input.shape[1],), dtype=parameter_dtype) if wanted else None
+    return fresh(bool(output_mask[1]) and weight is not None), fresh(bool(output_mask[2]))
+
+
+@batch_norm_backward.register_fake
+def _(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, train, eps, output_mask):
+    grad_weight, grad_bias = _batch_norm_parameter_gradients(input, weight, running_mean, output_mask)
+    return (_batch_grad_input(input) if output_mask[0] else _absent(input),
+            _absent(input) if grad_weight is None else grad_weight,
+            _absent(input) if grad_bias is None else grad_bias)
+
+
+# ----------------------------------------------------------------------------------------------- forward ops
+# PyTorch's kernels; each returns the output and what its backward needs, and is differentiable through the
+# backward ops above. Gradients are computed only for the inputs that need them (ctx.needs_input_grad).
+
+def _f32_parameters(input, *parameters):
+    """For F16/BF16 data, the parameters in F32: PyTorch's kernels then take their mixed-precision path, which
+    saves the statistics in F32 (with 16-bit parameters LayerNorm saves them in 16 bits). The conversion is
+    exact, and the output the same (tested)."""
+    if input.dtype not in (torch.float16, torch.bfloat16):
+        return parameters
+    return tuple(None if parameter is None else parameter.float() for parameter in parameters)
+
+
+def _gradients(ctx, names, computed):
+    """The backward op's outputs as autograd wants them: None for an input that does not need one."""
+    return tuple(computed[name] if name in computed and ctx.needs_input_grad[index] else None
+                 for index, name in enumerate(names))
+
+
+@torch.library.custom_op("infiniop::rms_norm", mutates_args=())
+def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor],
+             eps: Optional[float]) -> tuple[Tensor, Tensor]:
+    """(output, rstd): PyTorch's fused RMSNorm forward, rstd (F32; F64 for F64 data) of shape
+    input.shape[:-k] + (1,) * k."""
+    return _rms_norm_forward(input, normalized_shape, weight, eps)
+
+
+def _rms_norm_forward(input, normalized_shape, weight, eps):
+    return torch.ops.aten._fused_rms_norm(input, normalized_shape, weight, eps)
+
+
+rms_norm.register_fake(_rms_norm_forward)  # ATen's kernels have fake implementations of their own
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    input, normalized_shape, weight, _ = inputs
+    ctx.save_for_backward(input, output[1], weight)
+    ctx.normalized_shape = normalized_shape
+
+
+def _rms_norm_backward(ctx, grad_output, _grad_rstd):
+    input, rstd, weight = ctx.saved_tensors
+    grad_input, grad_weight = torch.ops.infiniop.rms_norm_backward(
+        grad_output, input, ctx.normalized_shape, rstd, weight, [ctx.needs_input_grad[0], ctx.needs_input_grad[2]])
+    return _gradients(ctx, ("input", "normalized_shape", "weight", "eps"),
+                      {"input": grad_input, "weight": grad_weight})
+
+
+rms_norm.register_autograd(_rms_norm_backward, setup_context=_rms_norm_setup)
+
+
+@torch.library.custom_op("infiniop::layer_norm", mutates_args=())
+def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Tensor], bias: Optional[Tensor],
+               eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(output, mean, rstd): PyTorch's LayerNorm forward, mean and rstd (F32; F64 for F64 data) of shape
+    input.shape[:-k] + (1,) * k."""
+    return _layer_norm_forward(input, normalized_shape, weight, bias, eps)
+
+
+def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
+    weight, bias = _f32_parameters(input, weight, bias)
+    return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+layer_norm.register_fake(_layer_norm_forward)
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    input, normalized_shape, weight, bias, _ = inputs
+    ctx.save_for_backward(input, output[1], output[2], weight, bias)
+    ctx.normalized_shape = normalized_shape
+
+
+def _layer_norm_backward(ctx, grad_output, _grad_mean, _grad_rstd):
+    input, mean, rstd, weight, bias = ctx.saved_tensors
+    wanted = [ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]]
+    grad_input, grad_weight, grad_bias = torch.ops.infiniop.layer_norm_backward(
+        grad_output, input, ctx.normalized_shape, mean, rstd, weight, bias, wanted)
+    return _gradients(ctx, ("input", "normalized_shape", "weight", "bias", "eps"),
+                      {"input": grad_input, "weight": grad_weight, "bias": grad_bias})
+
+
+layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
+
+
+@torch.library.custom_op("infiniop::batch_norm", mutates_args=())
+def batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor],
+               running_var: Optional[Tensor], training: bool, momentum: float,
+               eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(output, save_mean, save_invstd, new_running_mean, new_running_var): PyTorch's BatchNorm forward, exactly
+    (with 16-bit parameters it saves the statistics in 16 bits, and its output and running statistics differ
+    from the F32-parameter path's, so the parameters are passed as they are). It does not write the running statistics (an op with an autograd
+    formula must be functional): the caller copies the new ones in; they are empty where nothing is updated
+    (eval, or no running statistics)."""
+    return _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training and running_mean is not None and running_var is not None:
+        return torch.ops.aten._native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
+                                                                  training, momentum, eps)
+    output, save_mean, save_invstd = torch.native_batch_norm(input, weight, bias, running_mean, running_var,
+                                                             training, momentum, eps)
+    return output, save_mean, save_invstd, _absent(input), _absent(input)
+
+
+batch_norm.register_fake(_batch_norm_forward)
+
+
+def _batch_norm_setup(ctx, inputs, output):
+    input, weight, _, running_mean, running_var, training, _, eps = inputs
+    if training:  # running_mean / running_var are not needed, and may be overwritten before the backward
+        ctx.save_for_backward(input, weight, None, None, output[1], output[2])
+    else:
+        ctx.save_for_backward(input, weight, running_mean, running_var, None, None)
+    ctx.training, ctx.eps = training, eps
+
+
+def _batch_norm_backward(ctx, grad_output, *_grads_of_statistics):
+    input, weight, running_mean, running_var, save_mean, save_invstd = ctx.saved_tensors
+    wanted = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+    grad_input, grad_weight, grad_bias = torch.ops.infiniop.batch_norm_backward(
+        grad_output, input, weight, running_mean, running_var, save_mean, save_invstd, ctx.training, ctx.eps,
+        wanted)
+    return _gradients(ctx, ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"),
+                      {"input": grad_input, "weight": grad_weight, "bias": grad_bias})
+
+
+batch_norm.register_autograd(_batch_norm_backward, setup_context=_batch_norm_setup)

@@ -1,0 +1,73 @@
+"""What the PyTorch-integration tests share: running a module forward and backward, float64 references of the
+same module on the exact rounded inputs, and per-dtype bounds."""
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the PyTorch integration needs it")
+
+from _helpers import F16, F32, BF16, F64, TOLERANCE, relative_error  # noqa: E402
+
+NUMPY_DTYPE = {torch.float16: F16, torch.float32: F32, torch.bfloat16: BF16, torch.float64: F64}
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def bound(dtype):
+    """The library's accuracy bound (max|err| / max|ref|) for data of this torch dtype."""
+    return TOLERANCE[NUMPY_DTYPE[dtype]]
+
+
+def error(actual, reference, scale=0.0):
+    """max|actual - reference| / max(max|reference|, scale): ``scale`` is the size of the terms that cancel in
+    an output that is near zero by cancellation, where max|reference| is only rounding noise."""
+    actual, reference = actual.detach().double().cpu(), reference.detach().double().cpu()
+    if scale <= 0.0:
+        return relative_error(actual.numpy(), reference.numpy())
+    if reference.numel() == 0:
+        return 0.0
+    return float((actual - reference).abs().max() / max(float(reference.abs().max()), scale))
+
+
+def forward_backward(module, x, grad_output):
+    """(output, grad of x, {parameter name: grad}, {buffer name: value}) of module(x).backward(grad_output)."""
+    x = x.detach().clone().requires_grad_(True)
+    output = module(x)
+    output.backward(grad_output)
+    return (output.detach(), x.grad, {name: p.grad for name, p in module.named_parameters()},
+            {name: b.detach().clone() for name, b in module.named_buffers()})
+
+
+def float64_twin(module, dtype):
+    """A float64 copy of ``module``, with an RMSNorm's default eps fixed to the one ``dtype`` would use."""
+    twin = copy.deepcopy(module).double()
+    if isinstance(twin, torch.nn.RMSNorm) and twin.eps is None:
+        twin.eps = torch.finfo(dtype).eps
+    return twin
+
+
+def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0):
+    """ours (this package's module) against theirs (torch's, same state): the forward and the buffers equal (both
+    run PyTorch's forward), the gradients within the dtype's bound of a float64 reference computed from the
+    same rounded values, and of torch's own. ``grad_input_scale``: the size of the terms that cancel in
+    grad_input (see error)."""
+    ours.load_state_dict(theirs.state_dict())
+    reference = forward_backward(float64_twin(theirs, x.dtype), x.double(), grad_output.double())
+    expected = forward_backward(theirs, x, grad_output)
+    actual = forward_backward(ours, x, grad_output)
+    assert torch.equal(actual[0], expected[0]), "forward differs from torch's"
+    for name, value in expected[3].items():
+        assert torch.equal(actual[3][name], value), f"buffer {name} differs from torch's"
+    limit = bound(x.dtype)
+    for what, ours_grad, torch_grad, reference_grad, scale in (
+            ("grad_input", actual[1], expected[1], reference[1], grad_input_scale),
+            *((f"grad of {name}", actual[2][name], expected[2][name], reference[2][name], 0.0)
+              for name in expected[2])):
+        assert ours_grad is not None and ours_grad.dtype == torch_grad.dtype, what
+        assert ours_grad.shape == torch_grad.shape, what
+        against_reference, against_torch = error(ours_grad, reference_grad, scale), error(ours_grad, torch_grad, scale)
+        # Where torch's own backward misses the bound, ours may too, by as much: BatchNorm with 16-bit parameters
+        # saves 16-bit statistics, which both backwards take as they are.
+        allowed = max(limit, 2 * error(torch_grad, reference_grad, scale))
+        assert against_reference <= allowed, f"{what}: {against_reference:.3g} > {allowed:.3g}"
+        assert against_torch <= 2 * allowed, f"{what} vs torch: {against_torch:.3g} > {2 * allowed:.3g}"

@@ -1,0 +1,199 @@
+"""The drop-in modules against torch.nn's: forward, gradients, running statistics, state_dict, replace_norms."""
+
+import warnings
+
+import pytest
+from hypothesis import given, strategies as st
+
+from _torch_helpers import DTYPES, assert_matches_torch, torch
+
+import infiniop_py.torch as ipt
+
+PARAMETER_DTYPES = ("same", torch.float32)  # the data's dtype, or F32 parameters with F16/BF16 data
+
+
+def _seeded(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(shape, dtype, generator, scale=1.0, shift=0.0):
+    return (torch.randn(shape, generator=generator, dtype=torch.float64) * scale + shift).to(dtype)
+
+
+def _with_parameters(module, dtype, parameter_dtype, generator):
+    """``module`` with random affine parameters, in ``parameter_dtype`` ("same": ``dtype``)."""
+    module = module.to(dtype if parameter_dtype == "same" else parameter_dtype)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(_randn(parameter.shape, parameter.dtype, generator, 0.5, 1.0))
+    return module
+
+
+row_shapes = st.tuples(st.lists(st.integers(1, 5), min_size=0, max_size=2),
+                       st.lists(st.integers(1, 130), min_size=1, max_size=2))
+
+
+@given(shapes=row_shapes, dtype=st.sampled_from(DTYPES), parameter_dtype=st.sampled_from(PARAMETER_DTYPES),
+       affine=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_rms_norm_matches_torch(shapes, dtype, parameter_dtype, affine, seed):
+    leading, normalized = shapes
+    generator = _seeded(seed)
+    eps = None if seed % 2 else 1e-6
+    theirs = _with_parameters(torch.nn.RMSNorm(normalized, eps=eps, elementwise_affine=affine), dtype,
+                              parameter_dtype, generator)
+    ours = _with_parameters(ipt.RMSNorm(normalized, eps=eps, elementwise_affine=affine), dtype, parameter_dtype,
+                            generator)
+    x = _randn((*leading, *normalized), dtype, generator, 2.0, 0.5)
+    grad_output = _randn(x.shape, dtype, generator)
+    assert_matches_torch(ours, theirs, x, grad_output, _row_scale(theirs, x, grad_output, rms=True))
+
+
+def _row_scale(module, x, grad_output, rms):
+    """The size of the terms of a row norm's grad_input: max |grad_output * weight| / min over rows of the
+    root mean square (RMSNorm) or standard deviation (LayerNorm) of x."""
+    dims = tuple(range(x.dim() - len(module.normalized_shape), x.dim()))
+    x = x.double()
+    spread = x.square().mean(dims) if rms else x.var(dims, unbiased=False)
+    weight = 1.0 if module.weight is None else module.weight.detach().double().abs().max()
+    return float(grad_output.double().abs().max() * weight / (spread.min() + 1e-5).sqrt())
+
+
+@given(shapes=row_shapes, dtype=st.sampled_from(DTYPES), parameter_dtype=st.sampled_from(PARAMETER_DTYPES),
+       affine=st.sampled_from(("both", "weight only", "none")), seed=st.integers(0, 2**31 - 1))
+def test_layer_norm_matches_torch(shapes, dtype, parameter_dtype, affine, seed):
+    leading, normalized = shapes
+    generator = _seeded(seed)
+    options = {"elementwise_affine": affine != "none", "bias": affine == "both"}
+    theirs = _with_parameters(torch.nn.LayerNorm(normalized, **options), dtype, parameter_dtype, generator)
+    ours = _with_parameters(ipt.LayerNorm(normalized, **options), dtype, parameter_dtype, generator)
+    x = _randn((*leading, *normalized), dtype, generator, 2.0, 1.0)
+    grad_output = _randn(x.shape, dtype, generator)
+    assert_matches_torch(ours, theirs, x, grad_output, _row_scale(theirs, x, grad_output, rms=False))
+
+
+BATCH_NORMS = {3: (torch.nn.BatchNorm1d, ipt.BatchNorm1d), 4: (torch.nn.BatchNorm2d, ipt.BatchNorm2d),
+               5: (torch.nn.BatchNorm3d, ipt.BatchNorm3d)}
+
+
+@given(batch=st.integers(1, 3), channels=st.integers(1, 9), spatial=st.lists(st.integers(1, 6), max_size=3),
+       dtype=st.sampled_from(DTYPES), parameter_dtype=st.sampled_from(PARAMETER_DTYPES),
+       channels_last=st.booleans(), training=st.booleans(), affine=st.booleans(),
+       track_running_stats=st.booleans(), momentum=st.sampled_from((0.1, None, 0.5)), seed=st.integers(0, 2**31 - 1))
+def test_batch_norm_matches_torch(batch, channels, spatial, dtype, parameter_dtype, channels_last, training, affine,
+                                  track_running_stats, momentum, seed):
+    shape = (batch + 1, channels, *spatial)  # batch statistics need 2+ values per channel
+    torch_class, our_class = BATCH_NORMS[max(len(shape), 3)]  # BatchNorm1d takes (N, C) and (N, C, L)
+    generator = _seeded(seed)
+    options = {"momentum": momentum, "affine": affine, "track_running_stats": track_running_stats}
+    theirs = _with_parameters(torch_class(channels, **options), dtype, parameter_dtype, generator)
+    ours = _with_parameters(our_class(channels, **options), dtype, parameter_dtype, generator)
+    if track_running_stats:  # eval mode normalizes with these
+        with torch.no_grad():
+            theirs.running_mean.copy_(_randn(channels, theirs.running_mean.dtype, generator, 0.5))
+            theirs.running_var.copy_(_randn(channels, theirs.running_var.dtype, generator, 0.2, 1.0).abs() + 0.5)
+    theirs.train(training)
+    ours.train(training)
+    x = _randn(shape, dtype, generator, 2.0, 0.5)
+    if channels_last:
+        x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+    grad_output = _randn(x.shape, dtype, generator)
+    assert_matches_torch(ours, theirs, x, grad_output, _channel_scale(theirs, x, grad_output))
+
+
+def _channel_scale(module, x, grad_output):
+    """The size of the terms of BatchNorm's grad_input: max |grad_output * weight| / min over channels of the
+    standard deviation (of the batch in training, else the running one)."""
+    dims = [0, *range(2, x.dim())]
+    if module.training or module.running_var is None:
+        variance = x.double().var(dims, unbiased=False)
+    else:
+        variance = module.running_var.double()
+    weight = 1.0 if module.weight is None else module.weight.detach().double().abs().max()
+    return float(grad_output.double().abs().max() * weight / (variance.min() + module.eps).sqrt())
+
+
+def test_batch_norm_running_statistics_over_steps():
+    """Ten training steps then eval: running statistics and num_batches_tracked move exactly as torch's."""
+    generator = _seeded(5)
+    for momentum in (0.1, None):
+        theirs, ours = torch.nn.BatchNorm2d(4, momentum=momentum), ipt.BatchNorm2d(4, momentum=momentum)
+        for _ in range(10):
+            x = _randn((3, 4, 5, 5), torch.float32, generator, 2.0, 1.0)
+            theirs(x), ours(x)
+        for name, value in theirs.state_dict().items():
+            assert torch.equal(ours.state_dict()[name], value), name
+        assert int(ours.num_batches_tracked) == 10
+
+
+MODULE_PAIRS = (
+    (lambda: torch.nn.RMSNorm((4, 6)), lambda: ipt.RMSNorm((4, 6))),
+    (lambda: torch.nn.LayerNorm(6, bias=False), lambda: ipt.LayerNorm(6, bias=False)),
+    (lambda: torch.nn.BatchNorm1d(5), lambda: ipt.BatchNorm1d(5)),
+    (lambda: torch.nn.BatchNorm2d(5, affine=False), lambda: ipt.BatchNorm2d(5, affine=False)),
+    (lambda: torch.nn.BatchNorm3d(5, track_running_stats=False), lambda: ipt.BatchNorm3d(5, track_running_stats=False)),
+)
+
+
+@pytest.mark.parametrize("make_theirs, make_ours", MODULE_PAIRS)
+def test_state_dict_round_trips_strictly(make_theirs, make_ours):
+    theirs, ours = make_theirs(), make_ours()
+    generator = _seeded(3)
+    with torch.no_grad():
+        for tensor in theirs.state_dict().values():
+            if tensor.is_floating_point():
+                tensor.copy_(_randn(tensor.shape, tensor.dtype, generator))
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    back = make_theirs()
+    back.load_state_dict(ours.state_dict(), strict=True)
+    for name, value in theirs.state_dict().items():
+        assert torch.equal(back.state_dict()[name], value), name
+    assert repr(ours) == repr(theirs)
+    assert isinstance(ours, type(theirs))
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norms = torch.nn.ModuleList([torch.nn.LayerNorm(8), torch.nn.RMSNorm(8)])
+        self.conv = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+        self.sequence = torch.nn.BatchNorm1d(8)
+        self.volume = torch.nn.BatchNorm3d(2)
+
+
+class _CustomLayerNorm(torch.nn.LayerNorm):
+    """A subclass with a forward of its own: replace_norms must leave it alone."""
+
+
+def test_replace_norms_swaps_in_place():
+    model = _Block()
+    model.custom = _CustomLayerNorm(8)
+    parameters_before = list(model.parameters())
+    buffers_before = list(model.buffers())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert ipt.replace_norms(model) == 5
+    assert [type(m) for m in model.norms] == [ipt.LayerNorm, ipt.RMSNorm]
+    assert type(model.conv[1]) is ipt.BatchNorm2d and type(model.sequence) is ipt.BatchNorm1d
+    assert type(model.volume) is ipt.BatchNorm3d and type(model.custom) is _CustomLayerNorm
+    assert all(a is b for a, b in zip(model.parameters(), parameters_before))
+    assert all(a is b for a, b in zip(model.buffers(), buffers_before))
+    assert ipt.replace_norms(model) == 0  # already ours
+    # The optimizer built before the swap trains the swapped modules' parameters.
+    weight_before = model.norms[0].weight.detach().clone()
+    model.norms[0](torch.randn(2, 8)).square().sum().backward()
+    optimizer.step()
+    assert not torch.equal(model.norms[0].weight, weight_before)
+    assert ipt.replace_norms(torch.nn.LayerNorm(3)) == 1  # the root module itself
+
+
+def test_replace_norms_keeps_what_it_cannot_serve_with_one_warning():
+    model = torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.LayerNorm(4), torch.nn.BatchNorm1d(3))
+    model[1].bias.data = model[1].bias.data.half()  # parameters of two dtypes
+    model[2].to(torch.float8_e4m3fn)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert ipt.replace_norms(model) == 1
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "1 (parameters of several dtypes" in message and "2 (dtype torch.float8_e4m3fn" in message
+    assert type(model[0]) is ipt.LayerNorm and type(model[1]) is torch.nn.LayerNorm
+    assert type(model[2]) is torch.nn.BatchNorm1d

@@ -1,0 +1,114 @@
+"""The custom ops under torch.ops.infiniop: torch.library's own checks (schema, fake implementation, autograd
+registration, AOT dispatch), gradcheck in float64, gradients only where needed, and the import rule."""
+
+import subprocess
+import sys
+
+import pytest
+
+from _torch_helpers import torch
+
+import infiniop_py.torch as ipt
+
+F64 = torch.float64
+
+
+def _f64(shape, generator, requires_grad=True, scale=1.0, shift=0.0):
+    values = torch.randn(shape, generator=generator, dtype=F64) * scale + shift
+    return values.requires_grad_(requires_grad)
+
+
+def _cases():
+    """(name, op, args) of every custom op on small float64 and float32 tensors."""
+    g = torch.Generator().manual_seed(0)
+    x, go = _f64((3, 4, 6), g, False), _f64((3, 4, 6), g, False)
+    w, b = _f64(6, g, False, 0.5, 1.0), _f64(6, g, False)
+    _, rstd = torch.ops.infiniop.rms_norm(x, [6], w, 1e-6)
+    _, mean, ln_rstd = torch.ops.infiniop.layer_norm(x, [6], w, b, 1e-5)
+    xb, gob = _f64((4, 3, 5), g, False, 2.0), _f64((4, 3, 5), g, False)
+    wb, bb, rm, rv = _f64(3, g, False), _f64(3, g, False), _f64(3, g, False), _f64(3, g, False).abs() + 0.5
+    _, save_mean, save_invstd, _, _ = torch.ops.infiniop.batch_norm(xb, wb, bb, rm, rv, True, 0.1, 1e-5)
+    xf = x.float().requires_grad_()
+    # The forwards on leaves that need gradients (their autograd formulas are checked); the backward ops on
+    # tensors that need none (they have no autograd formula: double backward is not supported).
+    xg, wg, bg, xbg, wbg = (t.detach().clone().requires_grad_() for t in (x, w, b, xb, wb))
+    return [
+        ("rms_norm", torch.ops.infiniop.rms_norm, (xg, [6], wg, 1e-6)),
+        ("rms_norm f32 no weight", torch.ops.infiniop.rms_norm, (xf, [4, 6], None, None)),
+        ("layer_norm", torch.ops.infiniop.layer_norm, (xg, [6], wg, bg, 1e-5)),
+        ("layer_norm no affine", torch.ops.infiniop.layer_norm, (xf, [6], None, None, 1e-5)),
+        ("batch_norm training", torch.ops.infiniop.batch_norm, (xbg, wbg, bb, rm, rv, True, 0.1, 1e-5)),
+        ("batch_norm eval", torch.ops.infiniop.batch_norm, (xbg, wbg, None, rm, rv, False, 0.1, 1e-5)),
+        ("rms_norm_backward", torch.ops.infiniop.rms_norm_backward, (go, x, [6], rstd.detach(), w, [True, True])),
+        ("layer_norm_backward", torch.ops.infiniop.layer_norm_backward,
+         (go, x, [6], mean.detach(), ln_rstd.detach(), w, b, [True, False, True])),
+        ("batch_norm_backward", torch.ops.infiniop.batch_norm_backward,
+         (gob, xb, wb, None, None, save_mean.detach(), save_invstd.detach(), True, 1e-5, [True, True, False])),
+        ("batch_norm_backward eval", torch.ops.infiniop.batch_norm_backward,
+         (gob, xb, None, rm, rv, None, None, False, 1e-5, [False, False, True])),
+    ]
+
+
+@pytest.mark.parametrize("name, op, args", _cases(), ids=[case[0] for case in _cases()])
+def test_opcheck(name, op, args):
+    """torch.library.opcheck: the schema, the fake (meta) implementation against the real one, the autograd
+    registration and an AOT dispatch, on each op."""
+    torch.library.opcheck(op, args)
+
+
+def test_gradcheck_rms_norm():
+    g = torch.Generator().manual_seed(1)
+    x, w = _f64((3, 2, 7), g, scale=2.0, shift=0.5), _f64((2, 7), g)
+    assert torch.autograd.gradcheck(lambda x, w: ipt.rms_norm(x, [2, 7], w, 1e-6), (x, w))
+    assert torch.autograd.gradcheck(lambda x: ipt.rms_norm(x, 7), (x,))
+
+
+def test_gradcheck_layer_norm():
+    g = torch.Generator().manual_seed(2)
+    x, w, b = _f64((4, 9), g, scale=2.0, shift=1.0), _f64(9, g), _f64(9, g)
+    assert torch.autograd.gradcheck(lambda x, w, b: ipt.layer_norm(x, [9], w, b), (x, w, b))
+    assert torch.autograd.gradcheck(lambda x: ipt.layer_norm(x, (4, 9), eps=1e-3), (x,))
+
+
+def test_gradcheck_batch_norm():
+    g = torch.Generator().manual_seed(3)
+    x, w, b = _f64((4, 3, 5), g, scale=2.0), _f64(3, g), _f64(3, g)
+    running_mean, running_var = _f64(3, g, False), _f64(3, g, False).abs() + 0.5
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: ipt.batch_norm(x, None, None, w, b, training=True), (x, w, b))
+    assert torch.autograd.gradcheck(
+        lambda x, w, b: ipt.batch_norm(x, running_mean, running_var, w, b, training=False), (x, w, b))
+    channels_last = _f64((2, 3, 4, 5), g).detach().to(memory_format=torch.channels_last).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: ipt.batch_norm(x, None, None, training=True), (channels_last,))
+
+
+def test_only_needed_gradients_are_computed(monkeypatch):
+    """The backward asks the kernel for the gradients of the inputs that need them, and no others."""
+    asked = []
+    real = ipt.ops._layer_norm_kernel
+    monkeypatch.setattr(ipt.ops, "_layer_norm_kernel", lambda *args: asked.append(args[-1]) or real(*args))
+    x = torch.randn(3, 8)
+    weight, bias = torch.randn(8, requires_grad=True), torch.randn(8)
+    ipt.layer_norm(x, [8], weight, bias).sum().backward()
+    grad_input, grad_weight, grad_bias = asked[-1]
+    assert grad_weight is not None and grad_bias is None
+    assert weight.grad is not None and bias.grad is None and x.grad is None
+
+
+def test_the_base_package_does_not_import_torch():
+    code = ("import sys, numpy as np, infiniop_py\n"
+            "infiniop_py.rms_norm_backward(*(np.ones((2, 4), np.float32),) * 2, np.ones(4, np.float32))\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n"
+            "import infiniop_py.torch\n"
+            "assert 'torch' in sys.modules and hasattr(sys.modules['torch'].ops.infiniop, 'rms_norm_backward')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_functional_signatures_are_torchs():
+    import inspect
+    for name in ("rms_norm", "layer_norm", "batch_norm"):
+        ours = inspect.signature(getattr(ipt, name))
+        theirs = inspect.signature(getattr(torch.nn.functional, name))
+        assert list(ours.parameters) == list(theirs.parameters), name
+        assert [p.default for p in ours.parameters.values()] == [p.default for p in theirs.parameters.values()], name

@@ -1,0 +1,136 @@
+"""Training with the drop-in norms: small models trained for 20 steps after replace_norms follow torch's losses,
+under autocast too, and torch.compile(fullgraph=True) traces them whole, forward and backward."""
+
+import copy
+
+import pytest
+
+from _torch_helpers import torch
+
+import infiniop_py
+import infiniop_py.torch as ipt
+
+STEPS = 20
+
+
+class TransformerBlock(torch.nn.Module):
+    """Pre-norm attention and MLP, LayerNorm and RMSNorm."""
+
+    def __init__(self, width=32, heads=4):
+        super().__init__()
+        self.attention_norm = torch.nn.LayerNorm(width)
+        self.attention = torch.nn.MultiheadAttention(width, heads, batch_first=True)
+        self.mlp_norm = torch.nn.RMSNorm(width)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 4 * width), torch.nn.GELU(),
+                                       torch.nn.Linear(4 * width, width))
+        self.final_norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, 10)
+
+    def forward(self, x):
+        normed = self.attention_norm(x)
+        x = x + self.attention(normed, normed, normed, need_weights=False)[0]
+        x = x + self.mlp(self.mlp_norm(x))
+        return self.head(self.final_norm(x).mean(1))
+
+
+class ConvNet(torch.nn.Module):
+    """Conv + BatchNorm2d stages and a BatchNorm1d head; the layers before a BatchNorm have no bias (it would
+    have no effect)."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+        self.head = torch.nn.Sequential(torch.nn.Linear(16, 16, bias=False), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                        torch.nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
+def _data(model_class, steps, generator):
+    shape = (8, 6, 32) if model_class is TransformerBlock else (8, 3, 12, 12)
+    return [(torch.randn(shape, generator=generator), torch.randint(0, 10, (8,), generator=generator))
+            for _ in range(steps)]
+
+
+def _train(model, data, autocast=False):
+    """Losses of STEPS steps of SGD with momentum, and the final state. (Adam would turn the rounding noise of
+    gradients that are zero in exact arithmetic, e.g. attention's key bias, into full steps of either sign.)"""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    for inputs, labels in data:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, model.state_dict()
+
+
+@pytest.mark.parametrize("model_class, autocast, bound", [
+    (TransformerBlock, False, 1e-4), (ConvNet, False, 1e-4),
+    (TransformerBlock, True, 3e-2), (ConvNet, True, 3e-2),
+], ids=["transformer-f32", "convnet-f32", "transformer-autocast-bf16", "convnet-autocast-bf16"])
+def test_training_follows_torch(model_class, autocast, bound, monkeypatch):
+    torch.manual_seed(0)
+    theirs = model_class()
+    ours = copy.deepcopy(theirs)
+    assert ipt.replace_norms(ours) == 3
+    data = _data(model_class, STEPS, torch.Generator().manual_seed(1))
+    calls = []
+    for name in ("rms_norm_backward", "layer_norm_backward", "batch_norm_backward"):
+        real = getattr(infiniop_py, name)
+        monkeypatch.setattr(infiniop_py, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
+    expected, expected_state = _train(theirs, data, autocast)
+    actual, actual_state = _train(ours, data, autocast)
+    assert len(calls) == STEPS * 3, "every norm's backward ran through the library"
+    for step, (a, e) in enumerate(zip(actual, expected)):
+        assert abs(a - e) <= bound * abs(e), f"step {step}: loss {a} against torch's {e}"
+    assert expected[-1] < expected[0]  # it trains at all
+    for name, value in expected_state.items():
+        if value.is_floating_point():
+            scale = max(float(value.abs().max()), 1.0)
+            assert float((actual_state[name] - value).abs().max()) <= 20 * bound * scale, name
+        else:
+            assert torch.equal(actual_state[name], value), name
+
+
+class AllNorms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 6, 3)
+        self.batch_norm = ipt.BatchNorm2d(6)
+        self.layer_norm = ipt.LayerNorm(6)
+        self.rms_norm = ipt.RMSNorm(6)
+
+    def forward(self, x):
+        x = self.batch_norm(self.conv(x)).relu()
+        x = x.flatten(2).transpose(1, 2)  # (N, positions, channels)
+        return self.rms_norm(self.layer_norm(x)).square().mean()
+
+
+def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
+    """torch.compile(fullgraph=True) traces the forward and backward with no graph break; the compiled step runs
+    the library's backward kernels and gives eager's loss, gradients and running statistics."""
+    torch.manual_seed(0)
+    eager = AllNorms()
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    calls = []
+    real = ipt.ops._layer_norm_kernel
+    monkeypatch.setattr(ipt.ops, "_layer_norm_kernel", lambda *args: calls.append(1) or real(*args))
+    for step in range(2):
+        x = torch.randn(4, 3, 9, 9)
+        expected = eager(x)
+        expected.backward()
+        actual = compiled(x)
+        actual.backward()
+        torch.testing.assert_close(actual, expected)
+        for (name, a), (_, e) in zip(compiled_model.named_parameters(), eager.named_parameters()):
+            torch.testing.assert_close(a.grad, e.grad, msg=name)
+        for (name, a), (_, e) in zip(compiled_model.named_buffers(), eager.named_buffers()):
+            torch.testing.assert_close(a, e, msg=name)
+    assert len(calls) == 4  # eager and compiled, two steps each
