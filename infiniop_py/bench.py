@@ -409,9 +409,22 @@ def main(argv=None):
                         help="CPU: times the run goes over every case, each on fresh data; each time reported is "
                              "the median over the visits")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
+    parser.add_argument("--training", action="store_true",
+                        help="instead: a training step (forward + backward) of norm-heavy models and of each drop-in "
+                             "module, torch's norms vs infiniop_py.torch.replace_norms (needs torch)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
     args = parser.parse_args(argv)
+    if args.training:
+        from . import bench_training
+        device = "cpu" if args.device == "cpu" else f"cuda:{args.device_id}"
+        report = bench_training.run(args.repeats, args.dtypes if args.dtypes != DTYPES else bench_training.DTYPES,
+                                    device)
+        print(bench_training.format_table(report))
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=2)
+        return 0
     if args.device == "nvidia":
         from . import bench_nvidia
         try:

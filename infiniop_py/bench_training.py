@@ -1,0 +1,114 @@
+"""Benchmark of training with the PyTorch integration (``infiniop-py bench --training``): a forward + backward
+step of norm-heavy models with torch's norms and after ``replace_norms``, and each drop-in module's forward +
+backward against torch's module, on the same data in one process, timed in interleaved rounds (bench.py's
+interleaved_medians; on a GPU each step ends with a synchronization); ratios of medians. F32, and BF16
+activations with F32 parameters under autocast."""
+
+import copy
+import statistics
+
+from .bench import interleaved_medians, machine_description
+
+BATCH_TOKENS, WIDTH = (8, 512), 1024  # (batch, sequence) of the row-norm cases
+IMAGES = (32, 64, 56, 56)  # (N, C, H, W) of the BatchNorm cases: ResNet's first stage
+DTYPES = ("float32", "bfloat16")
+
+
+def _models(torch):
+    class TransformerMLP(torch.nn.Module):
+        """Four pre-norm blocks: LayerNorm, Linear, GELU, RMSNorm, residual."""
+
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(
+                torch.nn.Sequential(torch.nn.LayerNorm(WIDTH), torch.nn.Linear(WIDTH, WIDTH), torch.nn.GELU(),
+                                    torch.nn.RMSNorm(WIDTH)) for _ in range(4))
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = x + block(x)
+            return x
+
+    class DepthwiseConvNet(torch.nn.Module):
+        """Three depthwise 3x3 convolutions, each followed by BatchNorm2d and ReLU (MobileNet-like)."""
+
+        def __init__(self):
+            super().__init__()
+            channels = IMAGES[1]
+            self.layers = torch.nn.Sequential(*(
+                layer for _ in range(3) for layer in (
+                    torch.nn.Conv2d(channels, channels, 3, padding=1, groups=channels, bias=False),
+                    torch.nn.BatchNorm2d(channels), torch.nn.ReLU())))
+
+        def forward(self, x):
+            return self.layers(x)
+
+    return {"transformer MLP (4x LayerNorm + RMSNorm)": (TransformerMLP, (*BATCH_TOKENS, WIDTH)),
+            "depthwise conv net (3x BatchNorm2d)": (DepthwiseConvNet, IMAGES)}
+
+
+def _modules(torch):
+    return {"RMSNorm": (lambda: torch.nn.RMSNorm(WIDTH), (*BATCH_TOKENS, WIDTH)),
+            "LayerNorm": (lambda: torch.nn.LayerNorm(WIDTH), (*BATCH_TOKENS, WIDTH)),
+            "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(IMAGES[1]), IMAGES)}
+
+
+def _training_step(torch, model, x, autocast):
+    """One forward + backward (the optimizer's step is the same for both and left out)."""
+    def step():
+        for parameter in model.parameters():
+            parameter.grad = None
+        x.grad = None
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
+    return step
+
+
+def _compare(torch, make, shape, dtype, repeats, device):
+    """{torch_s, ours_s, speedup} of a training step of make() with torch's norms and with replace_norms."""
+    import infiniop_py.torch as ipt
+
+    torch.manual_seed(0)
+    theirs = make().to(device)
+    ours = copy.deepcopy(theirs)
+    replaced = ipt.replace_norms(ours)
+    x = torch.randn(shape, device=device).requires_grad_()
+    autocast = dtype == "bfloat16"
+    torch_s, ours_s = interleaved_medians(
+        [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats)
+    return {"dtype": dtype, "shape": list(shape), "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s,
+            "speedup": torch_s / ours_s}
+
+
+def run(repeats=7, dtypes=DTYPES, device="cpu"):
+    """The report; ``device``: a torch device ("cpu", "cuda:0")."""
+    import torch
+
+    device = torch.device(device)
+    machine = torch.cuda.get_device_name(device) if device.type == "cuda" else machine_description()
+    report = {"machine": machine, "threads": torch.get_num_threads(), "device": str(device),
+              "torch_version": torch.__version__, "models": [], "modules": []}
+    for kind, table in (("models", _models(torch)), ("modules", _modules(torch))):
+        for name, (make, shape) in table.items():
+            for dtype in dtypes:
+                report[kind].append({"name": name, **_compare(torch, make, shape, dtype, repeats, device)})
+    return report
+
+
+def format_table(report):
+    lines = [f"machine: {report['machine']}; device: {report['device']}; threads: {report['threads']}; "
+             f"torch {report['torch_version']}",
+             "one forward + backward, torch's norms vs replace_norms; bfloat16: autocast (F32 parameters)", ""]
+    for kind, title in (("models", "model"), ("modules", "module")):
+        lines += [f"| {title} | dtype | shape | torch ms | ours ms | speedup |", "|---|---|---|---:|---:|---:|"]
+        for r in report[kind]:
+            shape = "x".join(map(str, r["shape"]))
+            lines.append(f"| {r['name']} | {r['dtype']} | {shape} | {r['torch_s'] * 1e3:.2f} | "
+                         f"{r['ours_s'] * 1e3:.2f} | {r['speedup']:.2f}x |")
+        lines.append("")
+    speedups = [r["speedup"] for r in report["models"]]
+    lines.append(f"median training-step speedup: {statistics.median(speedups):.2f}x")
+    return "\n".join(lines)
