@@ -5,6 +5,7 @@ import warnings
 import pytest
 from hypothesis import given, strategies as st
 
+from _devices import DEVICES
 from _torch_helpers import DTYPES, assert_matches_torch, torch
 
 import infiniop_py.torch as ipt
@@ -197,3 +198,22 @@ def test_replace_norms_keeps_what_it_cannot_serve_with_one_warning():
     assert "1 (parameters of several dtypes" in message and "2 (dtype torch.float8_e4m3fn" in message
     assert type(model[0]) is ipt.LayerNorm and type(model[1]) is torch.nn.LayerNorm
     assert type(model[2]) is torch.nn.BatchNorm1d
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_modules_on_each_device(device, dtype):
+    """Each module on the device's tensors (CUDA: the CUDA backend on torch's current stream) against torch's."""
+    torch_device = {"cpu": "cpu", "nvidia": "cuda"}[device]
+    generator = _seeded(11)
+    x_rows = _randn((6, 40, 96), dtype, generator, 2.0, 0.5).to(torch_device)
+    x_images = _randn((4, 8, 9, 9), dtype, generator, 2.0, 0.5).to(torch_device)
+    for make_theirs, make_ours, x in ((lambda: torch.nn.RMSNorm(96), lambda: ipt.RMSNorm(96), x_rows),
+                                      (lambda: torch.nn.LayerNorm(96), lambda: ipt.LayerNorm(96), x_rows),
+                                      (lambda: torch.nn.BatchNorm2d(8), lambda: ipt.BatchNorm2d(8), x_images)):
+        theirs = _with_parameters(make_theirs(), dtype, torch.float32, generator).to(torch_device)
+        ours = make_ours().to(torch_device)
+        grad_output = _randn(x.shape, dtype, generator).to(torch_device)
+        scale = (_channel_scale(theirs, x, grad_output) if x is x_images
+                 else _row_scale(theirs, x, grad_output, rms=isinstance(theirs, torch.nn.RMSNorm)))
+        assert_matches_torch(ours, theirs, x, grad_output, scale)
