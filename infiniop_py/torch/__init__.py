@@ -9,11 +9,14 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 - ``RMSNorm``, ``LayerNorm``, ``BatchNorm1d/2d/3d``: subclasses of torch.nn's modules (same constructor,
   parameters, buffers and state_dict) whose forward is the functional above.
 - ``replace_norms(model)``: turns a model's torch norm modules into these, in place.
+- ``SyncBatchNorm``: torch.nn.SyncBatchNorm over torch.distributed, on the CPU (gloo) as on GPUs, with the
+  two-phase backward (see ``sync_batch_norm``).
 """
 
 from . import ops
 from .functional import batch_norm, layer_norm, rms_norm
 from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, replace_norms
+from .sync_batch_norm import SyncBatchNorm
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "batch_norm", "layer_norm", "ops",
-           "replace_norms", "rms_norm"]
+           "replace_norms", "rms_norm", "SyncBatchNorm"]

@@ -1,0 +1,107 @@
+"""One rank of the multi-process tests (test_torch_distributed.py starts WORLD_SIZE of these on 127.0.0.1): runs
+every check on its shard and saves what it saw to OUT_DIR/rank<RANK>.pt, for the parent to compare."""
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import infiniop_py.torch as ipt
+
+RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+CHANNELS = 5
+
+
+def shard_sizes(total_rows):
+    """Uneven shards, one of them empty where there are three ranks: rows 3, 1 / 2, 0, 3."""
+    return {2: [3, 1], 3: [2, 0, 3]}[WORLD] if total_rows is None else [total_rows // WORLD] * WORLD
+
+
+def my_shard(tensor, sizes):
+    start = sum(sizes[:RANK])
+    return tensor[start:start + sizes[RANK]]
+
+
+def sync_batch_norm_step(dtype, channels_last, momentum):
+    """SyncBatchNorm on this rank's shard of one global batch (same seed everywhere): output, grads, buffers."""
+    generator = torch.Generator().manual_seed(7)
+    sizes = shard_sizes(None)
+    x = (torch.randn(sum(sizes), CHANNELS, 4, 3, generator=generator) * 2 + 1).to(dtype)
+    grad = torch.randn(x.shape, generator=generator).to(dtype)
+    module = ipt.SyncBatchNorm(CHANNELS, momentum=momentum)
+    with torch.no_grad():
+        module.weight.copy_(torch.randn(CHANNELS, generator=generator))
+        module.bias.copy_(torch.randn(CHANNELS, generator=generator))
+    local = my_shard(x, sizes).clone()
+    if channels_last:
+        local = local.contiguous(memory_format=torch.channels_last)
+    local.requires_grad_()
+    output = module(local)
+    output.backward(my_shard(grad, sizes))
+    return {"x": x, "grad_output": grad, "sizes": sizes, "output": output.detach(), "grad_input": local.grad,
+            "grad_weight": module.weight.grad, "grad_bias": module.bias.grad,
+            "state": {name: value.clone() for name, value in module.state_dict().items()},
+            "initial_state": {"weight": module.weight.detach().clone(), "bias": module.bias.detach().clone()}}
+
+
+def ddp_training(steps=3):
+    """A conv net with BatchNorm2d converted to SyncBatchNorm, in DistributedDataParallel, on equal shards: losses
+    and final parameters (the parent compares them with one process training on the whole batch)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(6 * 6 * 6, 4))
+    model = ipt.SyncBatchNorm.convert_sync_batchnorm(model)
+    assert type(model[1]) is ipt.SyncBatchNorm
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    generator = torch.Generator().manual_seed(3)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(4 * WORLD, 3, 8, 8, generator=generator)
+        labels = torch.randint(0, 4, (4 * WORLD,), generator=generator)
+        sizes = shard_sizes(4 * WORLD)
+        loss = torch.nn.functional.cross_entropy(ddp(my_shard(x, sizes)), my_shard(labels, sizes))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        global_loss = loss.detach().clone()
+        dist.all_reduce(global_loss)
+        losses.append(float(global_loss) / WORLD)
+    return {"losses": losses, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+
+
+def sharded_row_norms():
+    """Each rank's weight gradients of RMSNorm and LayerNorm on its rows (uneven), summed over ranks."""
+    generator = torch.Generator().manual_seed(11)
+    rows, width = 7, 24
+    x = torch.randn(rows, width, generator=generator) * 2 + 0.5
+    grad = torch.randn(rows, width, generator=generator)
+    sizes = [rows - (WORLD - 1) * 2] + [2] * (WORLD - 1)
+    result = {}
+    for name, module in (("rms_norm", ipt.RMSNorm(width)), ("layer_norm", ipt.LayerNorm(width))):
+        module(my_shard(x, sizes)).backward(my_shard(grad, sizes))
+        for parameter_name, parameter in module.named_parameters():
+            summed = parameter.grad.clone()
+            dist.all_reduce(summed)
+            result[f"{name}.{parameter_name}"] = summed
+    return result
+
+
+def main():
+    dist.init_process_group("gloo", init_method="env://", rank=RANK, world_size=WORLD)
+    results = {"sync_batch_norm": {}}
+    for dtype, channels_last, momentum in ((torch.float32, False, 0.1), (torch.float32, True, None),
+                                           (torch.bfloat16, False, 0.1)):
+        key = f"{str(dtype).replace('torch.', '')}{'-channels-last' if channels_last else ''}-momentum-{momentum}"
+        results["sync_batch_norm"][key] = sync_batch_norm_step(dtype, channels_last, momentum)
+    results["ddp"] = ddp_training()
+    results["sharded"] = sharded_row_norms()
+    dist.barrier()
+    torch.save(results, os.path.join(os.environ["OUT_DIR"], f"rank{RANK}.pt"))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
