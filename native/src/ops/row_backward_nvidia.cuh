@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <type_traits>
 
 namespace op::row_backward {
 
@@ -45,12 +46,14 @@ struct Pair {
 };
 
 // One call, untyped: what an op's calculate fills in. `a`, `b` are the two row inputs, `w` the per-column
-// vector (NULL: ones), `scalar` one value per row (LayerNorm's std, of the parameter type; RMSNorm's saved
-// rstd, of the compute type; NULL: none). outs[p] NULL: that per-column output is not wanted.
+// vector (NULL: ones), `scalar` one value per row (LayerNorm's std, of the parameter type; RMSNorm's and
+// LayerNorm-from-input's saved rstd, of the compute type; NULL: none). outs[p] NULL: that per-column output is
+// not wanted. b_mean: for Terms with kCentersB, one value per row of the scalar's type; the kernels see
+// b as (b - b_mean) * scalar, formed in registers.
 struct RowCall {
     void *out;
-    const void *a, *b, *w, *scalar;
-    RowLayout out_rows, a_rows, b_rows, scalar_rows;
+    const void *a, *b, *w, *scalar, *b_mean;
+    RowLayout out_rows, a_rows, b_rows, scalar_rows, b_mean_rows;
     ptrdiff_t w_stride;
     void *outs[kMaxPartials];
     ptrdiff_t out_strides[kMaxPartials];
@@ -70,7 +73,32 @@ struct Args {
     size_t rows, dim;
     double epsilon;
     C *partials[kMaxPartials]; // [partial count][dim] each; NULL: not wanted
+    const S *b_mean;           // Terms::kCentersB only
+    RowLayout b_mean_rows;
 };
+
+// Terms that read b as (b - mean) * rstd of its row (LayerNorm from the forward's input) say kCentersB.
+template <typename Terms, typename = void>
+struct CentersB {
+    static constexpr bool value = false;
+};
+template <typename Terms>
+struct CentersB<Terms, std::void_t<decltype(Terms::kCentersB)>> {
+    static constexpr bool value = Terms::kCentersB;
+};
+
+// b of this row, as the Terms see it: unchanged, or centred and scaled by the row's mean and rstd (zero-padded
+// columns become -mean * rstd, but their a is zero, so they add no terms and are never stored).
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ void prepareB(const Args<T, W, S> &args, size_t row, ComputeOf<T> *b) {
+    if constexpr (CentersB<Terms>::value) {
+        using C = ComputeOf<T>;
+        const C mean = static_cast<C>(args.b_mean[args.b_mean_rows.offset(row)]);
+        const C rstd = static_cast<C>(args.scalar[args.scalar_rows.offset(row)]);
+#pragma unroll
+        for (int e = 0; e < kItems; ++e) b[e] = (b[e] - mean) * rstd;
+    }
+}
 
 // The column of element e of a thread's kItems: vector k = e / V of V elements starts at base + (k*G + lane)*V.
 template <int G, int V>
@@ -185,6 +213,7 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
         C a[kItems], b[kItems];
         loadColumns<G, V>(args.a + args.a_rows.offset(row), 0, lane, args.dim, a);
         loadColumns<G, V>(args.b + args.b_rows.offset(row), 0, lane, args.dim, b);
+        prepareB<Terms>(args, row, b);
         double2 sums = threadSums<Terms>(a, b, w);
         if constexpr (G == 32) {
             sums = nvidia::warpSum(sums);
@@ -229,6 +258,7 @@ __global__ void __launch_bounds__(kSplitThreads) chunkSumsKernel(Args<T, W, S> a
         C a[kItems], b[kItems], w[kItems];
         loadColumns<kSplitThreads, V>(args.a + args.a_rows.offset(row), base, lane, args.dim, a);
         loadColumns<kSplitThreads, V>(args.b + args.b_rows.offset(row), base, lane, args.dim, b);
+        prepareB<Terms>(args, row, b);
         loadWeights<kSplitThreads, V>(args, base, lane, w);
         double2 sums = nvidia::blockSum(threadSums<Terms>(a, b, w), scratch);
         if (lane == 0) chunk_sums[item] = sums;
@@ -264,6 +294,7 @@ __global__ void __launch_bounds__(kSplitThreads, kMinThreadsPerSm / kSplitThread
         C a[kItems], b[kItems];
         loadColumns<kSplitThreads, V>(args.a + args.a_rows.offset(row), base, lane, args.dim, a);
         loadColumns<kSplitThreads, V>(args.b + args.b_rows.offset(row), base, lane, args.dim, b);
+        prepareB<Terms>(args, row, b);
         const auto k = rowCoefficients<Terms>(args, row, row_sums[row]);
         emitColumns<Terms, kSplitThreads, V>(args.out + args.out_rows.offset(row), base, lane, args.dim, a, b, w, k,
                                              acc);
@@ -481,7 +512,9 @@ class Driver {
                            plan_.rows,
                            plan_.dim,
                            call.epsilon,
-                           {}};
+                           {},
+                           static_cast<const S *>(call.b_mean),
+                           call.b_mean_rows};
         // Workspace regions, in order: the wanted partial arrays, then (split) chunk sums and row sums.
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
         const size_t partial_elements = plan_.partialCount() * plan_.dim;

@@ -45,27 +45,43 @@ struct LayerNormTerms {
     }
 };
 
+// The from-input form (input, mean and rstd, as PyTorch and CANN save them): the driver forms
+// xhat = (input - mean) * rstd in registers; the row scalar is rstd, in the compute type.
+struct LayerNormFromInputTerms : LayerNormTerms {
+    static constexpr bool kCentersB = true;
+    template <typename T, typename W>
+    using Scalar = nvidia::ComputeOf<T>; // rstd: F32, F64 for F64 data
+    template <typename C>
+    __device__ static Row<C> row(double sum_g, double sum_g_xhat, size_t dim, double, bool, double rstd) {
+        return Row<C>{static_cast<C>(rstd), static_cast<C>(sum_g / static_cast<double>(dim)),
+                      static_cast<C>(sum_g_xhat / static_cast<double>(dim))};
+    }
+};
+
+template <typename Terms>
 class NvidiaDescriptor final : public Descriptor {
   public:
-    NvidiaDescriptor(int device_id, const Info &info, const rb::Driver<LayerNormTerms> &driver)
+    NvidiaDescriptor(int device_id, const Info &info, const rb::Driver<Terms> &driver)
         : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), driver_(driver) {}
 
     size_t workspaceSize() const override { return driver_.workspaceBytes(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *grad_output, const void *weight, const void *input_standardization,
-                             const void *input_std_deviation, void *stream) const override {
+                             const void *grad_output, const void *weight, const void *row_input,
+                             const void *row_mean, const void *row_scale, void *stream) const override {
         INFINI_CHECK(nvidia::useDevice(device_id));
         rb::RowCall call{};
         call.out = grad_input;
         call.a = grad_output;
-        call.b = input_standardization;
+        call.b = row_input;
         call.w = info.has_weight ? weight : nullptr;
-        call.scalar = input_std_deviation;
+        call.scalar = row_scale;
+        call.b_mean = row_mean; // NULL in the xhat form
         call.out_rows = info.grad_input;
         call.a_rows = info.grad_output;
         call.b_rows = info.row_input;
         call.scalar_rows = info.row_scale;
+        call.b_mean_rows = info.row_mean;
         call.w_stride = info.weight_stride;
         call.outs[0] = info.has_grad_weight ? grad_weight : nullptr;
         call.outs[1] = info.has_grad_bias ? grad_bias : nullptr;
@@ -75,19 +91,24 @@ class NvidiaDescriptor final : public Descriptor {
     }
 
   private:
-    rb::Driver<LayerNormTerms> driver_;
+    rb::Driver<Terms> driver_;
 };
+
+template <typename Terms>
+infiniStatus_t make(const Info &info, int device_id, Descriptor **desc) {
+    rb::Driver<Terms> driver;
+    const bool wanted[] = {info.has_grad_weight, info.has_grad_bias};
+    INFINI_CHECK(rb::Driver<Terms>::make(info.dtype, info.parameter_dtype, info.rows, info.dim, wanted,
+                                         {info.grad_input, info.grad_output, info.row_input}, device_id, &driver));
+    *desc = new NvidiaDescriptor<Terms>(device_id, info, driver);
+    return INFINI_STATUS_SUCCESS;
+}
 
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    rb::Driver<LayerNormTerms> driver;
-    const bool wanted[] = {info.has_grad_weight, info.has_grad_bias};
-    INFINI_CHECK(rb::Driver<LayerNormTerms>::make(info.dtype, info.parameter_dtype, info.rows, info.dim, wanted,
-                                                  {info.grad_input, info.grad_output, info.row_input},
-                                                  device_id, &driver));
-    *desc = new NvidiaDescriptor(device_id, info, driver);
-    return INFINI_STATUS_SUCCESS;
+    return info.form == Info::Form::from_input ? make<LayerNormFromInputTerms>(info, device_id, desc)
+                                               : make<LayerNormTerms>(info, device_id, desc);
 }
 
 } // namespace op::layer_norm_backward
