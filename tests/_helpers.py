@@ -427,9 +427,16 @@ def _summed_terms(case, name, inputs):
 
 
 def _cancelled_term_size(case, name, inputs):
-    """max|r * grad_y * w| for RMSNorm's grad_x = r*grad_y*w - r^3*x*sum(grad_y*w*x)/D, whose second term cancels
+    """The size of the first term of a gradient whose terms cancel: max|grad_output * weight / std| for LayerNorm's
+    grad_input (below), max|r * grad_y * w| for RMSNorm's grad_x = r*grad_y*w - r^3*x*sum(grad_y*w*x)/D, whose second term cancels
     the first wholly at D = 1 and can nearly at small D (D = 2 left 3e-3 of terms near 1: F32 rounding of the
     terms was 7e-5 of that); None for other outputs."""
+    if case is LAYER_NORM and name == "grad_input" and inputs[0].size > 0:
+        # LayerNorm's (g - mean(g) - xhat * mean(g * xhat)) / std, g = grad_output * weight, cancels likewise at
+        # small D (D = 3 left 2e-3 of terms near 0.1).
+        grad_output, weight, _, std = (f64(a) for a in inputs)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return float(np.nanmax(np.abs(grad_output * weight / std[..., None])))
     if case is not RMS_NORM or name != "grad_x" or inputs[1].size == 0:
         return None
     grad_y, x, w = (f64(a) for a in inputs)
