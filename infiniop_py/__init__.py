@@ -6,7 +6,8 @@ Importing does not load the native library; the first call that needs it does
 
 from ._device_memory import DeviceArray
 from ._ffi import LibraryNotFoundError, library_path
-from .batch_norm_backward import BatchNormBackward, batch_norm_backward
+from .batch_norm_backward import (BatchNormBackward, batch_norm_backward, batch_norm_backward_elementwise,
+                                  batch_norm_backward_reduce)
 from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
                      DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
                      DeviceTypeNotSupportedError, InfiniopError, InsufficientWorkspaceError, InternalError,
@@ -24,5 +25,5 @@ __all__ = [
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
     "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
     "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
-    "batch_norm_backward", "layer_norm_backward", "library_path", "rms_norm_backward",
+    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "layer_norm_backward", "library_path", "rms_norm_backward",
 ]

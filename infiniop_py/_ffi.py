@@ -203,6 +203,17 @@ infiniStatus_t infiniopBatchNormBackwardEx(infiniopBatchNormBackwardDescriptor_t
                                            const void *weight, const void *running_mean,
                                            const void *running_var, const void *save_mean,
                                            const void *save_invstd, void *stream);
+infiniStatus_t infiniopBatchNormBackwardReduceEx(infiniopBatchNormBackwardDescriptor_t desc, void *workspace,
+                                                 size_t workspace_size, void *sum_grad_output,
+                                                 void *sum_grad_centered, void *grad_weight, void *grad_bias,
+                                                 const void *input, const void *grad_output,
+                                                 const void *running_mean, const void *running_var,
+                                                 const void *save_mean, const void *save_invstd, void *stream);
+infiniStatus_t infiniopBatchNormBackwardElementwiseEx(
+    infiniopBatchNormBackwardDescriptor_t desc, void *workspace, size_t workspace_size, void *grad_input,
+    const void *input, const void *grad_output, const void *weight, const void *running_mean,
+    const void *running_var, const void *save_mean, const void *save_invstd, const void *sum_grad_output,
+    const void *sum_grad_centered, int64_t total_count, void *stream);
 infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(infiniopBatchNormBackwardDescriptor_t desc);
 """
 

@@ -54,11 +54,15 @@ def cached_operator(operator_class, refs, options):
         return operator
 
 
-def new_output(like, shape, like_name):
-    """An empty C-contiguous output with ``like``'s dtype, of the same kind and device as ``like``."""
-    numpy_dtype = dtypes.to_numpy(like.dtype, like_name)
-    if hasattr(like.owner, "new_empty"):  # torch tensor or DeviceArray: same dtype and device
-        return like.owner.new_empty(shape)
+def new_output(like, shape, like_name, dtype=None):
+    """An empty C-contiguous output with ``like``'s dtype (or the dtype code ``dtype``), of the same kind and
+    device as ``like``."""
+    numpy_dtype = dtypes.to_numpy(like.dtype if dtype is None else dtype, like_name)
+    if _library_of(like.owner) == "torch":
+        import torch
+        return like.owner.new_empty(shape, dtype=getattr(torch, numpy_dtype.name))
+    if hasattr(like.owner, "new_empty"):  # DeviceArray: same device
+        return type(like.owner)(shape, numpy_dtype, like.owner.device, like.owner.device_id)
     if _library_of(like.owner) == "cupy":
         import cupy
         with cupy.cuda.Device(like.device_id):

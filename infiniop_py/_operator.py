@@ -220,8 +220,18 @@ class Operator(NativeResource):
 
     def _launch(self, refs, workspace, stream):
         """Run on TensorRefs given in C order (None where the operator was created without that tensor)."""
+        self._launch_function(self._run_native, f"infiniop{self._c_name}", list(zip(self.layouts, refs)),
+                              self._outputs, self._in_place, workspace, stream)
+
+    def _launch_function(self, native, native_name, arguments, outputs, in_place, workspace, stream, scalars=()):
+        """Run ``native`` (a run function of this descriptor) on ``arguments``, (name, TensorRef or None) in its C
+        order, then ``scalars``: each tensor the operator was created with must have its created layout (others,
+        such as the two-phase sums, are checked by the caller); ``outputs`` must not overlap another argument but
+        for the ``in_place`` pair."""
         pointer = self._open_pointer()
-        for name, ref in zip(self.layouts, refs):
+        for name, ref in arguments:
+            if name not in self.layouts:
+                continue
             if (ref is None) != (self.layouts[name] is None):
                 state = "without" if self.layouts[name] is None else "with"
                 raise ValueError(f"{name}: the operator was created {state} it, so pass "
@@ -230,8 +240,8 @@ class Operator(NativeResource):
                 self._require_created_layout(name, ref)
         stream_pointer = _stream_pointer(stream)
         caller_workspace = None if workspace is None else self._workspace_from(workspace)
-        present = {name: ref for name, ref in zip(self.layouts, refs) if ref is not None}
-        require_no_aliasing(present, self._outputs, self._in_place,
+        present = {name: ref for name, ref in arguments if ref is not None}
+        require_no_aliasing(present, outputs, in_place,
                             caller_workspace and (caller_workspace[0].data, self.workspace_size))
         own_workspace = None  # (owner, address) taken from the spares
         if caller_workspace is not None:
@@ -244,13 +254,13 @@ class Operator(NativeResource):
             nbytes = self.workspace_size
         try:
             # cffi releases the GIL for the duration of the native call.
-            status = self._run_native(pointer, ffi.cast("void *", address), nbytes,
-                                      *(ffi.NULL if ref is None else ffi.cast("void *", ref.data) for ref in refs),
-                                      stream_pointer)
+            status = native(pointer, ffi.cast("void *", address), nbytes,
+                            *(ffi.NULL if ref is None else ffi.cast("void *", ref.data) for _, ref in arguments),
+                            *scalars, stream_pointer)
         finally:
             if own_workspace is not None:
                 self._spare_workspaces.append(own_workspace)
-        check(status, f"infiniop{self._c_name}")
+        check(status, native_name)
 
     def _run_plain(self, arrays, workspace):
         """Run without converting or checking again, where every array is a plain array of its created layout (see

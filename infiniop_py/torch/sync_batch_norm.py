@@ -61,16 +61,19 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         grad_output = _same_layout(grad_output, input)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         parameter_dtype = weight.dtype if weight is not None else input.dtype
-        sum_dy, sum_dy_xhat, grad_weight, grad_bias = infiniop_py.batch_norm_backward_reduce(
-            input, grad_output, mean, invstd, need_grad_weight=need_weight, need_grad_bias=need_bias,
-            parameter_dtype=parameter_dtype)
+        channels = input.shape[1]
+        sums = input.new_empty(2 * channels, dtype=mean.dtype)  # one all_reduce for both
+        grad_weight = input.new_empty(channels, dtype=parameter_dtype) if need_weight else None
+        grad_bias = input.new_empty(channels, dtype=parameter_dtype) if need_bias else None
+        infiniop_py.batch_norm_backward_reduce(input, grad_output, save_mean=mean, save_invstd=invstd,
+                                               need_grad_weight=need_weight, need_grad_bias=need_bias,
+                                               out=(sums[:channels], sums[channels:], grad_weight, grad_bias))
         grad_input = None
         if need_input:
-            sums = torch.cat([sum_dy, sum_dy_xhat])
             dist.all_reduce(sums, group=ctx.process_group)
-            channels = sum_dy.numel()
             grad_input = infiniop_py.batch_norm_backward_elementwise(
-                input, grad_output, weight, mean, invstd, sums[:channels], sums[channels:], ctx.count)
+                input, grad_output, weight, None, None, sums[:channels], sums[channels:], ctx.count,
+                save_mean=mean, save_invstd=invstd)
         return grad_input, grad_weight, grad_bias, None, None, None, None, None
 
 

@@ -54,6 +54,34 @@ __C __export infiniStatus_t infiniopBatchNormBackwardEx(infiniopBatchNormBackwar
                                                         const void *running_var, const void *save_mean,
                                                         const void *save_invstd, void *stream);
 
+/* BatchNorm backward in two phases, for a batch split over processes (SyncBatchNorm): each process runs the
+ * reduce phase on its part of the batch, the callers add up the sums of all processes (e.g. an all-reduce), and
+ * each runs the elementwise phase with those totals. Both take a training descriptor of
+ * infiniopCreateBatchNormBackwardDescriptorEx (training != 0; eval descriptors: BAD_PARAM, eval mode has
+ * nothing to add up) and its workspace size; each runs the same statistics rules as infiniopBatchNormBackwardEx.
+ * sum_grad_output and sum_grad_centered are C contiguous values of the statistics dtype (F32; F64 for F64
+ * data): per channel c, sum(grad_output) and sum(grad_output * (input - mean)) over the elements of channel c.
+ * With one process, reduce then elementwise (total_count = N * L) gives the bits of infiniopBatchNormBackwardEx.
+ * Deterministic: fixed tiles, a fixed order of additions, no atomics.
+ * - Reduce: writes sum_grad_output, sum_grad_centered and the descriptor's grad_weight / grad_bias (those it was
+ *   created with) for this process's data; grad_input and weight are not touched.
+ * - Elementwise: writes grad_input from the totals over all processes; total_count is the number of elements
+ *   per channel over all processes (an int64 >= this process's N * L, else BAD_PARAM); grad_weight and
+ *   grad_bias are not touched. grad_input may be grad_output (same layout), as in the single call. */
+__C __export infiniStatus_t infiniopBatchNormBackwardReduceEx(infiniopBatchNormBackwardDescriptor_t desc,
+                                                              void *workspace, size_t workspace_size,
+                                                              void *sum_grad_output, void *sum_grad_centered,
+                                                              void *grad_weight, void *grad_bias, const void *input,
+                                                              const void *grad_output, const void *running_mean,
+                                                              const void *running_var, const void *save_mean,
+                                                              const void *save_invstd, void *stream);
+
+__C __export infiniStatus_t infiniopBatchNormBackwardElementwiseEx(
+    infiniopBatchNormBackwardDescriptor_t desc, void *workspace, size_t workspace_size, void *grad_input,
+    const void *input, const void *grad_output, const void *weight, const void *running_mean,
+    const void *running_var, const void *save_mean, const void *save_invstd, const void *sum_grad_output,
+    const void *sum_grad_centered, int64_t total_count, void *stream);
+
 __C __export infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(infiniopBatchNormBackwardDescriptor_t desc);
 
 #endif /* INFINIOP_OPS_BATCH_NORM_BACKWARD_H */

@@ -30,10 +30,13 @@ class AscendDescriptor final : public Descriptor {
 
     size_t workspaceSize() const override { return plan_->workspaceSize(); }
 
-    infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *input, const void *grad_output, const void *weight,
+    infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
+                             void *grad_bias, const void *input, const void *grad_output, const void *weight,
                              const void *running_mean, const void *running_var, const void *save_mean,
                              const void *save_invstd, void *stream) const override {
+        // The two phases are not composed from aclnn calls: CANN documents no per-channel reduce / elementwise
+        // BatchNorm backward pair among the operators this backend loads (docs/ascend.md).
+        if (phase.kind != Phase::whole) return INFINI_STATUS_NOT_IMPLEMENTED;
         return plan_->run(workspace, {grad_input, grad_weight, grad_bias, input, grad_output, weight, running_mean,
                                       running_var, save_mean, save_invstd},
                           stream);

@@ -40,19 +40,35 @@ ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vect
         s.mean = element(vectors.save_mean, info.statistic_dtype, info.save_mean_stride, c);
         s.invstd = element(vectors.save_invstd, info.statistic_dtype, info.save_invstd_stride, c);
     }
-    s.weight = info.has_weight ? element(vectors.weight, info.parameter_dtype, info.weight_stride, c) : 1.0;
+    s.weight = vectors.weight != nullptr ? element(vectors.weight, info.parameter_dtype, info.weight_stride, c) : 1.0;
     return s;
 }
 
-GradInputTerms finishChannel(const Info &info, const ChannelVectors &vectors, size_t c,
+GradInputTerms finishChannel(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t c,
                              const ChannelStatistics &statistics, double sum_grad, double sum_grad_centered) {
-    const double count = static_cast<double>(info.batch * info.length), invstd = statistics.invstd;
-    if (info.has_grad_bias) store(vectors.grad_bias, info.parameter_dtype, info.grad_bias_stride, c, sum_grad);
-    if (info.has_grad_weight) {
-        // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
-        store(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, c,
-              count > 0 ? sum_grad_centered * invstd : 0.0);
+    const double invstd = statistics.invstd;
+    const infiniDtype_t sum_dtype = info.statistic_dtype;
+    if (phase.kind == Phase::elementwise) {
+        sum_grad = element(phase.sum_grad, sum_dtype, 1, c);
+        sum_grad_centered = element(phase.sum_grad_centered, sum_dtype, 1, c);
+    } else {
+        if (vectors.grad_bias != nullptr) store(vectors.grad_bias, info.parameter_dtype, info.grad_bias_stride, c, sum_grad);
+        if (vectors.grad_weight != nullptr) {
+            // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
+            store(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, c,
+                  info.batch * info.length > 0 ? sum_grad_centered * invstd : 0.0);
+        }
+        if (phase.kind == Phase::reduce) {
+            store(phase.sum_grad, sum_dtype, 1, c, sum_grad);
+            store(phase.sum_grad_centered, sum_dtype, 1, c, sum_grad_centered);
+            return GradInputTerms{};
+        }
+        if (sum_dtype == INFINI_DTYPE_F32) { // what reduce hands to elementwise
+            sum_grad = static_cast<float>(sum_grad);
+            sum_grad_centered = static_cast<float>(sum_grad_centered);
+        }
     }
+    const double count = phase.count;
     const double scale = statistics.weight * invstd;
     if (!info.training || count == 0) return GradInputTerms{scale, 0.0, 0.0}; // eval: statistics are constants
     return GradInputTerms{scale, -scale * invstd * invstd * sum_grad_centered / count, -scale * sum_grad / count};

@@ -4,11 +4,11 @@
 #ifndef INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_CHANNELS_H
 #define INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_CHANNELS_H
 
-#include "../info.h"
+#include "../batch_norm_backward.h"
 
 namespace op::batch_norm_backward {
 
-// The caller's per-channel vectors; those the Info marks absent or unused are never touched.
+// The caller's per-channel vectors; NULL for those absent or not used by the run's phase (never touched).
 struct ChannelVectors {
     void *grad_weight, *grad_bias;
     const void *weight, *running_mean, *running_var, *save_mean, *save_invstd;
@@ -25,9 +25,12 @@ struct GradInputTerms {
 // mean and invstd (from the saved or the running statistics, see the public header) and weight of channel c.
 ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vectors, size_t c);
 
-// Writes grad_weight[c] and grad_bias[c] (those asked for) from sum(grad_output) and
-// sum(grad_output * (x - mean)) over the channel; returns the channel's grad_input terms.
-GradInputTerms finishChannel(const Info &info, const ChannelVectors &vectors, size_t c,
+// What the run's phase does with channel c, given this run's sum(grad_output) and sum(grad_output * (x - mean))
+// over the channel (unused in the elementwise phase, which reads the totals of all processes instead): writes
+// grad_weight[c] and grad_bias[c] (those set) from them; in the reduce phase also the sums, narrowed to the
+// statistics dtype. Returns the channel's grad_input terms, computed from the sums in the statistics dtype (so
+// that the whole run and reduce + elementwise agree bit for bit) over phase.count elements.
+GradInputTerms finishChannel(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t c,
                              const ChannelStatistics &statistics, double sum_grad, double sum_grad_centered);
 
 // Whether the sums pass is needed: training's grad_input needs it, eval's only for grad_weight / grad_bias.

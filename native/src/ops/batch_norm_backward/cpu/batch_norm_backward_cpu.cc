@@ -89,19 +89,19 @@ class CpuDescriptor final : public Descriptor {
                                        (4 * positions() + scratchFloats()) * sizeof(float));
     }
 
-    infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *input, const void *grad_output, const void *weight,
+    infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
+                             void *grad_bias, const void *input, const void *grad_output, const void *weight,
                              const void *running_mean, const void *running_var, const void *save_mean,
                              const void *save_invstd, void *) const override {
         const ChannelVectors vectors{grad_weight, grad_bias, weight, running_mean, running_var, save_mean, save_invstd};
         if (info.dtype == INFINI_DTYPE_F64) {
-            runF64(info, vectors, static_cast<double *>(grad_input), static_cast<const double *>(input),
+            runF64(info, phase, vectors, static_cast<double *>(grad_input), static_cast<const double *>(input),
                    static_cast<const double *>(grad_output));
             return INFINI_STATUS_SUCCESS;
         }
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(layout(cpu::alignedWorkspace(workspace)), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
+            run(phase, layout(cpu::alignedWorkspace(workspace)), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
                 static_cast<const T *>(grad_output));
             return 0;
         });
@@ -164,7 +164,7 @@ class CpuDescriptor final : public Descriptor {
     }
 
     template <typename T>
-    void run(const Workspace &w, const ChannelVectors &vectors, T *grad_input, const T *input,
+    void run(const Phase &phase, const Workspace &w, const ChannelVectors &vectors, T *grad_input, const T *input,
              const T *grad_output) const {
         const size_t channels = info.channels;
         // Tiles are fixed by the layout; how many threads share them, by the amount of work (not a result).
@@ -173,7 +173,8 @@ class CpuDescriptor final : public Descriptor {
             w.statistics[c] = channelStatistics(info, vectors, c);
             fillChannel(w.mean, c, w.statistics[c].mean);
         }
-        if (needsSums(info)) {
+        const bool take_sums = needsSums(info) && phase.kind != Phase::elementwise;
+        if (take_sums) {
             cpu::parallelForSlots(tiles(), std::min(slots_, threads), [&](size_t t, size_t slot) {
                 double *group_sums = w.sums + groupOf(t) * channels * 2;
                 float *scratch = w.scratch + slot * slotScratchFloats();
@@ -192,7 +193,7 @@ class CpuDescriptor final : public Descriptor {
         // channel at a time strode through every group's sums (3-7% of the op at 64 tiles x 512 channels). Each
         // channel still adds its groups in order. Finishing the blocks in parallel gained no more here, and
         // its fork cost small shapes a few microseconds.
-        const size_t summed_groups = needsSums(info) ? groups() : 0;
+        const size_t summed_groups = take_sums ? groups() : 0;
         const cpu::Blocks channel_blocks = cpu::Blocks::ofSize(channels, kFinishChannels);
         for (size_t block = 0; block < channel_blocks.count; ++block) {
             const size_t first = channel_blocks.begin(block), count = channel_blocks.end(block, channels) - first;
@@ -203,13 +204,14 @@ class CpuDescriptor final : public Descriptor {
             }
             for (size_t i = 0; i < count; ++i) {
                 const size_t c = first + i;
-                const GradInputTerms k = finishChannel(info, vectors, c, w.statistics[c], totals[2 * i],
+                const GradInputTerms k = finishChannel(info, phase, vectors, c, w.statistics[c], totals[2 * i],
                                                        totals[2 * i + 1]);
                 fillChannel(w.scale_grad, c, k.scale_grad);
                 fillChannel(w.scale_centered, c, k.scale_centered);
                 fillChannel(w.shift, c, k.shift);
             }
         }
+        if (phase.kind == Phase::reduce) return;
         const Coefficients coefficients{w.mean, w.scale_grad, w.scale_centered, w.shift};
         // Contiguous runs of grad_input: periods of periodic rows, or stretches of one channel's length that
         // start at multiples of the length chunk within rows of info.length.

@@ -4,7 +4,7 @@
 
 namespace op::batch_norm_backward {
 
-void runF64(const Info &info, const ChannelVectors &vectors, double *grad_input, const double *input,
+void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors, double *grad_input, const double *input,
             const double *grad_output) {
     const size_t batch = info.batch, channels = info.channels, length = info.length;
     const bool channels_last = info.layout == Layout::channels_last;
@@ -14,7 +14,7 @@ void runF64(const Info &info, const ChannelVectors &vectors, double *grad_input,
         auto base = [&](size_t n) { return channels_last ? n * length * channels + c : (n * channels + c) * length; };
         const ChannelStatistics statistics = channelStatistics(info, vectors, c);
         double sum_grad = 0.0, sum_grad_centered = 0.0;
-        if (needsSums(info)) {
+        if (needsSums(info) && phase.kind != Phase::elementwise) {
             for (size_t n = 0; n < batch; ++n) {
                 for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
                     sum_grad += grad_output[i];
@@ -22,7 +22,8 @@ void runF64(const Info &info, const ChannelVectors &vectors, double *grad_input,
                 }
             }
         }
-        const GradInputTerms k = finishChannel(info, vectors, c, statistics, sum_grad, sum_grad_centered);
+        const GradInputTerms k = finishChannel(info, phase, vectors, c, statistics, sum_grad, sum_grad_centered);
+        if (phase.kind == Phase::reduce) return;
         for (size_t n = 0; n < batch; ++n) {
             for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
                 grad_input[i] = info.training ? k.scale_grad * grad_output[i] +

@@ -1,4 +1,5 @@
-// BatchNorm backward on NVIDIA GPUs, in up to three launches on the caller's stream:
+// BatchNorm backward on NVIDIA GPUs, in up to three launches on the caller's stream (the reduce phase stops after
+// the second, the elementwise phase skips the first and reads the given totals):
 //  1. sums: each CTA sums grad_output and grad_output*(x - mean) over one fixed tile of the data into an F64
 //     partial per channel (skipped in eval when neither weight gradient is wanted);
 //  2. a warp per channel adds its tiles' partials in a fixed order, writes grad_weight and grad_bias (those
@@ -247,12 +248,16 @@ __global__ void __launch_bounds__(kThreads) rowsGradInputKernel(Args<T> args, Ro
 
 template <typename W>
 struct ChannelArgs {
+    using C = ComputeOf<W>; // the statistics type, of the sums the phases exchange
     W *grad_weight, *grad_bias; // NULL: not wanted
     ptrdiff_t grad_weight_stride, grad_bias_stride;
     ChannelStatistics<W> statistics;
     size_t channels, tiles; // tiles 0: no sums were taken (eval without weight gradients, or no elements)
-    double count;           // N * L
+    double local_count;     // N * L
+    double count;           // elements the sums cover: N * L, or the elementwise phase's total_count
     bool training;
+    C *sums_out, *centered_sums_out;             // reduce phase: this process's sums (else NULL)
+    const C *sums_in, *centered_sums_in;         // elementwise phase: the totals of all processes (else NULL)
 };
 
 template <typename W>
@@ -266,15 +271,29 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const 
     for (size_t tile = lane; tile < args.tiles; tile += 32) sums = nvidia::add(sums, partials[c * args.tiles + tile]);
     sums = nvidia::warpSumToLane0(sums);
     if (lane != 0) return;
-    const double sum_grad = sums.x, sum_grad_centered = sums.y, count = args.count;
+    double sum_grad = sums.x, sum_grad_centered = sums.y;
+    const double count = args.count;
     const double invstd = args.statistics.invstd(c);
     const double scale = args.statistics.weight_of(c) * invstd;
     const ptrdiff_t i = static_cast<ptrdiff_t>(c);
-    if (args.grad_bias != nullptr) args.grad_bias[i * args.grad_bias_stride] = nvidia::narrow<W>(static_cast<C>(sum_grad));
-    if (args.grad_weight != nullptr) {
-        // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
-        args.grad_weight[i * args.grad_weight_stride] =
-            nvidia::narrow<W>(count > 0 ? static_cast<C>(sum_grad_centered * invstd) : C(0));
+    if (args.sums_in != nullptr) {
+        sum_grad = args.sums_in[i];
+        sum_grad_centered = args.centered_sums_in[i];
+    } else {
+        if (args.grad_bias != nullptr) args.grad_bias[i * args.grad_bias_stride] = nvidia::narrow<W>(static_cast<C>(sum_grad));
+        if (args.grad_weight != nullptr) {
+            // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
+            args.grad_weight[i * args.grad_weight_stride] =
+                nvidia::narrow<W>(args.local_count > 0 ? static_cast<C>(sum_grad_centered * invstd) : C(0));
+        }
+        if (args.sums_out != nullptr) {
+            args.sums_out[i] = static_cast<C>(sum_grad);
+            args.centered_sums_out[i] = static_cast<C>(sum_grad_centered);
+            return;
+        }
+        // The sums as the reduce phase hands them to the elementwise one: reduce + elementwise = the whole run.
+        sum_grad = static_cast<C>(sum_grad);
+        sum_grad_centered = static_cast<C>(sum_grad_centered);
     }
     ChannelCoefficients<C> k{static_cast<C>(args.statistics.mean(c)), static_cast<C>(scale), C(0), C(0)};
     if (args.training && count > 0) { // eval: the statistics are constants
@@ -305,8 +324,8 @@ class NvidiaDescriptor final : public Descriptor {
         return kAlign + partialBytes() + alignUp(info.channels * coefficient_size);
     }
 
-    infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
-                             const void *input, const void *grad_output, const void *weight,
+    infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
+                             void *grad_bias, const void *input, const void *grad_output, const void *weight,
                              const void *running_mean, const void *running_var, const void *save_mean,
                              const void *save_invstd, void *stream) const override {
         if (info.channels == 0) return INFINI_STATUS_SUCCESS;
@@ -342,7 +361,7 @@ class NvidiaDescriptor final : public Descriptor {
                                tile_elements_,
                                info.training};
             const bool any_elements = info.batch * info.length > 0;
-            const bool sums = any_elements && needsSums(info);
+            const bool sums = any_elements && needsSums(info) && phase.kind != Phase::elementwise;
 
             if (sums) INFINI_CHECK((this->template launchSums<T, W>(args, statistics, partials, cuda_stream)));
             const ChannelArgs<W> channel_args{info.has_grad_weight ? static_cast<W *>(grad_weight) : nullptr,
@@ -353,11 +372,18 @@ class NvidiaDescriptor final : public Descriptor {
                                               info.channels,
                                               sums ? tiles_ : 0,
                                               static_cast<double>(info.batch * info.length),
-                                              info.training};
+                                              phase.count,
+                                              info.training,
+                                              phase.kind == Phase::reduce ? static_cast<C *>(phase.sum_grad) : nullptr,
+                                              phase.kind == Phase::reduce ? static_cast<C *>(phase.sum_grad_centered) : nullptr,
+                                              phase.kind == Phase::elementwise ? static_cast<const C *>(phase.sum_grad) : nullptr,
+                                              phase.kind == Phase::elementwise ? static_cast<const C *>(phase.sum_grad_centered) : nullptr};
             channelKernel<W><<<static_cast<unsigned>(ceilDiv(info.channels, 8)), 256, 0, cuda_stream>>>(
                 channel_args, partials, coefficients);
             INFINI_CHECK(nvidia::launchStatus());
-            if (any_elements) INFINI_CHECK(this->template launchGradInput<T>(args, coefficients, cuda_stream));
+            if (any_elements && phase.kind != Phase::reduce) {
+                INFINI_CHECK(this->template launchGradInput<T>(args, coefficients, cuda_stream));
+            }
             return INFINI_STATUS_SUCCESS;
         });
     }
