@@ -57,6 +57,13 @@ infiniStatus_t infiniopCreateBatchNormBackwardDescriptorEx(infiniopHandle_t, D*,
     infiniopTensorDescriptor_t, double, int);
 infiniStatus_t infiniopBatchNormBackwardEx(D, void*, size_t, void*, void*, void*, const void*, const void*,
     const void*, const void*, const void*, const void*, const void*, void*);
+infiniStatus_t infiniopCreateLayerNormBackwardFromInputDescriptorEx(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
+    infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
+infiniStatus_t infiniopLayerNormBackwardFromInputEx(D, void*, size_t, void*, void*, void*, const void*, const void*,
+    const void*, const void*, const void*, void*);
+infiniStatus_t infiniopBatchNormBackwardReduceEx(D, void*, size_t, void*, void*, void*, void*, const void*,
+    const void*, const void*, const void*, const void*, const void*, void*);
 infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(infiniopHandle_t, D*, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t, infiniopTensorDescriptor_t,
     infiniopTensorDescriptor_t, infiniopTensorDescriptor_t);
@@ -364,6 +371,63 @@ def ln_ex_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, 
     return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
 
 
+def ln_from_input_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, grad_weight=True,
+                       grad_bias=True, strided=()):
+    """LayerNorm from the forward's input, mean and rstd (F32), as PyTorch saves them: aclnnLayerNormBackward takes
+    them as they are. The reference forms xhat from the exact rounded input and statistics."""
+    parameter_dtype = parameter_dtype or dtype
+    leading = len(shape) - k
+    axes = tuple(range(leading, len(shape)))
+    x = rounded(rng.standard_normal(shape) * 2 + 0.5, dtype)
+    mean = f64(x).mean(axes) if x.size else np.zeros(shape[:leading])
+    rstd = 1 / np.sqrt(f64(x).var(axes) + 1e-5) if x.size else np.ones(shape[:leading])
+    mean, rstd = rounded(mean, np.float32), rounded(rstd, np.float32)
+    per_row = shape[:leading] + (1,) * k
+    xhat = (f64(x) - f64(mean).reshape(per_row)) * f64(rstd).reshape(per_row)
+    grad_output = rounded(rng.standard_normal(shape), dtype)
+    weight = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if affine else None
+    ref_gi, ref_gw, ref_gb = layer_norm_reference(grad_output, weight, xhat, 1 / f64(rstd))
+    def big(values, name):
+        return leading_strided(values, dtype, leading) if name in strided else device_copy(values, dtype)
+
+    gi = big(np.full(shape, SENTINEL), "grad_input")
+    gw = output_like(shape[leading:], parameter_dtype) if grad_weight else None
+    gb = output_like(shape[leading:], parameter_dtype) if grad_bias else None
+    arrays = [gi, gw, gb, big(grad_output, "grad_output"),
+              None if weight is None else device_copy(weight, parameter_dtype), big(x, "input"),
+              device_copy(mean, np.float32), device_copy(rstd, np.float32)]
+    status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormBackwardFromInputDescriptorEx",
+                               "infiniopLayerNormBackwardFromInputEx", arrays)
+    return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+
+
+def bn_phase_case(runner, dtype, shape, rng):
+    """BatchNorm's reduce phase on an Ascend descriptor: NOT_IMPLEMENTED (docs/ascend.md says why)."""
+    x, grad_output, weight, mean, var = batch_norm_inputs(rng, shape, dtype)
+    lib, null = runner.lib, ffi.NULL
+    arrays = [device_copy(np.zeros(shape), dtype), None, None, device_copy(x, dtype), device_copy(grad_output, dtype),
+              device_copy(weight, dtype), device_copy(mean, dtype), device_copy(var, dtype), None, None]
+    tensors = [null if a is None else runner.descriptor(a) for a in arrays]
+    desc = ffi.new("D*")
+    status = lib.infiniopCreateBatchNormBackwardDescriptorEx(runner.handle, desc, *tensors, 1e-5, 1)
+    for t in tensors:
+        if t != null:
+            lib.infiniopDestroyTensorDescriptor(t)
+    if status != 0:
+        return {"status": status}
+    size = ffi.new("size_t*")
+    assert lib.infiniopGetBatchNormBackwardWorkspaceSize(desc[0], size) == 0
+    workspace = aligned_empty((max(size[0], 1),), np.uint8)
+    sums = [device_copy(np.zeros(shape[1]), np.float32) for _ in range(2)]
+    pointer = lambda a: null if a is None else ffi.cast("void*", a.ctypes.data)  # noqa: E731
+    status = lib.infiniopBatchNormBackwardReduceEx(desc[0], pointer(workspace), size[0], pointer(sums[0]),
+                                                   pointer(sums[1]), null, null, pointer(arrays[3]),
+                                                   pointer(arrays[4]), pointer(arrays[6]), pointer(arrays[7]), null,
+                                                   null, null)
+    lib.infiniopDestroyBatchNormBackwardDescriptor(desc[0])
+    return {"status": status}
+
+
 def channels_last_copy(values, dtype):
     """An aligned array equal to values (N, C, *spatial), laid out with C innermost, then spatial, then N."""
     order = (0,) + tuple(range(2, values.ndim)) + (1,)
@@ -430,6 +494,14 @@ def ex_cases():
         add("ln", name, "mixed-layouts", lambda r, d, g: ln_ex_case(r, d, (3, 4, 24), 1, g, strided=("grad_output",)))
         add("ln", name, "no-rows-no-grad-bias", lambda r, d, g: ln_ex_case(r, d, (0, 16), 1, g, grad_bias=False))
 
+        add("ln", name, "from-input", lambda r, d, g: ln_from_input_case(r, d, (3, 5, 24), 1, g))
+        add("ln", name, "from-input-rank4-k2-no-weight",
+            lambda r, d, g: ln_from_input_case(r, d, (2, 3, 4, 8), 2, g, affine=False, grad_bias=False))
+        add("ln", name, "from-input-strided",
+            lambda r, d, g: ln_from_input_case(r, d, (2, 3, 4, 2, 8), 2, g, strided=("grad_input", "input")))
+        add("ln", name, "from-input-no-rows", lambda r, d, g: ln_from_input_case(r, d, (0, 16), 1, g))
+        add("bn", name, "reduce-phase", lambda r, d, g: bn_phase_case(r, d, (4, 3, 10), g), NOT_IMPLEMENTED)
+
         add("bn", name, "eps", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=0.3))
         add("bn", name, "saved", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, saved=True))
         add("bn", name, "eval", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, training=False))
@@ -456,6 +528,8 @@ def ex_cases():
         # No weight: CANN's gradients take weightOptional's dtype, so an F32 ones constant is passed.
         add("ln", name, "f32-parameters-no-weight",
             lambda r, d, g: ln_ex_case(r, d, (3, 24), 1, g, parameter_dtype=np.float32, affine=False))
+        add("ln", name, "from-input-f32-parameters",
+            lambda r, d, g: ln_from_input_case(r, d, (3, 5, 24), 1, g, parameter_dtype=np.float32))
         add("ln", name, "f32-parameters-no-rows",
             lambda r, d, g: ln_ex_case(r, d, (0, 16), 1, g, parameter_dtype=np.float32))
         add("bn", name, "f32-parameters", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=0.3,

@@ -16,7 +16,7 @@ namespace ascend {
 
 // The leading dims several layouts of the same rows can all be viewed with: split wherever any of them splits
 // (outermost first). Their splits nest, as they all merge the dims of one leading shape.
-inline std::vector<int64_t> commonRowDims(size_t rows, std::initializer_list<const op::RowLayout *> layouts) {
+inline std::vector<int64_t> commonRowDims(size_t rows, const std::vector<const op::RowLayout *> &layouts) {
     std::vector<size_t> bounds{rows}; // rows per step of each dim, innermost dims' first
     for (const op::RowLayout *layout : layouts) {
         size_t inner = 1;
