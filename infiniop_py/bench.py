@@ -131,15 +131,23 @@ def build_case(op, dtype, shape, handle, rng):
             ty = torch.nn.functional.rms_norm(tx, shape[-1:], tw, eps=0.0)
             tgy = _to_torch(torch, grad_y)
             torch_run = lambda: torch.autograd.grad(ty, (tx, tw), tgy, retain_graph=True)  # noqa: E731
-    elif op == "layer_norm":
+    elif op in ("layer_norm", "layer_norm_from_input"):
         x64 = rng.standard_normal(shape)
         mean, std = x64.mean(-1, keepdims=True), np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
         np_dtype = _numpy_dtype(dtype)
         grad_output, weight = case.random(shape), case.random(shape[-1:])
-        xhat, std_dev = aligned(((x64 - mean) / std).astype(np_dtype)), std[..., 0].astype(np_dtype)
         grad_input, grad_weight, grad_bias = aligned(np.empty_like(grad_output)), np.empty_like(weight), np.empty_like(weight)
-        operator = ip.LayerNormBackward(handle, grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
-        arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
+        if op == "layer_norm":  # the seed's form: xhat and std
+            xhat, std_dev = aligned(((x64 - mean) / std).astype(np_dtype)), std[..., 0].astype(np_dtype)
+            operator = ip.LayerNormBackward(handle, grad_input, grad_weight, grad_bias, grad_output, weight, xhat,
+                                            std_dev)
+            arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
+        else:  # PyTorch's form: the forward's input, mean and rstd (F32)
+            row_input = aligned(x64.astype(np_dtype))
+            row_mean, row_rstd = mean[..., 0].astype(np.float32), (1 / std[..., 0]).astype(np.float32)
+            operator = ip.LayerNormBackwardFromInput(handle, grad_input, grad_weight, grad_bias, grad_output, weight,
+                                                     row_input, row_mean, row_rstd)
+            arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, row_input, row_mean, row_rstd)
         torch_run = None
         if torch is not None:
             stat_dtype = torch.float32 if dtype == "float32" else _torch_dtype(torch, dtype)
@@ -400,7 +408,9 @@ def main(argv=None):
                         help="nvidia: on the GPU against PyTorch CUDA, timed with CUDA events")
     parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
-                        choices=["rms_norm", "layer_norm", "batch_norm"])
+                        choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],
+                        help="layer_norm_from_input: LayerNorm from the forward's input, mean and rstd (as torch "
+                             "saves them) instead of xhat and std")
     parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
@@ -412,9 +422,20 @@ def main(argv=None):
     parser.add_argument("--training", action="store_true",
                         help="instead: a training step (forward + backward) of norm-heavy models and of each drop-in "
                              "module, torch's norms vs infiniop_py.torch.replace_norms (needs torch)")
+    parser.add_argument("--sync-batch-norm", action="store_true",
+                        help="instead: SyncBatchNorm forward + backward with 2 gloo processes against BatchNorm on "
+                             "one process's half of the batch alone (needs torch)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
     args = parser.parse_args(argv)
+    if args.sync_batch_norm:
+        from . import bench_distributed
+        report = bench_distributed.run(args.repeats, args.dtypes[0])
+        print(bench_distributed.format_table(report))
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=2)
+        return 0
     if args.training:
         from . import bench_training
         device = "cpu" if args.device == "cpu" else f"cuda:{args.device_id}"

@@ -10,6 +10,8 @@ import torch.distributed as dist
 import infiniop_py.torch as ipt
 
 RANK, WORLD = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+BACKEND = os.environ.get("BACKEND", "gloo")  # nccl: each rank on GPU RANK
+DEVICE = torch.device("cuda", RANK) if BACKEND == "nccl" else torch.device("cpu")
 CHANNELS = 5
 
 
@@ -29,29 +31,30 @@ def sync_batch_norm_step(dtype, channels_last, momentum):
     sizes = shard_sizes(None)
     x = (torch.randn(sum(sizes), CHANNELS, 4, 3, generator=generator) * 2 + 1).to(dtype)
     grad = torch.randn(x.shape, generator=generator).to(dtype)
-    module = ipt.SyncBatchNorm(CHANNELS, momentum=momentum)
+    module = ipt.SyncBatchNorm(CHANNELS, momentum=momentum, dtype=torch.float64 if dtype == torch.float64 else None)
     with torch.no_grad():
         module.weight.copy_(torch.randn(CHANNELS, generator=generator))
         module.bias.copy_(torch.randn(CHANNELS, generator=generator))
-    local = my_shard(x, sizes).clone()
+    module.to(DEVICE)
+    local = my_shard(x, sizes).clone().to(DEVICE)
     if channels_last:
         local = local.contiguous(memory_format=torch.channels_last)
     local.requires_grad_()
     output = module(local)
-    output.backward(my_shard(grad, sizes))
-    return {"x": x, "grad_output": grad, "sizes": sizes, "output": output.detach(), "grad_input": local.grad,
-            "grad_weight": module.weight.grad, "grad_bias": module.bias.grad,
-            "state": {name: value.clone() for name, value in module.state_dict().items()},
+    output.backward(my_shard(grad, sizes).to(DEVICE))
+    return {"x": x, "grad_output": grad, "sizes": sizes, "output": output.detach().cpu(),
+            "grad_input": local.grad.cpu(), "grad_weight": module.weight.grad.cpu(), "grad_bias": module.bias.grad.cpu(),
+            "state": {name: value.clone().cpu() for name, value in module.state_dict().items()},
             "initial_state": {"weight": module.weight.detach().clone(), "bias": module.bias.detach().clone()}}
 
 
-def ddp_training(steps=3):
+def ddp_training(steps=5):
     """A conv net with BatchNorm2d converted to SyncBatchNorm, in DistributedDataParallel, on equal shards: losses
     and final parameters (the parent compares them with one process training on the whole batch)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, bias=False), torch.nn.BatchNorm2d(6), torch.nn.ReLU(),
                                 torch.nn.Flatten(), torch.nn.Linear(6 * 6 * 6, 4))
-    model = ipt.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = ipt.SyncBatchNorm.convert_sync_batchnorm(model).to(DEVICE)
     assert type(model[1]) is ipt.SyncBatchNorm
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
@@ -61,14 +64,14 @@ def ddp_training(steps=3):
         x = torch.randn(4 * WORLD, 3, 8, 8, generator=generator)
         labels = torch.randint(0, 4, (4 * WORLD,), generator=generator)
         sizes = shard_sizes(4 * WORLD)
-        loss = torch.nn.functional.cross_entropy(ddp(my_shard(x, sizes)), my_shard(labels, sizes))
+        loss = torch.nn.functional.cross_entropy(ddp(my_shard(x, sizes).to(DEVICE)), my_shard(labels, sizes).to(DEVICE))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
         losses.append(float(global_loss) / WORLD)
-    return {"losses": losses, "state": {k: v.clone() for k, v in model.state_dict().items()}}
+    return {"losses": losses, "state": {k: v.clone().cpu() for k, v in model.state_dict().items()}}
 
 
 def sharded_row_norms():
@@ -80,19 +83,22 @@ def sharded_row_norms():
     sizes = [rows - (WORLD - 1) * 2] + [2] * (WORLD - 1)
     result = {}
     for name, module in (("rms_norm", ipt.RMSNorm(width)), ("layer_norm", ipt.LayerNorm(width))):
-        module(my_shard(x, sizes)).backward(my_shard(grad, sizes))
+        module.to(DEVICE)
+        module(my_shard(x, sizes).to(DEVICE)).backward(my_shard(grad, sizes).to(DEVICE))
         for parameter_name, parameter in module.named_parameters():
             summed = parameter.grad.clone()
             dist.all_reduce(summed)
-            result[f"{name}.{parameter_name}"] = summed
+            result[f"{name}.{parameter_name}"] = summed.cpu()
     return result
 
 
 def main():
-    dist.init_process_group("gloo", init_method="env://", rank=RANK, world_size=WORLD)
+    if BACKEND == "nccl":
+        torch.cuda.set_device(DEVICE)
+    dist.init_process_group(BACKEND, init_method="env://", rank=RANK, world_size=WORLD)
     results = {"sync_batch_norm": {}}
     for dtype, channels_last, momentum in ((torch.float32, False, 0.1), (torch.float32, True, None),
-                                           (torch.bfloat16, False, 0.1)):
+                                           (torch.float64, False, 0.1), (torch.bfloat16, False, 0.1)):
         key = f"{str(dtype).replace('torch.', '')}{'-channels-last' if channels_last else ''}-momentum-{momentum}"
         results["sync_batch_norm"][key] = sync_batch_norm_step(dtype, channels_last, momentum)
     results["ddp"] = ddp_training()
