@@ -114,7 +114,8 @@ def remember(op, options, wanted, out_given, out, inputs, operator):
         runners = _runners
         new_outputs = [None if array is None else _host_memory.allocator(array.shape, array.dtype) for array in out]
         pointer_of = ffi.from_buffer
-    elif all(torch_cpu_pointer(array) is not None for array in arrays):
+    elif all(torch_cpu_pointer(array, index < len(out)) is not None
+             for index, array in enumerate((*out, *inputs)) if array is not None):
         torch = sys.modules["torch"]
         runners = _torch_runners
         new_outputs = [None if array is None else functools.partial(torch.empty, array.shape, dtype=array.dtype)
@@ -140,9 +141,10 @@ def run_torch(op, inputs, out, options, wanted):
         if runner is None:
             return None
         pointers = []
-        for array in (*(out or ()), *inputs):
+        outputs = len(out or ())
+        for index, array in enumerate((*(out or ()), *inputs)):
             # The key holds neither the device nor the strides: torch_cpu_pointer checks both.
-            pointer = ffi.NULL if array is None else torch_cpu_pointer(array)
+            pointer = ffi.NULL if array is None else torch_cpu_pointer(array, index < outputs)
             if pointer is None:
                 return None
             pointers.append(pointer)
@@ -157,7 +159,8 @@ def _runner(operator, new_outputs, pointer_of):
     arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
     None where the checked path must decide."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
-    # stays open: the functional caches never close theirs, and this closure keeps it alive.
+    # stays open: the functional caches never close theirs (nobody else holds them), this closure keeps it alive,
+    # and finalizers do not run at exit (_resource.py), so no call needs close()'s wait.
     native, run_native, workspace_size = operator._pointer, operator._run_native, operator.workspace_size
     take_workspace, spare_workspaces = operator._take_workspace, operator._spare_workspaces
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed

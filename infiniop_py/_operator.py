@@ -81,11 +81,11 @@ class Operator(NativeResource):
             raise TypeError(f"handle: expected a Handle, got {type(handle).__name__}")
         options, seed_options = options or {}, seed_options or {}
         self._handle = handle  # kept alive as long as the descriptor
-        handle_pointer = handle.native
         op = libraries().op
         create_ex = _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
         descriptor_name = self._descriptor_c_name or self._c_name
         temporaries = []
+        handle_pointer = handle._begin_call()  # Handle.close() on another thread waits for the create
         try:
             descs = {name: None if tensor is None else self._descriptor_for(name, tensor, temporaries)
                      for name, tensor in tensors.items()}
@@ -102,6 +102,7 @@ class Operator(NativeResource):
                 create = f"infiniopCreate{self._c_name}Descriptor"
                 check(getattr(op, create)(handle_pointer, pointer, *(d.native for d in seed_descs.values())), create)
         finally:
+            handle._end_call()
             for desc in temporaries:  # the op descriptor copied what it needs
                 desc.close()
         destroy = f"infiniopDestroy{descriptor_name}Descriptor"
@@ -228,7 +229,7 @@ class Operator(NativeResource):
         order, then ``scalars``: each tensor the operator was created with must have its created layout (others,
         such as the two-phase sums, are checked by the caller); ``outputs`` must not overlap another argument but
         for the ``in_place`` pair."""
-        pointer = self._open_pointer()
+        self._open_pointer()  # a closed operator's error first
         for name, ref in arguments:
             if name not in self.layouts:
                 continue
@@ -252,11 +253,14 @@ class Operator(NativeResource):
             own_workspace = self._take_workspace()
             address = own_workspace[1]
             nbytes = self.workspace_size
+        data = [ffi.NULL if ref is None else ffi.cast("void *", ref.data) for _, ref in arguments]
         try:
-            # cffi releases the GIL for the duration of the native call.
-            status = native(pointer, ffi.cast("void *", address), nbytes,
-                            *(ffi.NULL if ref is None else ffi.cast("void *", ref.data) for _, ref in arguments),
-                            *scalars, stream_pointer)
+            pointer = self._begin_call()
+            try:
+                # cffi releases the GIL for the duration of the native call.
+                status = native(pointer, ffi.cast("void *", address), nbytes, *data, *scalars, stream_pointer)
+            finally:
+                self._end_call()
         finally:
             if own_workspace is not None:
                 self._spare_workspaces.append(own_workspace)
@@ -277,17 +281,20 @@ class Operator(NativeResource):
             caller_workspace = None if workspace is None else ffi.from_buffer(workspace, require_writable=True)
         except (AttributeError, BufferError, RuntimeError, TypeError, ValueError):
             return False
-        native = self._open_pointer()
-        if caller_workspace is not None:
-            status = self._run_native(native, caller_workspace, workspace.nbytes, *pointers, ffi.NULL)
-        elif self.workspace_size == 0:
-            status = self._run_native(native, ffi.NULL, 0, *pointers, ffi.NULL)
-        else:
-            own_workspace = self._take_workspace()
-            try:
-                status = self._run_native(native, own_workspace[1], self.workspace_size, *pointers, ffi.NULL)
-            finally:
-                self._spare_workspaces.append(own_workspace)
+        native = self._begin_call()
+        try:
+            if caller_workspace is not None:
+                status = self._run_native(native, caller_workspace, workspace.nbytes, *pointers, ffi.NULL)
+            elif self.workspace_size == 0:
+                status = self._run_native(native, ffi.NULL, 0, *pointers, ffi.NULL)
+            else:
+                own_workspace = self._take_workspace()
+                try:
+                    status = self._run_native(native, own_workspace[1], self.workspace_size, *pointers, ffi.NULL)
+                finally:
+                    self._spare_workspaces.append(own_workspace)
+        finally:
+            self._end_call()
         if status == _BAD_PARAM:
             return False
         check(status, f"infiniop{self._c_name}")
@@ -310,13 +317,13 @@ class Operator(NativeResource):
             self._torch_key = [None if key is None else (getattr(torch, key[1].name), key[2])
                                for key in self._plain_key]
         pointers = []
-        for array, key in zip(arrays, self._torch_key):
+        for array, key, written in zip(arrays, self._torch_key, self._written):
             if key is None:
                 if array is not None:
                     return None
                 pointers.append(null)
                 continue
-            pointer = torch_cpu_pointer(array) if array.dtype is key[0] and array.shape == key[1] else None
+            pointer = torch_cpu_pointer(array, written) if array.dtype is key[0] and array.shape == key[1] else None
             if pointer is None:
                 return None
             pointers.append(pointer)

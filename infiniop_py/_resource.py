@@ -1,13 +1,21 @@
-"""Lifetime of one native object: close() (idempotent), with-statement, weakref.finalize fallback."""
+"""Lifetime of one native object: close() (idempotent), with-statement, weakref.finalize fallback, and the calls in
+flight that close() waits for.
 
+Thread rules (docs: README "Guarantees"): an object may be shared by threads; close() refuses new calls at once,
+waits for those already running, then destroys the native object; at interpreter exit nothing is destroyed
+(finalizers do not run at exit: a daemon thread may still be inside a native call, and the process's end frees
+the memory anyway).
+"""
+
+import threading
 import weakref
 
 from .errors import ClosedError, check
 
 
 def _destroy_quietly(destroy, pointer):
-    # Runs from the garbage collector or at exit, where an exception could only be printed:
-    # the status is dropped on purpose.
+    # Runs from the garbage collector, where an exception could only be printed: the status is dropped on
+    # purpose. An object being collected has no call in flight (a call holds a reference to it).
     destroy(pointer)
 
 
@@ -20,21 +28,49 @@ class NativeResource:
         self._pointer = pointer
         self._destroy = destroy
         self._destroy_name = destroy_name
+        self._calls = 0  # native calls in flight on this object
+        self._closing = False
+        self._idle = threading.Condition(threading.Lock())
         self._finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
+        self._finalizer.atexit = False
 
     @property
     def closed(self):
-        return self._finalizer is None or not self._finalizer.alive
+        return self._finalizer is None or not self._finalizer.alive or self._closing
 
     def _open_pointer(self):
-        """The native pointer; ClosedError once closed."""
+        """The native pointer; ClosedError once closed. For a use that ends before close() can run (creating
+        another object from it); a native call on it goes through _begin_call / _end_call."""
         if self.closed:
             raise ClosedError(f"{type(self).__name__} is closed")
         return self._pointer
 
+    def _begin_call(self):
+        """The native pointer for a native call, which close() then waits for: pair with _end_call (try/finally).
+        ClosedError once closed (or closing)."""
+        with self._idle:
+            if self.closed:
+                raise ClosedError(f"{type(self).__name__} is closed")
+            self._calls += 1
+        return self._pointer
+
+    def _end_call(self):
+        with self._idle:
+            self._calls -= 1
+            if self._calls == 0:
+                self._idle.notify_all()
+
     def close(self):
-        """Destroy the native object now. Calling it again does nothing."""
-        if self._finalizer is not None and self._finalizer.detach() is not None:
+        """Destroy the native object now, after the calls already running on it (new ones raise ClosedError).
+        Calling it again does nothing."""
+        if self._finalizer is None:
+            return
+        with self._idle:
+            self._closing = True
+            while self._calls:
+                self._idle.wait()
+            detached = self._finalizer.detach()
+        if detached is not None:
             check(self._destroy(self._pointer), self._destroy_name)
 
     def __enter__(self):

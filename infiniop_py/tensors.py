@@ -86,12 +86,13 @@ def _from_device_array(array, name):
     )
 
 
-def torch_cpu_pointer(tensor):
+def torch_cpu_pointer(tensor, writable=False):
     """The data pointer of a contiguous torch CPU tensor (torch.Tensor or nn.Parameter, not other subclasses),
-    else None: the fast paths take these without a TensorRef."""
+    else None: the fast paths take these without a TensorRef. None too for what the checked path must decide
+    (as_tensor): a tensor with the negative bit, and an output (``writable``) that requires grad."""
     torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
     if (torch is None or type(tensor) not in (torch.Tensor, torch.nn.Parameter) or not tensor.is_cpu
-            or not tensor.is_contiguous()):
+            or not tensor.is_contiguous() or tensor.is_neg() or (writable and tensor.requires_grad)):
         return None
     return ffi.cast("void *", tensor.data_ptr())
 
@@ -108,7 +109,7 @@ def as_tensor(obj, name, writable=False):
     elif isinstance(obj, DeviceArray):
         ref = _from_device_array(obj, name)
     elif _is_torch_tensor(obj):
-        ref = _from_torch(obj, name)
+        ref = _from_torch(_resolved_torch(obj, name, writable), name)
     elif hasattr(obj, "__cuda_array_interface__"):
         ref = _from_cuda_array_interface(obj, name)
         if writable and obj.__cuda_array_interface__["data"][1]:
@@ -120,17 +121,42 @@ def as_tensor(obj, name, writable=False):
                 f"{name}: {type(obj).__name__} lives on DLPack device type {device_type}; "
                 f"pass a torch tensor or an object with __cuda_array_interface__ for device memory"
             )
-        ref = _from_numpy(np.from_dlpack(obj), name, obj)
+        # numpy asks for DLPack 1.x, whose READ_ONLY flag makes the view read-only (checked below).
+        ref = _from_numpy(_readable(np.from_dlpack(obj), name, writable), name, obj)
     elif hasattr(obj, "__array_interface__"):
-        ref = _from_numpy(np.asarray(obj), name, obj)
+        # numpy honours the interface's read-only flag, data = (pointer, True) (checked below).
+        ref = _from_numpy(_readable(np.asarray(obj), name, writable), name, obj)
     else:
         raise TypeError(
             f"{name}: expected an array (numpy, or with __dlpack__ or __array_interface__), "
             f"got {type(obj).__name__}"
         )
-    if writable and isinstance(ref.owner, np.ndarray) and not ref.owner.flags.writeable:
-        raise ValueError(f"{name}: the output array is read-only")
+    if isinstance(ref.owner, np.ndarray):
+        _readable(ref.owner, name, writable)
     return ref
+
+
+def _readable(array, name, writable):
+    """``array``, or ValueError for an output (``writable``) that is read-only memory."""
+    if writable and not array.flags.writeable:
+        raise ValueError(f"{name}: the output array is read-only")
+    return array
+
+
+def _resolved_torch(tensor, name, writable):
+    """What the kernels may read or write for a torch tensor: an input with the negative bit (its memory holds
+    -tensor, e.g. z.conj().imag) is resolved into a copy; an output with it, or an output that requires grad
+    while grad mode is on (autograd would not see the write: torch refuses in-place writes to such leaves), is
+    refused."""
+    if writable:
+        if tensor.is_neg():
+            raise ValueError(f"{name}: the output tensor has the negative bit (its memory holds its negation); "
+                             f"pass a tensor without it (.resolve_neg() gives a copy)")
+        if tensor.requires_grad and sys.modules["torch"].is_grad_enabled():
+            raise RuntimeError(f"{name}: an output tensor that requires grad cannot be written in place (autograd "
+                               f"would not see the write); pass one that does not, or write under torch.no_grad()")
+        return tensor
+    return tensor.resolve_neg() if tensor.is_neg() else tensor
 
 
 def is_array(obj):

@@ -12,9 +12,17 @@
 
 namespace cpu {
 
+#ifdef ENABLE_OMP
+// A process forked after this library started OpenMP threads has none of them, and GNU OpenMP waits forever for
+// them in the child's first parallel region. Such a child runs every operator on its calling thread, as
+// PyTorch's CPU operators do after a fork (parallel.cc notes the start and the fork).
+bool forkedAfterThreadsStarted();
+void noteThreadsStarted();
+#endif
+
 inline size_t maxThreads() {
 #ifdef ENABLE_OMP
-    return static_cast<size_t>(omp_get_max_threads());
+    return forkedAfterThreadsStarted() ? 1 : static_cast<size_t>(omp_get_max_threads());
 #else
     return 1;
 #endif
@@ -37,11 +45,14 @@ void parallelForSlots(size_t count, size_t slots, Body &&body) {
     const int64_t n = static_cast<int64_t>(count);
 #ifdef ENABLE_OMP
     const int threads = static_cast<int>(slots < maxThreads() ? slots : maxThreads());
-#pragma omp parallel for schedule(static) num_threads(threads > 0 ? threads : 1) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), static_cast<size_t>(omp_get_thread_num()));
-#else
-    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), size_t(0));
+    if (threads > 1 && n > 1) { // one thread never enters the OpenMP runtime (see forkedAfterThreadsStarted)
+        noteThreadsStarted();
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), static_cast<size_t>(omp_get_thread_num()));
+        return;
+    }
 #endif
+    for (int64_t i = 0; i < n; ++i) body(static_cast<size_t>(i), size_t(0));
 }
 
 // body(i) for i in [0, count) on at most `threads` threads.
@@ -56,16 +67,22 @@ template <typename Body>
 void parallelRegion(size_t threads, Body &&body) {
 #ifdef ENABLE_OMP
     const int wanted = static_cast<int>(threads < maxThreads() ? threads : maxThreads());
-#pragma omp parallel num_threads(wanted > 0 ? wanted : 1) if (wanted > 1)
-    body(static_cast<size_t>(omp_get_thread_num()), static_cast<size_t>(omp_get_num_threads()));
-#else
-    body(size_t(0), size_t(1));
+    if (wanted > 1) {
+        noteThreadsStarted();
+#pragma omp parallel num_threads(wanted)
+        body(static_cast<size_t>(omp_get_thread_num()), static_cast<size_t>(omp_get_num_threads()));
+        return;
+    }
 #endif
+    body(size_t(0), size_t(1));
 }
 
+// Only inside parallelRegion's body (outside an OpenMP region, on one thread, it has nobody to wait for).
 inline void barrier() {
 #ifdef ENABLE_OMP
+    if (omp_in_parallel()) {
 #pragma omp barrier
+    }
 #endif
 }
 
