@@ -239,6 +239,11 @@ class Operator(NativeResource):
                                  f"{'None' if state == 'without' else 'an array'}")
             if ref is not None:
                 self._require_created_layout(name, ref)
+        for name, ref in arguments:
+            if ref is not None and ref.data % ref.itemsize:
+                raise BadParamError(f"{name}: its data address {ref.data:#x} is not a multiple of its "
+                                    f"{ref.itemsize}-byte elements; the kernels take aligned elements only "
+                                    f"(copy it: np.array(..., copy=True) or tensor.clone())")
         stream_pointer = _stream_pointer(stream)
         caller_workspace = None if workspace is None else self._workspace_from(workspace)
         present = {name: ref for name, ref in arguments if ref is not None}

@@ -244,3 +244,41 @@ def test_negative_bit_and_grad_requiring_outputs_are_refused():
         with infiniop_py.RMSNormBackward(handle, grad_y, w, grad_y, x, w) as operator:
             with pytest.raises(RuntimeError, match="grad_x: an output tensor that requires grad"):
                 operator(torch.zeros(2, 6, 16, requires_grad=True), torch.empty(16), grad_y, x, w)
+
+
+# ---------------------------------------------------------------- misaligned data
+
+def _misaligned_float32(shape):
+    """A float32 array at an address one byte past an element boundary (memory from a byte buffer)."""
+    count = int(np.prod(shape))
+    return np.frombuffer(bytearray(4 * count + 1), dtype=np.float32, offset=1, count=count).reshape(shape)
+
+
+def test_misaligned_arrays_are_refused_by_name():
+    grad_y, x, w = _rms_inputs()
+    odd = _misaligned_float32(x.shape)
+    odd[...] = x
+    assert odd.ctypes.data % 4 == 1
+    for attempt in range(2):  # the checked path, then after a fast path exists for these layouts
+        with pytest.raises(infiniop_py.BadParamError, match="x: its data address .* 4-byte elements"):
+            infiniop_py.rms_norm_backward(grad_y, odd, w)
+        infiniop_py.rms_norm_backward(grad_y, x, w)
+    with pytest.raises(infiniop_py.BadParamError, match="grad_x: its data address"):
+        infiniop_py.rms_norm_backward(grad_y, x, w, out=(_misaligned_float32(x.shape), np.empty_like(w)))
+    with infiniop_py.Handle("cpu") as handle, infiniop_py.RMSNormBackward(handle, x, w, grad_y, x, w) as operator:
+        with pytest.raises(infiniop_py.BadParamError, match="x: its data address"):
+            operator(np.empty_like(x), np.empty_like(w), grad_y, odd, w)
+
+
+def test_misaligned_pointers_get_bad_param_from_c(c_handle):
+    from _helpers import BAD_PARAM, SUCCESS, data_pointer, native, run_batch_norm_ex
+    ffi = native()[0]
+    rng = np.random.default_rng(3)
+    x, grad_output = rng.standard_normal((2, 4, 3, 5), dtype=np.float32)
+    arrays = {"grad_input": np.empty_like(x), "input": x, "grad_output": grad_output,
+              "running_mean": np.zeros(3, np.float32), "running_var": np.ones(3, np.float32)}
+    assert run_batch_norm_ex(c_handle, arrays) == SUCCESS
+    for name in ("input", "grad_input", "running_var"):
+        def shifted(array, name=name):  # two bytes into the array named: not a float32 boundary
+            return ffi.cast("void *", ffi.cast("char *", data_pointer(array)) + (2 if array is arrays[name] else 0))
+        assert run_batch_norm_ex(c_handle, arrays, pointer=shifted) == BAD_PARAM, name

@@ -68,6 +68,9 @@ infiniStatus_t checkNoAliasing(const std::vector<Footprint> &footprints, const v
     for (size_t i = 0; i < data.size(); ++i) {
         const Footprint &footprint = footprintAt(footprints, i);
         if (!touches(pointers[i], footprint)) continue;
+        // The kernels load and store whole elements through typed pointers: an address that is not a multiple of
+        // the element size is undefined behaviour there, so it is refused (no kernel pays for unaligned loads).
+        if (reinterpret_cast<uintptr_t>(pointers[i]) % footprint.itemsize != 0) return INFINI_STATUS_BAD_PARAM;
         Range range = rangeOf(pointers[i], footprint);
         if (has_workspace && intersect(range, workspace_range)) return INFINI_STATUS_BAD_PARAM;
         if (i >= outputs) continue;

@@ -26,8 +26,9 @@ Footprint footprintOf(const InfiniopTensorDescriptor *t);
 // Indices (into the run's data arguments) of an output and the input it may share exactly: in place.
 using InPlacePair = std::pair<size_t, size_t>;
 
-// BAD_PARAM when an output (the first `outputs` data arguments) shares a byte with any other argument, or
-// when the `workspace_bytes` of the workspace share a byte with any argument. The one exception is an
+// BAD_PARAM when a data pointer is not a multiple of its element size, when an output (the first `outputs` data
+// arguments) shares a byte with any other argument, or when the `workspace_bytes` of the workspace share a byte
+// with any argument. The one exception is an
 // `in_place` pair given the same pointer with identical layouts. `footprints` are in argument order.
 // NULL data pointers touch nothing (checkRunArgs refuses them where data is needed).
 infiniStatus_t checkNoAliasing(const std::vector<Footprint> &footprints, const void *workspace,

@@ -12,6 +12,7 @@
 #ifndef INFINIOP_OPS_ROW_BACKWARD_NVIDIA_CUH
 #define INFINIOP_OPS_ROW_BACKWARD_NVIDIA_CUH
 
+#include "common/checked.h"
 #include "common/status.h"
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
@@ -349,6 +350,15 @@ struct Plan {
         const size_t used = partialBytes() + chunkSumBytes() + rowSumBytes();
         return dim == 0 || used == 0 ? 0 : kAlign + used;
     }
+    // Whether those sums overflow size_t (a shape too large for any workspace): the descriptor is refused.
+    bool workspaceOverflows() const {
+        using infini::CheckedSize;
+        const CheckedSize used = CheckedSize(partial_arrays) * partialCount() * dim * compute_size +
+                                 (split ? CheckedSize(rows) * chunks * sizeof(double2) : CheckedSize(0)) +
+                                 (split ? CheckedSize(rows) * sizeof(double2) : CheckedSize(0)) +
+                                 CheckedSize(4) * kAlign;
+        return used.overflowed();
+    }
 };
 
 // The row scalar's type for these data and parameter types.
@@ -479,10 +489,11 @@ class Driver {
             driver->wanted_[p] = wanted[p];
             partial_arrays += wanted[p] ? 1 : 0;
         }
-        return nvidia::withDataAndParameterTypes(dtype, parameter_dtype, [&](auto data_tag, auto parameter_tag) {
+        INFINI_CHECK(nvidia::withDataAndParameterTypes(dtype, parameter_dtype, [&](auto data_tag, auto parameter_tag) {
             return makePlanFor<Terms, decltype(data_tag), decltype(parameter_tag)>(rows, dim, partial_arrays,
                                                                                   device_id, &driver->plan_);
-        });
+        }));
+        return driver->plan_.workspaceOverflows() ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
     }
 
     size_t workspaceBytes() const { return plan_.workspaceBytes(); }

@@ -3,6 +3,8 @@
 #ifndef INFINI_DEVICES_CPU_WORKSPACE_H
 #define INFINI_DEVICES_CPU_WORKSPACE_H
 
+#include "common/checked.h"
+
 #include <cstddef>
 #include <cstdint>
 
@@ -10,8 +12,17 @@ namespace cpu {
 
 constexpr size_t kWorkspaceAlignment = 64;
 
-// The workspace size to ask callers for, given the bytes the kernels use (none stays none).
-inline size_t withAlignmentSlack(size_t bytes) { return bytes == 0 ? 0 : bytes + kWorkspaceAlignment - 1; }
+// The workspace size to ask callers for, given the bytes the kernels use (none stays none); an overflow stays
+// one (the descriptor is refused).
+inline infini::CheckedSize withAlignmentSlack(infini::CheckedSize bytes) {
+    return bytes.value() == 0 && !bytes.overflowed() ? bytes : bytes + (kWorkspaceAlignment - 1);
+}
+
+// Sets n elements of a strided parameter-gradient vector to zero: the gradient of an empty batch.
+template <typename W>
+void zeroVector(W *vector, size_t n, ptrdiff_t stride) {
+    for (size_t i = 0; i < n; ++i) vector[static_cast<ptrdiff_t>(i) * stride] = W{};
+}
 
 inline void *alignedWorkspace(void *workspace) {
     auto address = reinterpret_cast<uintptr_t>(workspace);

@@ -74,4 +74,19 @@ GradInputTerms finishChannel(const Info &info, const Phase &phase, const Channel
     return GradInputTerms{scale, -scale * invstd * invstd * sum_grad_centered / count, -scale * sum_grad / count};
 }
 
+void finishEmpty(const Info &info, const Phase &phase, const ChannelVectors &vectors) {
+    const bool any = vectors.grad_bias != nullptr || vectors.grad_weight != nullptr || phase.kind == Phase::reduce;
+    if (phase.kind == Phase::elementwise || !any) return; // nothing to write: no loop over the channels
+    for (size_t c = 0; c < info.channels; ++c) {
+        if (vectors.grad_bias != nullptr) store(vectors.grad_bias, info.parameter_dtype, info.grad_bias_stride, c, 0.0);
+        if (vectors.grad_weight != nullptr) {
+            store(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, c, 0.0);
+        }
+        if (phase.kind == Phase::reduce) {
+            store(phase.sum_grad, info.statistic_dtype, 1, c, 0.0);
+            store(phase.sum_grad_centered, info.statistic_dtype, 1, c, 0.0);
+        }
+    }
+}
+
 } // namespace op::batch_norm_backward

@@ -33,6 +33,10 @@ ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vect
 GradInputTerms finishChannel(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t c,
                              const ChannelStatistics &statistics, double sum_grad, double sum_grad_centered);
 
+// An empty batch (N * L = 0): grad_weight, grad_bias and the reduce phase's sums (those set) are zero; nothing
+// else is read or written.
+void finishEmpty(const Info &info, const Phase &phase, const ChannelVectors &vectors);
+
 // Whether the sums pass is needed: training's grad_input needs it, eval's only for grad_weight / grad_bias.
 inline bool needsSums(const Info &info) { return info.training || info.has_grad_weight || info.has_grad_bias; }
 

@@ -81,19 +81,21 @@ class CpuDescriptor final : public Descriptor {
         }
         // Scratch is per thread, not per tile: sized for the threads of now, and the sums pass never runs on more.
         slots_ = std::max<size_t>(1, std::min(tiles(), cpu::maxThreads()));
+        workspace_ = workspaceOf();
     }
 
-    size_t workspaceSize() const override {
-        if (info.dtype == INFINI_DTYPE_F64) return 0;
-        return cpu::withAlignmentSlack(info.channels * sizeof(ChannelStatistics) + sumsCount() * sizeof(double) +
-                                       (4 * positions() + scratchFloats()) * sizeof(float));
-    }
+    size_t workspaceSize() const override { return workspace_.value(); }
+    bool workspaceOverflows() const { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
                              void *grad_bias, const void *input, const void *grad_output, const void *weight,
                              const void *running_mean, const void *running_var, const void *save_mean,
                              const void *save_invstd, void *) const override {
         const ChannelVectors vectors{grad_weight, grad_bias, weight, running_mean, running_var, save_mean, save_invstd};
+        if (info.batch * info.length == 0) { // nothing to read (the channels may be a broadcast vector's 2^61)
+            finishEmpty(info, phase, vectors);
+            return INFINI_STATUS_SUCCESS;
+        }
         if (info.dtype == INFINI_DTYPE_F64) {
             runF64(info, phase, vectors, static_cast<double *>(grad_input), static_cast<const double *>(input),
                    static_cast<const double *>(grad_output));
@@ -109,6 +111,16 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
+    // An empty batch needs none; F64 runs without any.
+    infini::CheckedSize workspaceOf() const {
+        if (info.dtype == INFINI_DTYPE_F64 || info.batch * info.length == 0) return 0;
+        using infini::CheckedSize;
+        const CheckedSize sums = needsSums(info) ? CheckedSize(groups()) * info.channels * 2 : CheckedSize(0);
+        const CheckedSize scratch = needsSums(info) ? CheckedSize(slots_) * slotScratchFloats() : CheckedSize(0);
+        return cpu::withAlignmentSlack(CheckedSize(info.channels) * sizeof(ChannelStatistics) + sums * sizeof(double) +
+                                       (CheckedSize(4) * positions() + scratch) * sizeof(float));
+    }
+
     bool periodic() const {
         return info.layout == Layout::channels_last || info.length < kMinChannelRun;
     }
@@ -237,12 +249,18 @@ class CpuDescriptor final : public Descriptor {
     cpu::Blocks row_blocks_{1, 0};
     size_t period_ = 0;
     size_t slots_ = 1; // threads the sums pass may use, each with its own scratch
+    infini::CheckedSize workspace_;
 };
 
 } // namespace
 
 infiniStatus_t Backends::cpu(const Info &info, int device_id, Descriptor **desc) {
-    *desc = new CpuDescriptor(device_id, info);
+    auto *cpu_desc = new CpuDescriptor(device_id, info);
+    if (cpu_desc->workspaceOverflows()) {
+        delete cpu_desc;
+        return INFINI_STATUS_BAD_TENSOR_SHAPE;
+    }
+    *desc = cpu_desc;
     return INFINI_STATUS_SUCCESS;
 }
 

@@ -15,6 +15,7 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "common/checked.h"
 
 #include <algorithm>
 
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const 
         k.scale_centered = static_cast<C>(-scale * invstd * invstd * sum_grad_centered / count);
         k.shift = static_cast<C>(-scale * sum_grad / count);
     }
-    coefficients[c] = k;
+    if (coefficients != nullptr) coefficients[c] = k; // NULL: an empty batch has no grad_input to write
 }
 
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -314,21 +315,29 @@ bool needsSums(const Info &info) { return info.training || info.has_grad_weight 
 class NvidiaDescriptor final : public Descriptor {
   public:
     NvidiaDescriptor(int device_id, const Info &info, size_t tiles, size_t tile_elements)
-        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiles_(tiles), tile_elements_(tile_elements) {}
-
-    // + kAlign: the caller's pointer is aligned up before use.
-    size_t workspaceSize() const override {
-        if (info.channels == 0) return 0;
+        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiles_(tiles), tile_elements_(tile_elements) {
+        // + kAlign: the caller's pointer is aligned up before use. An empty batch needs none.
+        if (info.channels == 0 || info.batch * info.length == 0) return;
         const size_t coefficient_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelCoefficients<double>)
                                                                        : sizeof(ChannelCoefficients<float>);
-        return kAlign + partialBytes() + alignUp(info.channels * coefficient_size);
+        const infini::CheckedSize partials =
+            needsSums(info) ? infini::CheckedSize(info.channels) * tiles_ * sizeof(double2) + kAlign : 0;
+        workspace_ = infini::CheckedSize(kAlign) + partials + infini::CheckedSize(info.channels) * coefficient_size + kAlign;
     }
+
+    size_t workspaceSize() const override { return workspace_.value(); }
+    bool workspaceOverflows() const { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
                              void *grad_bias, const void *input, const void *grad_output, const void *weight,
                              const void *running_mean, const void *running_var, const void *save_mean,
                              const void *save_invstd, void *stream) const override {
-        if (info.channels == 0) return INFINI_STATUS_SUCCESS;
+        const bool any_elements = info.batch * info.length > 0;
+        const bool writes_vectors = phase.kind == Phase::reduce || grad_weight != nullptr || grad_bias != nullptr;
+        if (info.channels == 0 || (!any_elements && (phase.kind == Phase::elementwise || !writes_vectors))) {
+            return INFINI_STATUS_SUCCESS; // nothing to write (the channels may be a broadcast vector's 2^61)
+        }
+        if (ceilDiv(info.channels, 8) > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // channelKernel's grid
         INFINI_CHECK(nvidia::useDevice(device_id));
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
         auto *partials = reinterpret_cast<double2 *>(base);
@@ -338,7 +347,8 @@ class NvidiaDescriptor final : public Descriptor {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
             using C = ComputeOf<T>;
-            auto *coefficients = reinterpret_cast<ChannelCoefficients<C> *>(base + partialBytes());
+            auto *coefficients =
+                any_elements ? reinterpret_cast<ChannelCoefficients<C> *>(base + partialBytes()) : nullptr;
             const bool saved = !info.usesRunning();
             const ChannelStatistics<W> statistics{info.has_weight ? static_cast<const W *>(weight) : nullptr,
                                                   saved ? nullptr : static_cast<const W *>(running_mean),
@@ -360,7 +370,6 @@ class NvidiaDescriptor final : public Descriptor {
                                tiles_,
                                tile_elements_,
                                info.training};
-            const bool any_elements = info.batch * info.length > 0;
             const bool sums = any_elements && needsSums(info) && phase.kind != Phase::elementwise;
 
             if (sums) INFINI_CHECK((this->template launchSums<T, W>(args, statistics, partials, cuda_stream)));
@@ -453,6 +462,7 @@ class NvidiaDescriptor final : public Descriptor {
     unsigned gridOf(const RowsShape &shape) const { return static_cast<unsigned>(tiles_ * shape.channel_blocks); }
 
     size_t tiles_, tile_elements_;
+    infini::CheckedSize workspace_;
 };
 
 // Tiles for about two waves of CTAs, each at least kMinTile elements; *tiles * ctas_per_tile must fit a grid.
@@ -489,7 +499,12 @@ infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     size_t tiles = 1, tile_elements = 1;
     INFINI_CHECK(planTiles(info, device_id, &tiles, &tile_elements));
-    *desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
+    auto *nvidia_desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
+    if (nvidia_desc->workspaceOverflows()) {
+        delete nvidia_desc;
+        return INFINI_STATUS_BAD_TENSOR_SHAPE;
+    }
+    *desc = nvidia_desc;
     return INFINI_STATUS_SUCCESS;
 }
 

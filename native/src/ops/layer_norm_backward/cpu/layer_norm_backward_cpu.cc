@@ -52,13 +52,11 @@ enum class PartialRows { this_row, with_next, none };
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)) {}
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+          workspace_(workspaceOf(info, plan_)) {}
 
-    // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient.
-    size_t workspaceSize() const override {
-        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
-        return cpu::withAlignmentSlack(plan_.scratchBytes() + (1 + partialCount() * plan_.blocks.count) * info.dim * compute);
-    }
+    size_t workspaceSize() const override { return workspace_.value(); }
+    bool workspaceOverflows() const { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *grad_output, const void *weight, const void *row_input, const void *row_mean,
@@ -87,13 +85,27 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
-    size_t partialCount() const { return (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0); }
+    // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient. No
+    // rows: none (the run only zeroes the gradients).
+    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan) {
+        if (info.rows == 0) return 0;
+        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        const size_t partials = (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0);
+        return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
+                                       (infini::CheckedSize(1) + infini::CheckedSize(partials) * plan.blocks.count) *
+                                           info.dim * compute);
+    }
 
     template <bool kFromInput, typename T, typename W, typename S>
     void run(void *workspace, T *grad_input, W *grad_weight, W *grad_bias, const T *grad_output, const W *weight,
              const T *row_input, const S *row_mean, const S *row_scale) const {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim, blocks = plan_.blocks.count;
+        if (info.rows == 0) { // nothing to read: the gradients of no rows are zero
+            if (info.has_grad_weight) cpu::zeroVector(grad_weight, dim, info.grad_weight_stride);
+            if (info.has_grad_bias) cpu::zeroVector(grad_bias, dim, info.grad_bias_stride);
+            return;
+        }
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *weight_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         C *weight_scratch = weight_copy + dim;
@@ -152,12 +164,18 @@ class CpuDescriptor final : public Descriptor {
     }
 
     cpu::RowPlan plan_;
+    infini::CheckedSize workspace_;
 };
 
 } // namespace
 
 infiniStatus_t Backends::cpu(const Info &info, int device_id, Descriptor **desc) {
-    *desc = new CpuDescriptor(device_id, info);
+    auto *cpu_desc = new CpuDescriptor(device_id, info);
+    if (cpu_desc->workspaceOverflows()) {
+        delete cpu_desc;
+        return INFINI_STATUS_BAD_TENSOR_SHAPE;
+    }
+    *desc = cpu_desc;
     return INFINI_STATUS_SUCCESS;
 }
 

@@ -38,13 +38,11 @@ const Kernels<double> kF64Kernels{sumsF64, applyF64};
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)) {}
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+          workspace_(workspaceOf(info, plan_)) {}
 
-    // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
-    size_t workspaceSize() const override {
-        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
-        return cpu::withAlignmentSlack(plan_.scratchBytes() + (1 + (info.has_grad_w ? plan_.blocks.count : 0)) * info.dim * compute);
-    }
+    size_t workspaceSize() const override { return workspace_.value(); }
+    bool workspaceOverflows() const { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
                              const void *w, const void *rstd, void *) const override {
@@ -58,11 +56,25 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
+    // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
+    // No rows: none (the run only zeroes grad_w).
+    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan) {
+        if (info.rows == 0) return 0;
+        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
+                                       (infini::CheckedSize(1) + (info.has_grad_w ? plan.blocks.count : 0)) *
+                                           info.dim * compute);
+    }
+
     template <typename T, typename W>
     void run(void *workspace, T *grad_x, W *grad_w, const T *grad_y, const T *x, const W *w,
              const void *rstd) const {
         using C = cpu::ComputeOf<T>;
         const size_t dim = info.dim;
+        if (info.rows == 0) { // nothing to read: grad_w of no rows is zero
+            if (info.has_grad_w) cpu::zeroVector(grad_w, dim, info.grad_w_stride);
+            return;
+        }
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
@@ -95,12 +107,18 @@ class CpuDescriptor final : public Descriptor {
     }
 
     cpu::RowPlan plan_;
+    infini::CheckedSize workspace_;
 };
 
 } // namespace
 
 infiniStatus_t Backends::cpu(const Info &info, int device_id, Descriptor **desc) {
-    *desc = new CpuDescriptor(device_id, info);
+    auto *cpu_desc = new CpuDescriptor(device_id, info);
+    if (cpu_desc->workspaceOverflows()) {
+        delete cpu_desc;
+        return INFINI_STATUS_BAD_TENSOR_SHAPE;
+    }
+    *desc = cpu_desc;
     return INFINI_STATUS_SUCCESS;
 }
 
