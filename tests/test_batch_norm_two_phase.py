@@ -68,8 +68,15 @@ class SplitProblem:
                        **self.statistics())
 
     def reduce(self, device, x, grad_output):
+        """Fresh gradients take running_mean's dtype, else input's (reduce has no weight to follow), so they are
+        passed in the parameters' dtype, as the single call makes them."""
+        given = (self.weight, self.running_mean, self.running_var)  # the single call's rule for fresh gradients
+        channels = x.shape[1]
+        parameter_dtype = self.parameter_dtype if any(p is not None for p in given) else self.dtype
+        out = (np.empty(channels, statistic_dtype(self.dtype)), np.empty(channels, statistic_dtype(self.dtype)),
+               *(np.empty(channels, parameter_dtype) if want else None for want in self.wanted))
         return call_on(device, infiniop_py.batch_norm_backward_reduce, x, grad_output, self.running_mean,
-                       self.running_var, need_grad_weight=self.wanted[0], need_grad_bias=self.wanted[1],
+                       self.running_var, need_grad_weight=self.wanted[0], need_grad_bias=self.wanted[1], out=out,
                        **self.statistics())
 
     def elementwise(self, device, x, grad_output, sums, count):
