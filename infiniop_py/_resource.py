@@ -30,13 +30,14 @@ class NativeResource:
         self._destroy_name = destroy_name
         self._calls = 0  # native calls in flight on this object
         self._closing = False
-        self._idle = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # guards the two above; a bare Lock: a call pays two acquire/release pairs
+        self._drained = threading.Event()  # set by the last call to end once closing
         self._finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
         self._finalizer.atexit = False
 
     @property
     def closed(self):
-        return self._finalizer is None or not self._finalizer.alive or self._closing
+        return self._closing or self._finalizer is None or not self._finalizer.alive
 
     def _open_pointer(self):
         """The native pointer; ClosedError once closed. For a use that ends before close() can run (creating
@@ -48,29 +49,35 @@ class NativeResource:
     def _begin_call(self):
         """The native pointer for a native call, which close() then waits for: pair with _end_call (try/finally).
         ClosedError once closed (or closing)."""
-        with self._idle:
-            if self.closed:
-                raise ClosedError(f"{type(self).__name__} is closed")
-            self._calls += 1
+        lock = self._lock
+        lock.acquire()
+        if self._closing:
+            lock.release()
+            raise ClosedError(f"{type(self).__name__} is closed")
+        self._calls += 1
+        lock.release()
         return self._pointer
 
     def _end_call(self):
-        with self._idle:
-            self._calls -= 1
-            if self._calls == 0:
-                self._idle.notify_all()
+        lock = self._lock
+        lock.acquire()
+        self._calls -= 1
+        last = self._closing and self._calls == 0
+        lock.release()
+        if last:
+            self._drained.set()
 
     def close(self):
         """Destroy the native object now, after the calls already running on it (new ones raise ClosedError).
         Calling it again does nothing."""
         if self._finalizer is None:
             return
-        with self._idle:
+        with self._lock:
             self._closing = True
-            while self._calls:
-                self._idle.wait()
-            detached = self._finalizer.detach()
-        if detached is not None:
+            running = self._calls
+        if running:
+            self._drained.wait()
+        if self._finalizer.detach() is not None:
             check(self._destroy(self._pointer), self._destroy_name)
 
     def __enter__(self):
