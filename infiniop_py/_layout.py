@@ -32,15 +32,17 @@ def strides_of(spec):
     return tuple(spec.strides) if spec.strides is not None else contiguous_strides(spec.shape)
 
 
-def _require_present(specs):
+def _require_present(specs, optional=()):
     for name, spec in specs.items():
-        if spec is None:
+        if spec is None and name not in optional:
             raise NullPointerError(f"{name}: tensor descriptor is NULL")
 
 
 def _require_one_supported_dtype(specs):
     first_name, first = next(iter(specs.items()))
     for name, spec in specs.items():
+        if spec is None:  # an absent optional tensor (the seed's grad_bias)
+            continue
         if spec.dtype not in dtypes.SUPPORTED:
             raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must be one of F16, F32, BF16")
         if spec.dtype != first.dtype:
@@ -136,20 +138,22 @@ def check_layer_norm_backward(grad_input, grad_weight, grad_bias, grad_output, w
         "grad_output": grad_output, "weight": weight, "input_standardization": input_standardization,
         "input_std_deviation": input_std_deviation,
     }
-    _require_present(specs)
+    _require_present(specs, optional=("grad_bias",))  # a layer without bias: not computed
     _require_one_supported_dtype(specs)
     _require_ndim("grad_input", grad_input, (2, 3))
     _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
     _require_shape("input_standardization", input_standardization, grad_input.shape, "grad_input.shape")
     length = grad_input.shape[-1]
     for name in ("grad_weight", "grad_bias", "weight"):
-        _require_vector(name, specs[name], length, "L", "grad_input.shape[-1]")
+        if specs[name] is not None:
+            _require_vector(name, specs[name], length, "L", "grad_input.shape[-1]")
     _require_shape("input_std_deviation", input_std_deviation, tuple(grad_input.shape)[:-1],
                    "grad_input.shape[:-1]")
     for name in ("grad_input", "grad_output", "input_standardization"):
         _require_last_dim_contiguous(name, specs[name])
     for name in ("grad_input", "grad_weight", "grad_bias"):
-        _require_no_self_overlap(name, specs[name])
+        if specs[name] is not None:
+            _require_no_self_overlap(name, specs[name])
 
 
 def check_batch_norm_backward(grad_input, grad_weight, grad_bias, input, grad_output, weight,
@@ -159,18 +163,20 @@ def check_batch_norm_backward(grad_input, grad_weight, grad_bias, input, grad_ou
         "grad_output": grad_output, "weight": weight, "running_mean": running_mean,
         "running_var": running_var,
     }
-    _require_present(specs)
+    _require_present(specs, optional=("grad_bias",))  # a layer without bias: not computed
     _require_one_supported_dtype(specs)
     _require_ndim("grad_input", grad_input, (3,))
     _require_shape("input", input, grad_input.shape, "grad_input.shape")
     _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
     channels = grad_input.shape[1]
     for name in ("grad_weight", "grad_bias", "weight", "running_mean", "running_var"):
-        _require_vector(name, specs[name], channels, "C", "grad_input.shape[1]")
+        if specs[name] is not None:
+            _require_vector(name, specs[name], channels, "C", "grad_input.shape[1]")
     for name in ("grad_input", "grad_output", "input"):
         _require_fully_contiguous(name, specs[name])
     for name in ("grad_input", "grad_weight", "grad_bias"):
-        _require_no_self_overlap(name, specs[name])
+        if specs[name] is not None:
+            _require_no_self_overlap(name, specs[name])
 
 
 # ---------------------------------------------------------------- the ...Ex rules (common/layout.h, info.h createEx)

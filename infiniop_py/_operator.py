@@ -59,6 +59,7 @@ class Operator(NativeResource):
     _check_layout the _layout.check_* function of the seed create (used without the Ex entry points)
     _check_layout_ex  the _layout.check_*_ex function of the Ex create
     _seed_count   how many of the leading tensors the seed create and run take
+    _seed_optional  names of those the seed create takes as NULL (LayerNorm's and BatchNorm's grad_bias)
     _has_ex_run   whether infiniop<_c_name>Ex exists (it takes every tensor; else the seed run does)
     _descriptor_c_name  the C name of the descriptor type and of its GetWorkspaceSize / Destroy functions, where
                   another op's serve this one (LayerNormBackwardFromInput's are LayerNormBackward's); else _c_name
@@ -73,6 +74,7 @@ class Operator(NativeResource):
     _check_layout = None
     _check_layout_ex = None
     _seed_count = None
+    _seed_optional = ()
     _has_ex_run = False
     _descriptor_c_name = None
 
@@ -100,7 +102,8 @@ class Operator(NativeResource):
                 seed_descs = dict(list(descs.items())[:self._seed_count])
                 self._check_layout(**seed_descs)
                 create = f"infiniopCreate{self._c_name}Descriptor"
-                check(getattr(op, create)(handle_pointer, pointer, *(d.native for d in seed_descs.values())), create)
+                natives = [ffi.NULL if desc is None else desc.native for desc in seed_descs.values()]
+                check(getattr(op, create)(handle_pointer, pointer, *natives), create)
         finally:
             handle._end_call()
             for desc in temporaries:  # the op descriptor copied what it needs
@@ -144,7 +147,8 @@ class Operator(NativeResource):
     def _require_seed_call(self, descs, options, seed_options):
         """Without the Ex entry points only what the seed create expresses can run."""
         names = list(descs)
-        missing = [name for name in names[:self._seed_count] if descs[name] is None]
+        missing = [name for name in names[:self._seed_count]
+                   if descs[name] is None and name not in self._seed_optional]
         extra = [name for name in names[self._seed_count:] if descs[name] is not None]
         changed = [name for name, value in options.items() if value != seed_options.get(name)]
         if missing or extra or changed:

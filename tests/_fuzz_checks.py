@@ -54,7 +54,12 @@ def separate_buffers(specs, rng):
     """One float buffer per tensor covering its footprint, and the data pointer inside it; None when too big."""
     buffers, pointers = [], []
     ffi, _, _ = native()
-    for shape, dtype, strides in specs:
+    for spec in specs:
+        if spec is None:  # a NULL descriptor that create accepted (the seed's grad_bias): a NULL pointer
+            buffers.append(None)
+            pointers.append(ffi.NULL)
+            continue
+        shape, dtype, strides = spec
         strides = strides if strides is not None else _layout.contiguous_strides(shape)
         if 0 in shape:
             buffers.append(None)

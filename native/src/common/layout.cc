@@ -34,7 +34,7 @@ size_t dtypeSize(infiniDtype_t dtype) {
 infiniStatus_t checkSameNormFloat(std::initializer_list<Tensor> tensors) {
     infiniDtype_t dtype = (*tensors.begin())->dtype;
     for (Tensor t : tensors) {
-        if (t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+        if (t != nullptr && t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
     }
     return isNormFloat(dtype) ? INFINI_STATUS_SUCCESS : INFINI_STATUS_BAD_TENSOR_DTYPE;
 }

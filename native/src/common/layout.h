@@ -11,6 +11,7 @@ namespace infini {
 using Tensor = const InfiniopTensorDescriptor *;
 
 // BAD_TENSOR_DTYPE unless every tensor has the first one's dtype and it is F16, F32 or BF16.
+// NULL entries after the first (an absent grad_bias) are skipped.
 infiniStatus_t checkSameNormFloat(std::initializer_list<Tensor> tensors);
 
 // The dtype rule of the ...Ex create functions; NULL entries (absent optional tensors) are skipped.

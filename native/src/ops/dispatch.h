@@ -50,10 +50,17 @@ infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc
     });
 }
 
-// The seed create: every tensor descriptor is required.
+// The seed create: every tensor descriptor is required but the one at index `optional` (kNoneOptional: none),
+// which Info::create then takes as absent.
+constexpr size_t kNoneOptional = static_cast<size_t>(-1);
+
 template <typename Op, typename... Tensors>
-infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, Tensors... tensors) {
-    if (((tensors == nullptr) || ...)) return INFINI_STATUS_NULL_POINTER;
+infiniStatus_t createDescriptor(infiniopHandle_t handle, InfiniopDescriptor **desc_ptr, size_t optional,
+                                Tensors... tensors) {
+    const infini::Tensor all[] = {tensors...};
+    for (size_t i = 0; i < sizeof...(Tensors); ++i) {
+        if (all[i] == nullptr && i != optional) return INFINI_STATUS_NULL_POINTER;
+    }
     return createFromInfo<Op>(handle, desc_ptr, {tensors...},
                               [&](typename Op::Info *info) { return Op::Info::create(info, tensors...); });
 }

@@ -7,6 +7,8 @@
 
 typedef struct InfiniopDescriptor *infiniopLayerNormBackwardDescriptor_t;
 
+/* grad_bias_desc may be NULL (a layer without bias, as InfiniCore passes it): grad_bias is then not computed, and
+ * the run takes a NULL grad_bias pointer. Every other descriptor is required (NULL_POINTER). */
 __C __export infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(
     infiniopHandle_t handle, infiniopLayerNormBackwardDescriptor_t *desc_ptr,
     infiniopTensorDescriptor_t grad_input_desc, infiniopTensorDescriptor_t grad_weight_desc,

@@ -12,7 +12,8 @@ __C infiniStatus_t infiniopCreateBatchNormBackwardDescriptor(
     infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t input_desc,
     infiniopTensorDescriptor_t grad_output_desc, infiniopTensorDescriptor_t weight_desc,
     infiniopTensorDescriptor_t running_mean_desc, infiniopTensorDescriptor_t running_var_desc) {
-    return op::createDescriptor<Op>(handle, desc_ptr, grad_input_desc, grad_weight_desc, grad_bias_desc, input_desc,
+    // grad_bias_desc (argument 2) may be NULL: a layer without bias, as InfiniCore passes it; not computed then.
+    return op::createDescriptor<Op>(handle, desc_ptr, 2, grad_input_desc, grad_weight_desc, grad_bias_desc, input_desc,
                                     grad_output_desc, weight_desc, running_mean_desc, running_var_desc);
 }
 

@@ -11,7 +11,8 @@ __C infiniStatus_t infiniopCreateLayerNormBackwardDescriptor(
     infiniopTensorDescriptor_t grad_bias_desc, infiniopTensorDescriptor_t grad_output_desc,
     infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t input_standardization_desc,
     infiniopTensorDescriptor_t input_std_deviation_desc) {
-    return op::createDescriptor<Op>(handle, desc_ptr, grad_input_desc, grad_weight_desc, grad_bias_desc,
+    // grad_bias_desc (argument 2) may be NULL: a layer without bias, as InfiniCore passes it; not computed then.
+    return op::createDescriptor<Op>(handle, desc_ptr, 2, grad_input_desc, grad_weight_desc, grad_bias_desc,
                                     grad_output_desc, weight_desc, input_standardization_desc,
                                     input_std_deviation_desc);
 }

@@ -9,7 +9,8 @@ __C infiniStatus_t infiniopCreateRMSNormBackwardDescriptor(
     infiniopHandle_t handle, infiniopRMSNormBackwardDescriptor_t *desc_ptr, infiniopTensorDescriptor_t grad_x_desc,
     infiniopTensorDescriptor_t grad_w_desc, infiniopTensorDescriptor_t grad_y_desc, infiniopTensorDescriptor_t x_desc,
     infiniopTensorDescriptor_t w_desc) {
-    return op::createDescriptor<Op>(handle, desc_ptr, grad_x_desc, grad_w_desc, grad_y_desc, x_desc, w_desc);
+    return op::createDescriptor<Op>(handle, desc_ptr, op::kNoneOptional, grad_x_desc, grad_w_desc, grad_y_desc, x_desc,
+                                    w_desc);
 }
 
 __C infiniStatus_t infiniopCreateRMSNormBackwardDescriptorEx(
