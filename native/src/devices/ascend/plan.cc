@@ -54,9 +54,13 @@ Plan::~Plan() {
     if (constants_ != nullptr) api_->aclrtFree(constants_);
 }
 
-size_t Plan::reserveScratch(size_t bytes) {
+size_t Plan::reserveScratch(infini::CheckedSize bytes) {
+    if ((infini::CheckedSize(scratch_bytes_) + bytes + kAlign).overflowed()) {
+        scratch_overflowed_ = true;
+        return 0;
+    }
     size_t offset = scratch_bytes_;
-    scratch_bytes_ += alignUp(bytes);
+    scratch_bytes_ += alignUp(bytes.value());
     return offset;
 }
 
@@ -102,6 +106,7 @@ aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
 }
 
 infiniStatus_t Plan::build() {
+    if (scratch_overflowed_) return INFINI_STATUS_BAD_TENSOR_SHAPE; // a workspace past 2^64 bytes
     for (const Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
             for (const std::optional<TensorSpec> &spec : *group) {

@@ -7,6 +7,8 @@
 
 #include "loader.h"
 
+#include "common/checked.h"
+
 #include <deque>
 #include <functional>
 #include <memory>
@@ -58,8 +60,9 @@ class Plan {
     Plan &operator=(const Plan &) = delete;
 
     const Api &acl() const { return *api_; }
-    // Reserves an aligned region of scratch workspace; returns its byte offset.
-    size_t reserveScratch(size_t bytes);
+    // Reserves an aligned region of scratch workspace; returns its byte offset. A size past size_t makes build()
+    // return BAD_TENSOR_SHAPE.
+    size_t reserveScratch(infini::CheckedSize bytes);
     // Device memory owned by the plan, written once now; returns its byte offset among the constants.
     size_t addConstant(const void *host, size_t bytes);
     // Arrays owned by the plan, alive as long as its executors.
@@ -105,6 +108,7 @@ class Plan {
     std::vector<unsigned char> constants_host_;
     void *constants_ = nullptr;
     size_t scratch_bytes_ = 0;
+    bool scratch_overflowed_ = false;
     size_t aclnn_offset_ = 0, aclnn_bytes_ = 0;
     mutable std::mutex run_mutex_; // re-pointing executors is not thread-safe
 };

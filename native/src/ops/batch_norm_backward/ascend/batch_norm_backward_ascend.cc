@@ -60,7 +60,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
     };
     auto f32Scratch = [&] {
         return TensorSpec::contiguous({static_cast<int64_t>(channels)}, ACL_FLOAT,
-                                      Buffer::scratch(plan.reserveScratch(channels * sizeof(float))));
+                                      Buffer::scratch(plan.reserveScratch(infini::CheckedSize(channels) * sizeof(float))));
     };
     auto unaryCall = [&](const TensorSpec &from, const TensorSpec &to, ascend::Call::Prepare prepare,
                          ascend::Call::Launch launch) { plan.add({{from}, {to}, std::move(prepare), launch}); };

@@ -90,7 +90,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
     const std::vector<float> zeros(rows, 0.0f), ones(rows, 1.0f);
     const Buffer mean = Buffer::constant(plan.addConstant(zeros.data(), rows * sizeof(float)));
     const Buffer rstd = Buffer::constant(plan.addConstant(ones.data(), rows * sizeof(float)));
-    const Buffer scaled = Buffer::scratch(plan.reserveScratch(rows * dim * infini::dtypeSize(info.dtype)));
+    const Buffer scaled = Buffer::scratch(plan.reserveScratch(infini::CheckedSize(rows) * dim * infini::dtypeSize(info.dtype)));
 
     // grad_input * std, packed in the workspace, shaped like grad_input's view.
     const TensorSpec packed =

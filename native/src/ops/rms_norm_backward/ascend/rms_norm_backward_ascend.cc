@@ -44,8 +44,8 @@ void planCalls(const Info &info, ascend::Plan &plan) {
 
     Buffer rstd = Buffer::argument(kRstd);
     if (!info.has_rstd) {
-        const Buffer y = Buffer::scratch(plan.reserveScratch(info.rows * info.dim * element));
-        rstd = Buffer::scratch(plan.reserveScratch(info.rows * sizeof(float)));
+        const Buffer y = Buffer::scratch(plan.reserveScratch(infini::CheckedSize(info.rows) * info.dim * element));
+        rstd = Buffer::scratch(plan.reserveScratch(infini::CheckedSize(info.rows) * sizeof(float)));
         const double epsilon = info.epsilon;
         plan.add({{matrix(Buffer::argument(kX)), vector(Buffer::argument(kW), weight_dtype)},
                   {matrix(y), TensorSpec::contiguous({rows, 1}, ACL_FLOAT, rstd)},
@@ -56,7 +56,7 @@ void planCalls(const Info &info, ascend::Plan &plan) {
     }
     const bool direct_dgamma = info.has_grad_w && weight_dtype == ACL_FLOAT;
     const Buffer dgamma =
-        direct_dgamma ? Buffer::argument(kGradW) : Buffer::scratch(plan.reserveScratch(info.dim * sizeof(float)));
+        direct_dgamma ? Buffer::argument(kGradW) : Buffer::scratch(plan.reserveScratch(infini::CheckedSize(info.dim) * sizeof(float)));
     plan.add({{matrix(Buffer::argument(kGradY)), matrix(Buffer::argument(kX)),
                TensorSpec::contiguous({rows}, ACL_FLOAT, rstd), vector(Buffer::argument(kW), weight_dtype)},
               {matrix(Buffer::argument(kGradX)), vector(dgamma, ACL_FLOAT)},
