@@ -356,19 +356,28 @@ def ln_ex_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, 
     std = rounded(std.reshape(shape[:leading]), parameter_dtype)
     grad_output = rounded(rng.standard_normal(shape), dtype)
     weight = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if affine else None
-    ref_gi, ref_gw, ref_gb = layer_norm_reference(grad_output, weight, xhat, std)
+    return run_ln(runner, "infiniopCreateLayerNormBackwardDescriptorEx", "infiniopLayerNormBackward", dtype,
+                  parameter_dtype, leading, strided, (grad_weight, grad_bias), grad_output, weight, ("xhat", xhat),
+                  [device_copy(std, parameter_dtype)], layer_norm_reference(grad_output, weight, xhat, std))
+
+
+def run_ln(runner, create, run, dtype, parameter_dtype, leading, strided, wanted, grad_output, weight, row_input,
+           statistics, references):
+    """A LayerNorm Ex case of either form: sentinel-filled outputs (those `wanted` of grad_weight, grad_bias), the
+    big tensors laid out with leading dims that do not merge where named in `strided`, then create and run;
+    ``row_input``: (name, values) of xhat or input; ``statistics``: the device arrays after it."""
+    shape = grad_output.shape
+
     def big(values, name):
         return leading_strided(values, dtype, leading) if name in strided else device_copy(values, dtype)
 
     gi = big(np.full(shape, SENTINEL), "grad_input")
-    gw = output_like(shape[leading:], parameter_dtype) if grad_weight else None
-    gb = output_like(shape[leading:], parameter_dtype) if grad_bias else None
+    gw, gb = (output_like(shape[leading:], parameter_dtype) if want else None for want in wanted)
     arrays = [gi, gw, gb, big(grad_output, "grad_output"),
-              None if weight is None else device_copy(weight, parameter_dtype), big(xhat, "xhat"),
-              device_copy(std, parameter_dtype)]
-    status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormBackwardDescriptorEx", "infiniopLayerNormBackward",
-                               arrays)
-    return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+              None if weight is None else device_copy(weight, parameter_dtype), big(row_input[1], row_input[0]),
+              *statistics]
+    status = runner.run_arrays("LayerNorm", create, run, arrays)
+    return ex_result(status, list(zip((gi, gw, gb), references)))
 
 
 def ln_from_input_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, grad_weight=True,
@@ -386,19 +395,10 @@ def ln_from_input_case(runner, dtype, shape, k, rng, parameter_dtype=None, affin
     xhat = (f64(x) - f64(mean).reshape(per_row)) * f64(rstd).reshape(per_row)
     grad_output = rounded(rng.standard_normal(shape), dtype)
     weight = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if affine else None
-    ref_gi, ref_gw, ref_gb = layer_norm_reference(grad_output, weight, xhat, 1 / f64(rstd))
-    def big(values, name):
-        return leading_strided(values, dtype, leading) if name in strided else device_copy(values, dtype)
-
-    gi = big(np.full(shape, SENTINEL), "grad_input")
-    gw = output_like(shape[leading:], parameter_dtype) if grad_weight else None
-    gb = output_like(shape[leading:], parameter_dtype) if grad_bias else None
-    arrays = [gi, gw, gb, big(grad_output, "grad_output"),
-              None if weight is None else device_copy(weight, parameter_dtype), big(x, "input"),
-              device_copy(mean, np.float32), device_copy(rstd, np.float32)]
-    status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormBackwardFromInputDescriptorEx",
-                               "infiniopLayerNormBackwardFromInputEx", arrays)
-    return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+    return run_ln(runner, "infiniopCreateLayerNormBackwardFromInputDescriptorEx", "infiniopLayerNormBackwardFromInputEx",
+                  dtype, parameter_dtype, leading, strided, (grad_weight, grad_bias), grad_output, weight, ("input", x),
+                  [device_copy(mean, np.float32), device_copy(rstd, np.float32)],
+                  layer_norm_reference(grad_output, weight, xhat, 1 / f64(rstd)))
 
 
 def bn_phase_case(runner, dtype, shape, rng):
