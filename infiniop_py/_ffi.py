@@ -321,8 +321,30 @@ def find_and_load():
     except OSError as error:
         tried.append(f"system loader: {error}")
     raise LibraryNotFoundError(
-        "cannot load libinfiniop and libinfinirt; tried, in order:\n  " + "\n  ".join(tried)
+        _shadowing_hint() + "cannot load libinfiniop and libinfinirt; tried, in order:\n  " + "\n  ".join(tried)
     )
+
+
+def _shadowing_hint():
+    """Where this package is an unbuilt source tree (a clone's root after `pip install .`) and an installed
+    infiniop-py has its libraries: what shadows what, and what to do; else ''."""
+    if os.path.isdir(BUNDLED_DIR):
+        return ""
+    this_package = os.path.dirname(os.path.abspath(__file__))
+    try:
+        from importlib import metadata
+        files = metadata.distribution("infiniop-py").files or []
+    except Exception:  # no installed distribution, or unreadable metadata
+        return ""
+    for entry in files:
+        path = os.path.abspath(str(entry.locate()))
+        installed = os.path.dirname(os.path.dirname(path))
+        if (os.path.basename(path) == shared_library_name("infiniop") and os.path.isfile(path)
+                and installed != this_package):
+            return (f"infiniop_py was imported from the source tree {this_package}, which has no built libraries, "
+                    f"and it shadows the installed package in {installed}: run Python from another directory "
+                    f"(the current one comes first on sys.path), or build in place with `pip install -e .`.\n")
+    return ""
 
 
 _loaded = None

@@ -85,3 +85,27 @@ def test_import_does_not_need_the_library(tmp_path):
                         {"INFINIOP_PY_LIBRARY_DIR": str(empty), "INFINI_ROOT": str(empty)},
                         cwd=tmp_path, pythonpath=package_copy_without_bundled_libraries(tmp_path))
     assert result.returncode == 0, result.stderr
+
+
+def test_an_unbuilt_source_tree_that_shadows_an_install_says_so(tmp_path, monkeypatch):
+    """The clone's root after `pip install .`: `import infiniop_py` finds the source tree (no lib/) before the
+    installed package; the error says which shadows which and what to do, above the list of paths tried."""
+    from importlib import metadata
+
+    from infiniop_py import _ffi
+
+    installed = tmp_path / "site-packages" / "infiniop_py"
+    (installed / "lib").mkdir(parents=True)
+    library = installed / "lib" / _ffi.shared_library_name("infiniop")
+    library.write_bytes(b"")
+
+    class Installed:
+        files = [type("Entry", (), {"locate": lambda self: library})()]
+
+    monkeypatch.setattr(_ffi, "BUNDLED_DIR", str(tmp_path / "source-tree" / "infiniop_py" / "lib"))
+    monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
+    hint = _ffi._shadowing_hint()
+    assert "shadows the installed package in " + str(installed) in hint
+    assert "run Python from another directory" in hint and "pip install -e ." in hint
+    monkeypatch.setattr(_ffi, "BUNDLED_DIR", str(installed / "lib"))  # the installed package itself: no hint
+    assert _ffi._shadowing_hint() == ""
