@@ -1,4 +1,5 @@
-"""Build hook: compile the native libraries with xmake and bundle them as infiniop_py/lib/.
+"""Build hook: compile the native libraries with xmake and bundle them as infiniop_py/lib/ (and their C headers as
+infiniop_py/include/).
 
 It is a build_ext command, so `pip install .` (into the wheel) and `pip install -e .` (into the
 source tree) both run it. Environment:
@@ -29,7 +30,15 @@ def _build_cuda():
     setting = os.environ.get("INFINIOP_PY_CUDA", "")
     if setting not in ("", "0", "1"):
         sys.exit(f"INFINIOP_PY_CUDA must be 0, 1 or unset, not {setting!r}")
-    return setting == "1" or (setting == "" and shutil.which("nvcc") is not None)
+    nvcc = shutil.which("nvcc")
+    build = setting == "1" or (setting == "" and nvcc is not None)
+    if build:
+        print(f"infiniop-py: compiling the CUDA backend too (nvcc: {nvcc}; minutes more; INFINIOP_PY_CUDA=0 skips it)",
+              flush=True)
+    else:
+        reason = "INFINIOP_PY_CUDA=0" if setting == "0" else "no nvcc on PATH"
+        print(f"infiniop-py: CPU and Ascend backends only ({reason}; INFINIOP_PY_CUDA=1 requires CUDA)", flush=True)
+    return build
 
 
 def _xmake():
@@ -75,6 +84,12 @@ class BuildNative(build_ext):
             target = os.path.join(target_dir, os.path.basename(library))
             shutil.copy2(library, target)
             self._outputs.append(target)
+        # The C headers too, so that C users of a pip install compile against them (infiniop_py.include_dir()).
+        include_dir = os.path.join(os.path.dirname(target_dir), "include")
+        shutil.rmtree(include_dir, ignore_errors=True)
+        shutil.copytree(os.path.join(install_dir, "include"), include_dir)
+        for directory, _, names in os.walk(include_dir):
+            self._outputs += [os.path.join(directory, name) for name in names]
 
     def get_outputs(self):
         return list(getattr(self, "_outputs", []))

@@ -19,11 +19,23 @@ from .tensors import TensorDesc
 
 __version__ = "0.1.0"
 
+
+def include_dir():
+    """The directory of the C headers (infiniop.h, infinirt.h, infinicore.h, infiniop/...) that the bundled
+    libraries were built from: compile C code against them with ``-I`` and link it with the libraries beside
+    ``library_path()``. The headers of the source tree where the package was not built with them."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    bundled = os.path.join(here, "include")
+    return bundled if os.path.isdir(bundled) else os.path.join(os.path.dirname(here), "native", "include")
+
 __all__ = [
     "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
     "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
     "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
     "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
-    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "layer_norm_backward", "library_path", "rms_norm_backward",
+    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "include_dir",
+    "layer_norm_backward", "library_path", "rms_norm_backward",
 ]

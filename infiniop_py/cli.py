@@ -1,5 +1,5 @@
-"""Command line: ``infiniop-py smoke [--device cpu]`` runs every operator in every dtype on random
-data and compares with the float64 reference. Exit 0: all pass; 1: a failure; 2: no such device."""
+"""The infiniop-py command: ``smoke`` checks every operator in every dtype on random data against the float64
+reference (exit 0: all pass; 1: a failure; 2: no such device); ``bench`` times them (bench.py)."""
 
 import argparse
 import sys
@@ -14,7 +14,7 @@ from ._ffi import LibraryNotFoundError, library_path, libraries
 from .batch_norm_backward import BatchNormBackward
 from .errors import (DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
                      DeviceTypeNotSupportedError, InfiniopError, check)
-from .handle import DEVICE_NAMES, Handle, selected_device
+from .handle import Handle, selected_device
 from .layer_norm_backward import LayerNormBackward
 from .rms_norm_backward import RMSNormBackward
 
@@ -28,6 +28,7 @@ CASES = (
      (8, 16, 64)),
 )
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+BUILT_DEVICES = ("cpu", "nvidia", "ascend")  # the backends this project builds (handle.py knows more names)
 DEVICE_UNAVAILABLE = (DeviceTypeNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
                       DeviceArchitectureNotSupportedError)
 
@@ -86,13 +87,16 @@ def smoke(device, device_id, seed):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="infiniop-py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="infiniop-py", description="RMSNorm, LayerNorm and BatchNorm backward (InfiniCore's C ABI): check and time.")
     commands = parser.add_subparsers(dest="command", required=True)
-    smoke_parser = commands.add_parser("smoke", help="check every operator and dtype against a float64 reference")
-    smoke_parser.add_argument("--device", default="cpu", choices=DEVICE_NAMES)
+    smoke_parser = commands.add_parser("smoke", help="check every operator and dtype against a float64 reference",
+                                       description="Check every operator and dtype against a float64 reference.")
+    smoke_parser.add_argument("--device", default="cpu", choices=BUILT_DEVICES,
+                              help="the backend to check (exit 2, with the reason, where it is missing)")
     smoke_parser.add_argument("--device-id", type=int, default=0)
     smoke_parser.add_argument("--seed", type=int, default=0)
-    commands.add_parser("bench", help="time every operator against PyTorch and a copy (see bench --help)")
+    commands.add_parser("bench", help="time every operator against PyTorch and a copy (bench --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # bench has its own parser (also scripts/bench.py)
         from . import bench

@@ -56,3 +56,32 @@ def test_gpu_bench_without_a_usable_gpu_fails_fast_and_says_why():
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "nvidia" in lines[0] and ": " in lines[0].split("nvidia:0", 1)[1], lines
     assert result.stdout == ""
+
+
+def test_help_gives_one_clean_line_per_command():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "``" not in result.stdout and "smoke" in result.stdout and "bench" in result.stdout
+    described = [line.split(None, 1) for line in result.stdout.splitlines() if line.startswith("    ")]
+    assert {words[0] for words in described} == {"smoke", "bench"}
+    smoke_help = run_cli("smoke", "--help").stdout
+    assert "{cpu,nvidia,ascend}" in smoke_help  # only the backends this project builds
+
+
+def test_bench_plot_without_matplotlib_fails_before_timing(monkeypatch):
+    import builtins
+
+    from infiniop_py import bench
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    monkeypatch.setattr(bench, "run", lambda args: pytest.fail("timed before checking for matplotlib"))
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--plot", "out.png"])
+    assert exit_info.value.code == 2

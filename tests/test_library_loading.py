@@ -109,3 +109,21 @@ def test_an_unbuilt_source_tree_that_shadows_an_install_says_so(tmp_path, monkey
     assert "run Python from another directory" in hint and "pip install -e ." in hint
     monkeypatch.setattr(_ffi, "BUNDLED_DIR", str(installed / "lib"))  # the installed package itself: no hint
     assert _ffi._shadowing_hint() == ""
+
+
+def test_c_programs_compile_against_include_dir(tmp_path):
+    """infiniop_py.include_dir() holds the headers of the loaded libraries: a C program that uses every operator
+    compiles against them, links with the libraries beside library_path(), and runs."""
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        import pytest
+        pytest.skip("no C compiler on PATH")
+    include = pathlib.Path(infiniop_py.include_dir())
+    assert (include / "infiniop.h").is_file() and (include / "infinirt.h").is_file(), include
+    library_dir = os.path.dirname(infiniop_py.library_path())
+    program = tmp_path / "create_run_destroy"
+    subprocess.run([compiler, "-std=c11", "-O1", "-Wall", "-Werror", "-I", str(include),
+                    str(REPO_ROOT / "tests" / "native" / "create_run_destroy.c"), "-L", library_dir, "-linfiniop",
+                    "-linfinirt", f"-Wl,-rpath,{library_dir}", "-o", str(program)], check=True, timeout=120)
+    result = subprocess.run([str(program), "20"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
