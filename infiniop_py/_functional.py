@@ -8,7 +8,7 @@ import numpy as np
 from . import dtypes
 from . import _host_memory, _known_layouts, _layout
 from ._layout import TensorSpec, contiguous_strides, significant_strides
-from .errors import BadTensorStridesError
+from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -129,6 +129,22 @@ def _launch_packed(operator_class, refs, output_names, options):
     return True
 
 
+def _require_out_shapes(output_refs, specs, input_refs):
+    """out= arrays of the shapes the inputs give, and the data-shaped one (the first) of its input's dtype: an
+    error about them names out and the rule, not the input the native rules would compare them with."""
+    for index, ((name, ref), spec) in enumerate(zip(output_refs.items(), specs)):
+        if ref is None or spec is None:
+            continue
+        shape, like = tuple(spec[0]), spec[1]
+        if tuple(ref.shape) != shape:
+            raise BadTensorShapeError(f"out[{index}], {name}: shape {tuple(ref.shape)} must be {shape}, as {like} "
+                                      f"gives it")
+        like_dtype = input_refs[like].dtype
+        if index == 0 and ref.dtype != like_dtype and like_dtype in dtypes.EX_SUPPORTED:  # else the input is wrong
+            raise BadTensorDtypeError(f"out[0], {name}: dtype {dtypes.name(ref.dtype)} must be {like}'s dtype "
+                                      f"{dtypes.name(like_dtype)}")
+
+
 class Signature:
     """One functional op: its operator class, the names of its tensors and options, and ``run``, which each
     functional wrapper calls."""
@@ -181,6 +197,8 @@ def run_checked(signature, inputs, out, options, wanted):
             raise ValueError(f"out: {name} is not wanted, so pass None for it")
     output_refs = {name: None if array is None else as_tensor(array, name, writable=True)
                    for name, array in zip(output_names, out)}
+    if out_given:
+        _require_out_shapes(output_refs, specs, input_refs)
     refs = {**output_refs, **input_refs}
     try:
         operator = cached_operator(operator_class, refs, options)

@@ -65,10 +65,10 @@ def test_native_call_releases_the_gil():
                 # few attempts.
                 for _ in range(3):
                     longest_pause, one_call = _main_thread_pause_during_calls(operator, (grad_x, grad_w, grad_y, x, w))
-                    if longest_pause < 0.5 * one_call:
+                    if longest_pause < 0.8 * one_call:  # a held GIL stalls it for the whole call
                         sys.exit(0)
                     attempts.append(f"paused {longest_pause * 1e3:.1f} ms, one call {one_call * 1e3:.1f} ms")
-        sys.exit("the main thread stalled for at least half a native call in every attempt, as if the call held "
+        sys.exit("the main thread stalled for most of a native call in every attempt, as if the call held "
                  "the GIL: " + "; ".join(attempts))
     """)
     result = subprocess.run([sys.executable, "-c", script, os.path.dirname(os.path.abspath(__file__))],

@@ -190,3 +190,21 @@ def test_failing_calls_leak_nothing(cpu_handle, index):
     finally:
         tracemalloc.stop()
     assert python_growth < bound, f"Python memory grew by {python_growth} bytes per {repeats} failing calls"
+
+
+def test_a_wrong_out_array_is_named_as_out():
+    """An out= array of the wrong shape or dtype is blamed (which element, which rule), not the input the native
+    rules compare it with (issue 25)."""
+    rng = np.random.default_rng(0)
+    grad_output = rng.standard_normal((4, 8)).astype(np.float32)
+    weight, xhat, std = np.ones(8, np.float32), grad_output.copy(), np.ones(4, np.float32)
+    vectors = (np.empty(8, np.float32), np.empty(8, np.float32))
+    with pytest.raises(infiniop_py.BadTensorShapeError, match=r"out\[0\], grad_input: shape \(4, 9\) must be \(4, 8\)"):
+        infiniop_py.layer_norm_backward(grad_output, weight, xhat, std, out=(np.empty((4, 9), np.float32), *vectors))
+    with pytest.raises(infiniop_py.BadTensorDtypeError, match=r"out\[0\], grad_input: dtype F16 must be"):
+        infiniop_py.layer_norm_backward(grad_output, weight, xhat, std, out=(np.empty((4, 8), np.float16), *vectors))
+    with pytest.raises(infiniop_py.BadTensorShapeError, match=r"out\[1\], grad_w: shape \(9,\) must be \(8,\)"):
+        infiniop_py.rms_norm_backward(grad_output, xhat, weight, out=(np.empty((4, 8), np.float32),
+                                                                     np.empty(9, np.float32)))
+    with pytest.raises(infiniop_py.BadTensorShapeError, match="input_std_deviation: shape"):  # the argument's name
+        infiniop_py.layer_norm_backward(grad_output, weight, xhat, np.ones(5, np.float32))
