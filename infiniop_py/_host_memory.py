@@ -2,7 +2,7 @@
 
 numpy's large arrays start 16 bytes into a page, so every 64-byte vector store of the CPU kernels would split
 across two cache lines. Large outputs therefore start on a 64-byte boundary, as torch's do: an output at
-numpy's offset measured 5-20% slower for F32 RMSNorm and BatchNorm outputs of 32-64 MiB (README, Performance).
+numpy's offset measured 5-20% slower for F32 RMSNorm and BatchNorm outputs of 32-64 MiB (docs/performance.md).
 Small ones stay plain numpy arrays: there the kernel runs from cache and the extra steps would cost more than
 they save.
 """

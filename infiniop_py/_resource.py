@@ -1,7 +1,7 @@
 """Lifetime of one native object: close() (idempotent), with-statement, weakref.finalize fallback, and the calls in
 flight that close() waits for.
 
-Thread rules (docs: README "Guarantees"): an object may be shared by threads; close() refuses new calls at once,
+Thread rules (docs/guarantees.md): an object may be shared by threads; close() refuses new calls at once,
 waits for those already running, then destroys the native object; at interpreter exit nothing is destroyed
 (finalizers do not run at exit: a daemon thread may still be inside a native call, and the process's end frees
 the memory anyway).

@@ -281,7 +281,7 @@ def test_operator_refuses_a_workspace_inside_a_tensor(cpu_handle, case):
 @pytest.mark.parametrize("case", OPS, ids=str)
 def test_interleaved_tensors_are_refused_conservatively(cpu_handle, case):
     """Footprints are byte ranges: an output interleaved with an input (every other element of one buffer) is
-    refused although no element is shared. Documented in README "Guarantees"."""
+    refused although no element is shared. Documented in docs/guarantees.md."""
     length = case.output_shapes(SHAPE)[1][0]
     buffer = np.zeros(2 * length, F32)
     outputs = [np.empty(s, F32) for s in case.output_shapes(SHAPE)]

@@ -1,7 +1,7 @@
 """NaN and Inf propagate as IEEE arithmetic on the seed formulas does: exactly the output elements the float64
 reference makes non-finite are non-finite, with the same class (NaN, +Inf, -Inf), and every other element is
 right. Divisors of zero (an RMSNorm row of zeros, with no epsilon in the seed; a LayerNorm std or a BatchNorm
-variance of 0) give inf/nan the same way, without a crash. See README "Guarantees"."""
+variance of 0) give inf/nan the same way, without a crash. See docs/guarantees.md."""
 
 import numpy as np
 import pytest
