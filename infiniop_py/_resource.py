@@ -23,6 +23,7 @@ class NativeResource:
     """Owns one native pointer and the C function that destroys it."""
 
     _finalizer = None
+    _closing = False  # class defaults: an object whose __init__ failed before _own still answers `closed`
 
     def _own(self, pointer, destroy, destroy_name):
         self._pointer = pointer
