@@ -333,8 +333,11 @@ def _shadowing_hint():
     this_package = os.path.dirname(os.path.abspath(__file__))
     try:
         from importlib import metadata
-        files = metadata.distribution("infiniop-py").files or []
-    except Exception:  # no installed distribution, or unreadable metadata
+        # Every infiniop-py on the path: the source tree's own egg-info (left by the build) comes first there.
+        files = [entry for distribution in metadata.distributions()
+                 if (distribution.metadata["Name"] or "").lower().replace("_", "-") == "infiniop-py"
+                 for entry in distribution.files or []]
+    except Exception:  # unreadable metadata
         return ""
     for entry in files:
         path = os.path.abspath(str(entry.locate()))

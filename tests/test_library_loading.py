@@ -100,10 +100,15 @@ def test_an_unbuilt_source_tree_that_shadows_an_install_says_so(tmp_path, monkey
     library.write_bytes(b"")
 
     class Installed:
+        metadata = {"Name": "infiniop-py"}
         files = [type("Entry", (), {"locate": lambda self: library})()]
 
+    class SourceTreeEggInfo:  # what the build leaves in the source tree, found first from its root
+        metadata = {"Name": "infiniop_py"}
+        files = None
+
     monkeypatch.setattr(_ffi, "BUNDLED_DIR", str(tmp_path / "source-tree" / "infiniop_py" / "lib"))
-    monkeypatch.setattr(metadata, "distribution", lambda name: Installed())
+    monkeypatch.setattr(metadata, "distributions", lambda: [SourceTreeEggInfo(), Installed()])
     hint = _ffi._shadowing_hint()
     assert "shadows the installed package in " + str(installed) in hint
     assert "run Python from another directory" in hint and "pip install -e ." in hint
