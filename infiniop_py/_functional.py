@@ -129,6 +129,29 @@ def _launch_packed(operator_class, refs, output_names, options):
     return True
 
 
+def require_out(out, names, wanted):
+    """``out`` as a functional call takes it: a tuple (or list) of one array per output ``names``, None exactly
+    where that output is not ``wanted``."""
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        raise TypeError(f"out: expected a tuple of {len(names)} arrays ({', '.join(names)}), "
+                        f"None where an output is not wanted")
+    for name, want, array in zip(names, wanted, out):
+        if want and array is None:
+            raise TypeError(f"{name}: expected an array in out=, got None (this output is wanted)")
+        if not want and array is not None:
+            raise ValueError(f"out: {name} is not wanted, so pass None for it")
+
+
+def empty_in_layout(owner):
+    """A fresh array with ``owner``'s dtype, shape and packed layout (numpy: its order; torch: its strides), or
+    None for another kind of array."""
+    if isinstance(owner, np.ndarray):
+        return np.empty_like(owner)  # order "K": the same packed layout
+    if hasattr(owner, "new_empty_strided"):  # torch
+        return owner.new_empty_strided(owner.shape, owner.stride())
+    return None
+
+
 def _require_out_shapes(output_refs, specs, input_refs):
     """out= arrays of the shapes the inputs give, and the data-shaped one (the first) of its input's dtype: an
     error about them names out and the rule, not the input the native rules would compare them with."""
@@ -187,14 +210,8 @@ def run_checked(signature, inputs, out, options, wanted):
     specs = [spec if want else None for spec, want in zip(signature.output_specs(input_refs), wanted)]
     if out is None:
         out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
-    elif not isinstance(out, (tuple, list)) or len(out) != len(output_names):
-        raise TypeError(f"out: expected a tuple of {len(output_names)} arrays ({', '.join(output_names)}), "
-                        f"None where an output is not wanted")
-    for name, spec, array in zip(output_names, specs, out):
-        if spec is not None and array is None:
-            raise TypeError(f"{name}: expected an array in out=, got None (this output is wanted)")
-        if spec is None and array is not None:
-            raise ValueError(f"out: {name} is not wanted, so pass None for it")
+    else:
+        require_out(out, output_names, [spec is not None for spec in specs])
     output_refs = {name: None if array is None else as_tensor(array, name, writable=True)
                    for name, array in zip(output_names, out)}
     if out_given:

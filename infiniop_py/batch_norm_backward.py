@@ -86,13 +86,14 @@ class BatchNormBackward(Operator):
                                save_invstd=save_invstd)
         arguments["sum_grad_output"] = self._sums_ref(sum_grad_output, "sum_grad_output")
         arguments["sum_grad_centered"] = self._sums_ref(sum_grad_centered, "sum_grad_centered")
-        self._launch_function(self._phase_function("Elementwise"), "infiniopBatchNormBackwardElementwiseEx", list(arguments.items()), ("grad_input",),
-                              ("grad_input", "grad_output"), workspace, stream, (ffi.cast("int64_t", count),))
+        self._launch_function(self._phase_function("Elementwise"), "infiniopBatchNormBackwardElementwiseEx",
+                              list(arguments.items()), ("grad_input",), ("grad_input", "grad_output"), workspace,
+                              stream, (ffi.cast("int64_t", count),))
 
     @property
     def statistics_dtype(self):
         """The dtype code of the statistics and the two-phase sums: F64 for F64 data, else F32."""
-        return dtypes.F64 if self.layouts["input"].dtype == dtypes.F64 else dtypes.F32
+        return _statistics_dtype(self.layouts["input"].dtype)
 
     def _phase_function(self, phase):
         if not self.training:
@@ -116,7 +117,8 @@ class BatchNormBackward(Operator):
             raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(ref.dtype)}, but the sums are "
                                       f"{dtypes.name(self.statistics_dtype)} (the statistics dtype of this input)")
         if ref.shape != (channels,):
-            raise BadTensorShapeError(f"{name}: shape {ref.shape}, but the sums have shape ({channels},), one per channel")
+            raise BadTensorShapeError(f"{name}: shape {ref.shape}, but the sums have shape ({channels},), one per "
+                                      f"channel")
         if channels > 1 and ref.strides != (1,):
             raise BadTensorStridesError(f"{name}: strides {ref.strides}, but the sums must be contiguous")
         self._require_handle_device(name, ref)
@@ -173,12 +175,8 @@ def _outputs_like_channels_last(input, parameters, wanted):
     spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
     if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
         return None
-    owner = ref.owner
-    if isinstance(owner, np.ndarray):
-        grad_input = np.empty_like(owner)  # order "K": the same packed layout
-    elif hasattr(owner, "new_empty_strided"):  # torch
-        grad_input = owner.new_empty_strided(owner.shape, owner.stride())
-    else:
+    grad_input = _functional.empty_in_layout(ref.owner)
+    if grad_input is None:
         return None
     refs = {name: None if array is None else as_tensor(array, name) for name, array in parameters.items()}
     like = _parameter_like(refs)
@@ -203,14 +201,15 @@ def batch_norm_backward_reduce(input, grad_output, running_mean=None, running_va
                        save_mean=save_mean, save_invstd=save_invstd)
     input_ref = refs["input"]
     channels = _channels_of(input_ref)
-    statistics = dtypes.F64 if input_ref.dtype == dtypes.F64 else dtypes.F32
+    statistics = _statistics_dtype(input_ref.dtype)
     wanted = (bool(need_grad_weight), bool(need_grad_bias))
     if out is None:
         like = "running_mean" if refs["running_mean"] is not None else "input"
         out = (_functional.new_output(input_ref, (channels,), "input", statistics),
                _functional.new_output(input_ref, (channels,), "input", statistics),
                *(_functional.new_output(refs[like], (channels,), like) if want else None for want in wanted))
-    _require_outputs(out, ("sum_grad_output", "sum_grad_centered", "grad_weight", "grad_bias"), (True, True, *wanted))
+    _functional.require_out(out, ("sum_grad_output", "sum_grad_centered", "grad_weight", "grad_bias"),
+                            (True, True, *wanted))
     grad_weight, grad_bias = (None if array is None else as_tensor(array, name, writable=True)
                               for name, array in zip(("grad_weight", "grad_bias"), out[2:]))
     operator = _phase_operator(refs, grad_weight, grad_bias, None, eps)
@@ -233,11 +232,16 @@ def batch_norm_backward_elementwise(input, grad_output, weight, running_mean, ru
     weight_ref = None if weight is None else as_tensor(weight, "weight")
     if out is None:
         out = _grad_input_like(refs["input"])
-    operator = _phase_operator(refs, None, None, weight_ref, eps, grad_input=as_tensor(out, "grad_input", writable=True))
+    operator = _phase_operator(refs, None, None, weight_ref, eps,
+                               grad_input=as_tensor(out, "grad_input", writable=True))
     operator.elementwise(out, input, grad_output, weight, running_mean, running_var, save_mean, save_invstd,
                          sum_grad_output, sum_grad_centered, total_count,
                          stream=_functional.library_stream(refs["input"]))
     return out
+
+
+def _statistics_dtype(data_dtype):
+    return dtypes.F64 if data_dtype == dtypes.F64 else dtypes.F32
 
 
 def _phase_refs(**arrays):
@@ -253,17 +257,6 @@ def _channels_of(ref):
     return ref.shape[1]
 
 
-def _require_outputs(out, names, wanted):
-    if not isinstance(out, (tuple, list)) or len(out) != len(names):
-        raise TypeError(f"out: expected a tuple of {len(names)} arrays ({', '.join(names)}), None where an output "
-                        f"is not wanted")
-    for name, array, want in zip(names, out, wanted):
-        if want and array is None:
-            raise TypeError(f"{name}: expected an array in out=, got None (this output is wanted)")
-        if not want and array is not None:
-            raise ValueError(f"out: {name} is not wanted, so pass None for it")
-
-
 def _phase_operator(refs, grad_weight, grad_bias, weight, eps, grad_input=None):
     """The cached training operator of these layouts (grad_input: input's layout unless given)."""
     all_refs = {"grad_input": grad_input or refs["input"], "grad_weight": grad_weight, "grad_bias": grad_bias,
@@ -275,9 +268,5 @@ def _phase_operator(refs, grad_weight, grad_bias, weight, eps, grad_input=None):
 
 def _grad_input_like(ref):
     """A fresh grad_input with input's packed layout (channels-first or channels-last)."""
-    owner = ref.owner
-    if isinstance(owner, np.ndarray):
-        return np.empty_like(owner)  # order "K": the same packed layout
-    if hasattr(owner, "new_empty_strided"):  # torch
-        return owner.new_empty_strided(owner.shape, owner.stride())
-    return _functional.new_output(ref, ref.shape, "input")
+    grad_input = _functional.empty_in_layout(ref.owner)
+    return _functional.new_output(ref, ref.shape, "input") if grad_input is None else grad_input

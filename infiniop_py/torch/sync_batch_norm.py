@@ -1,13 +1,13 @@
 """SyncBatchNorm over torch.distributed (gloo on CPU, NCCL on GPU): BatchNorm with the statistics of the whole
 batch, split over the processes of a group, and this library's two-phase backward.
 
-Forward: each rank's per-channel mean and biased variance (PyTorch's batch_norm_update_stats, in F32), turned into sums of
-values and of squares in F64 with its element count, one all_reduce, then PyTorch's BatchNorm kernel normalizes
-with the global mean and biased variance; the running statistics take the
-global unbiased variance, as torch's SyncBatchNorm does. Backward: the reduce phase (per-channel sums of
-grad_output and grad_output * xhat of this rank's data, and its weight and bias gradients), one all_reduce of the
-two sums, and the elementwise phase with the global element count. Weight and bias gradients stay per rank, as in
-torch's SyncBatchNorm (DistributedDataParallel averages them). Uneven batches, a rank with an empty one included,
+Forward: each rank's per-channel mean and biased variance (PyTorch's batch_norm_update_stats, in F32), turned
+into sums of values and of squares in F64 with its element count, one all_reduce, then PyTorch's BatchNorm kernel
+normalizes with the global mean and biased variance; the running statistics take the global unbiased variance,
+as torch's SyncBatchNorm does. Backward: the reduce phase (per-channel sums of grad_output and
+grad_output * (x - mean) of this rank's data, and its weight and bias gradients), one all_reduce of the two sums,
+and the elementwise phase with the global element count. Weight and bias gradients stay per rank, as in torch's
+SyncBatchNorm (DistributedDataParallel averages them). Uneven batches, a rank with an empty one included,
 work: counts are summed, never assumed equal.
 """
 
