@@ -23,6 +23,11 @@ Footprint footprintOf(const InfiniopTensorDescriptor *t) {
     return footprint;
 }
 
+const Footprint &footprintAt(const std::vector<Footprint> &footprints, size_t index) {
+    static const Footprint absent;
+    return index < footprints.size() ? footprints[index] : absent;
+}
+
 namespace {
 
 // Absolute byte ranges, in 128 bits: a pointer plus a signed offset may leave the 64-bit range.
@@ -38,13 +43,6 @@ Range rangeOf(const void *data, const Footprint &footprint) {
 bool intersect(Range a, Range b) { return a.first <= b.last && b.first <= a.last; }
 
 bool touches(const void *data, const Footprint &footprint) { return data != nullptr && !footprint.empty; }
-
-// A seed-made descriptor run through an Ex run function gets trailing arguments it has no footprint for:
-// those tensors are absent, so they touch nothing.
-const Footprint &footprintAt(const std::vector<Footprint> &footprints, size_t index) {
-    static const Footprint absent;
-    return index < footprints.size() ? footprints[index] : absent;
-}
 
 bool isAllowedInPlace(size_t output, size_t other, const void *const *data, const std::vector<Footprint> &footprints,
                       std::initializer_list<InPlacePair> in_place) {

@@ -23,6 +23,10 @@ struct Footprint {
 // nullptr gives an empty footprint, so optional tensors need no special case.
 Footprint footprintOf(const InfiniopTensorDescriptor *t);
 
+// footprints[index], or an empty footprint past their end (a seed-made descriptor run through a function with more
+// data arguments: those tensors are absent, so they touch nothing).
+const Footprint &footprintAt(const std::vector<Footprint> &footprints, size_t index);
+
 // Indices (into the run's data arguments) of an output and the input it may share exactly: in place.
 using InPlacePair = std::pair<size_t, size_t>;
 

@@ -18,6 +18,9 @@ struct InfiniopDescriptor {
 
     InfiniopDescriptor(infiniDevice_t device_type, int device_id) : device_type(device_type), device_id(device_id) {}
     virtual ~InfiniopDescriptor() = default;
+    // Whether the workspace this descriptor would ask for passes 2^64 bytes (its sums are infini::CheckedSize):
+    // op::createFromInfo then refuses it with BAD_TENSOR_SHAPE.
+    virtual bool workspaceOverflows() const { return false; }
 };
 
 namespace infini {

@@ -44,6 +44,10 @@ infiniStatus_t createFromInfo(infiniopHandle_t handle, InfiniopDescriptor **desc
         for (infini::Tensor t : tensors) footprints.push_back(infini::footprintOf(t));
         typename Op::Descriptor *desc = nullptr;
         INFINI_CHECK(factory(info, handle->device_id, &desc));
+        if (desc->workspaceOverflows()) {
+            delete desc;
+            return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        }
         desc->footprints = std::move(footprints);
         *desc_ptr = desc;
         return INFINI_STATUS_SUCCESS;

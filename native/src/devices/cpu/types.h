@@ -70,6 +70,12 @@ const C *computeVector(size_t n, const W *src, ptrdiff_t stride, C *copy) {
     return copy;
 }
 
+// Sets n elements of a strided parameter-gradient vector to zero: the gradient of an empty batch.
+template <typename W>
+void zeroVector(W *vector, size_t n, ptrdiff_t stride) {
+    for (size_t i = 0; i < n; ++i) vector[static_cast<ptrdiff_t>(i) * stride] = W{};
+}
+
 } // namespace cpu
 
 #endif

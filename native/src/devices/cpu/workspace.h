@@ -18,12 +18,6 @@ inline infini::CheckedSize withAlignmentSlack(infini::CheckedSize bytes) {
     return bytes.value() == 0 && !bytes.overflowed() ? bytes : bytes + (kWorkspaceAlignment - 1);
 }
 
-// Sets n elements of a strided parameter-gradient vector to zero: the gradient of an empty batch.
-template <typename W>
-void zeroVector(W *vector, size_t n, ptrdiff_t stride) {
-    for (size_t i = 0; i < n; ++i) vector[static_cast<ptrdiff_t>(i) * stride] = W{};
-}
-
 inline void *alignedWorkspace(void *workspace) {
     auto address = reinterpret_cast<uintptr_t>(workspace);
     return reinterpret_cast<void *>((address + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment);

@@ -20,7 +20,9 @@ struct Phase {
     // Elements per channel the sums cover: N * L, or elementwise's total_count.
     double count = 0.0;
 
-    static Phase wholeOf(const Info &info) { return Phase{whole, nullptr, nullptr, static_cast<double>(info.batch * info.length)}; }
+    static Phase wholeOf(const Info &info) {
+        return Phase{whole, nullptr, nullptr, static_cast<double>(info.batch * info.length)};
+    }
 };
 
 class Descriptor : public InfiniopDescriptor {

@@ -13,8 +13,8 @@ __C infiniStatus_t infiniopCreateBatchNormBackwardDescriptor(
     infiniopTensorDescriptor_t grad_output_desc, infiniopTensorDescriptor_t weight_desc,
     infiniopTensorDescriptor_t running_mean_desc, infiniopTensorDescriptor_t running_var_desc) {
     // grad_bias_desc (argument 2) may be NULL: a layer without bias, as InfiniCore passes it; not computed then.
-    return op::createDescriptor<Op>(handle, desc_ptr, 2, grad_input_desc, grad_weight_desc, grad_bias_desc, input_desc,
-                                    grad_output_desc, weight_desc, running_mean_desc, running_var_desc);
+    return op::createDescriptor<Op>(handle, desc_ptr, 2, grad_input_desc, grad_weight_desc, grad_bias_desc,
+                                    input_desc, grad_output_desc, weight_desc, running_mean_desc, running_var_desc);
 }
 
 __C infiniStatus_t infiniopCreateBatchNormBackwardDescriptorEx(
@@ -93,18 +93,18 @@ infiniStatus_t run(infiniopBatchNormBackwardDescriptor_t desc, Phase::Kind kind,
                                                   running_mean, running_var, save_mean, save_invstd},
                                                  3, {{0, 4}})); // grad_input is grad_output
         } else {
-            auto at = [&](size_t i) {
-                return i < op_desc->footprints.size() ? op_desc->footprints[i] : infini::Footprint{};
-            };
+            auto at = [&](size_t i) { return infini::footprintAt(op_desc->footprints, i); };
             const infini::Footprint sums = sumFootprint(info);
             if (reduce) {
-                INFINI_CHECK(infini::checkNoAliasing({sums, sums, at(1), at(2), at(3), at(4), at(6), at(7), at(8), at(9)},
+                INFINI_CHECK(infini::checkNoAliasing({sums, sums, at(1), at(2), at(3), at(4), at(6), at(7), at(8),
+                                                      at(9)},
                                                      workspace, op_desc->workspaceSize(),
                                                      {sum_grad, sum_grad_centered, grad_weight, grad_bias, input,
                                                       grad_output, running_mean, running_var, save_mean, save_invstd},
                                                      4));
             } else {
-                INFINI_CHECK(infini::checkNoAliasing({at(0), at(3), at(4), at(5), at(6), at(7), at(8), at(9), sums, sums},
+                INFINI_CHECK(infini::checkNoAliasing({at(0), at(3), at(4), at(5), at(6), at(7), at(8), at(9), sums,
+                                                      sums},
                                                      workspace, op_desc->workspaceSize(),
                                                      {grad_input, input, grad_output, weight, running_mean,
                                                       running_var, save_mean, save_invstd, sum_grad, sum_grad_centered},

@@ -85,7 +85,7 @@ class CpuDescriptor final : public Descriptor {
     }
 
     size_t workspaceSize() const override { return workspace_.value(); }
-    bool workspaceOverflows() const { return workspace_.overflowed(); }
+    bool workspaceOverflows() const override { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
                              void *grad_bias, const void *input, const void *grad_output, const void *weight,
@@ -103,8 +103,8 @@ class CpuDescriptor final : public Descriptor {
         }
         cpu::withNormFloat(info.dtype, [&](auto tag) {
             using T = decltype(tag);
-            run(phase, layout(cpu::alignedWorkspace(workspace)), vectors, static_cast<T *>(grad_input), static_cast<const T *>(input),
-                static_cast<const T *>(grad_output));
+            run(phase, layout(cpu::alignedWorkspace(workspace)), vectors, static_cast<T *>(grad_input),
+                static_cast<const T *>(input), static_cast<const T *>(grad_output));
             return 0;
         });
         return INFINI_STATUS_SUCCESS;
@@ -255,12 +255,7 @@ class CpuDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::cpu(const Info &info, int device_id, Descriptor **desc) {
-    auto *cpu_desc = new CpuDescriptor(device_id, info);
-    if (cpu_desc->workspaceOverflows()) {
-        delete cpu_desc;
-        return INFINI_STATUS_BAD_TENSOR_SHAPE;
-    }
-    *desc = cpu_desc;
+    *desc = new CpuDescriptor(device_id, info);
     return INFINI_STATUS_SUCCESS;
 }
 

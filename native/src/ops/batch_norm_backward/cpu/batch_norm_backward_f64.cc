@@ -4,8 +4,8 @@
 
 namespace op::batch_norm_backward {
 
-void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors, double *grad_input, const double *input,
-            const double *grad_output) {
+void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors, double *grad_input,
+            const double *input, const double *grad_output) {
     const size_t batch = info.batch, channels = info.channels, length = info.length;
     const bool channels_last = info.layout == Layout::channels_last;
     cpu::parallelFor(channels, [&](size_t c) {

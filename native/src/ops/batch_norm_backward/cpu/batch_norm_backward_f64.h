@@ -8,8 +8,8 @@ namespace op::batch_norm_backward {
 
 // One channel per task, its sums taken in (n, l) order: results do not depend on the thread count.
 // grad_input may be grad_output; NULL in the reduce phase.
-void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors, double *grad_input, const double *input,
-            const double *grad_output);
+void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors, double *grad_input,
+            const double *input, const double *grad_output);
 
 } // namespace op::batch_norm_backward
 

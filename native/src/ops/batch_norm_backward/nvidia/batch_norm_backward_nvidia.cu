@@ -326,7 +326,7 @@ class NvidiaDescriptor final : public Descriptor {
     }
 
     size_t workspaceSize() const override { return workspace_.value(); }
-    bool workspaceOverflows() const { return workspace_.overflowed(); }
+    bool workspaceOverflows() const override { return workspace_.overflowed(); }
 
     infiniStatus_t calculate(const Phase &phase, void *workspace, void *grad_input, void *grad_weight,
                              void *grad_bias, const void *input, const void *grad_output, const void *weight,
@@ -499,12 +499,7 @@ infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     size_t tiles = 1, tile_elements = 1;
     INFINI_CHECK(planTiles(info, device_id, &tiles, &tile_elements));
-    auto *nvidia_desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
-    if (nvidia_desc->workspaceOverflows()) {
-        delete nvidia_desc;
-        return INFINI_STATUS_BAD_TENSOR_SHAPE;
-    }
-    *desc = nvidia_desc;
+    *desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
     return INFINI_STATUS_SUCCESS;
 }
 
