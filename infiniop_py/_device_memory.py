@@ -71,15 +71,18 @@ class DeviceArray:
         return device_array
 
     def to_numpy(self):
+        """A host copy (numpy array of this shape and dtype); waits for the copy."""
         array = np.empty(self.shape, dtype=self.dtype)
         self.buffer._copy(ffi.cast("void *", array.ctypes.data), ffi.cast("void *", self.buffer.address),
                           libraries().rt.INFINIRT_MEMCPY_D2H)
         return array
 
     def new_empty(self, shape):
+        """An uninitialized DeviceArray of ``shape``, this dtype, on the same device."""
         return DeviceArray(shape, self.dtype, self.device, self.device_id)
 
     def close(self):
+        """Free the device memory now (also done when the array is collected); closing twice is allowed."""
         self.buffer.close()
 
     def __repr__(self):

@@ -145,7 +145,7 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
     saves them; running_mean / running_var may then be None), else running_mean and
     1/sqrt(running_var + eps), the batch statistics. ``training=False``: the running statistics are
     constants, grad_input = grad_output * weight / sqrt(running_var + eps). ``weight`` None: no affine (all
-    ones). A gradient not wanted is returned as None. ``out``: preallocated outputs in that order (None for
+    ones). ``need_grad_weight`` / ``need_grad_bias`` False: that gradient is not computed and comes back as None. ``out``: preallocated outputs in that order (None for
     those not wanted), else fresh C-contiguous ones (grad_weight / grad_bias in weight's dtype, else the
     running statistics', else input's).
 

@@ -92,7 +92,8 @@ def layer_norm_backward(grad_output, weight, input_standardization=None, input_s
     """(grad_input, grad_weight, grad_bias) of LayerNorm, normalized over the dims after the per-row tensors'.
     Give one form: input_standardization (xhat) and input_std_deviation (std, per row), or the keywords input,
     mean and rstd (per row; F32, F64 for F64 data), as PyTorch's native_layer_norm_backward takes them.
-    ``weight`` None: no affine (all ones). A gradient not wanted is returned as None. ``out``: preallocated
+    ``weight`` None: no affine (all ones). ``need_grad_weight`` / ``need_grad_bias`` False: that gradient
+    is not computed and comes back as None. ``out``: preallocated
     outputs in that order (None for those not wanted). Layouts the native op refuses (e.g. a non-unit last
     stride) run on packed copies, at one extra copy each."""
     wanted = (True, bool(need_grad_weight), bool(need_grad_bias))
