@@ -1,5 +1,5 @@
 """The infiniop-py command: ``smoke`` checks every operator in every dtype on random data against the float64
-reference (exit 0: all pass; 1: a failure; 2: no such device); ``bench`` times them (bench.py)."""
+reference (exit 0: all pass; 1: a failure; 2: no such device); ``bench`` times them (the bench sub-package)."""
 
 import argparse
 import sys

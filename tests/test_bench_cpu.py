@@ -1,4 +1,4 @@
-"""The CPU benchmark's timing (infiniop_py/bench.py): the copy, our op and torch's op are timed in interleaved rounds,
+"""The CPU benchmark's timing (infiniop_py/bench/cpu.py): the copy, our op and torch's op are timed in interleaved rounds,
 and each case's fractions are taken against the copy of its own rounds, so a memory bandwidth that drifts during a
 run on a shared machine does not drift the fractions."""
 
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from infiniop_py import bench
+from infiniop_py.bench import cpu as bench, timing
 
 
 class FakeClock:
@@ -35,12 +35,12 @@ def fake_runs(clock, log, durations):
 
 def test_rounds_time_each_in_turn_right_after_an_untimed_call_of_itself(monkeypatch):
     clock, log = FakeClock(), []
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     # Each round calls each twice; the first, untimed call must not count (9 s here).
     durations = {"copy": [9.0, 0.030, 9.0, 0.010, 9.0, 0.020], "ours": [9.0, 0.001, 9.0, 0.003, 9.0, 0.002],
                  "torch": [9.0, 0.005, 9.0, 0.004, 9.0, 0.006]}
 
-    medians = bench.interleaved_medians(fake_runs(clock, log, durations), repeats=3, min_seconds=0)
+    medians = timing.interleaved_medians(fake_runs(clock, log, durations), repeats=3, min_seconds=0)
 
     assert log == ["copy", "copy", "ours", "ours", "torch", "torch"] * 3
     assert medians == [pytest.approx(0.020), pytest.approx(0.002), pytest.approx(0.005)]
@@ -48,15 +48,15 @@ def test_rounds_time_each_in_turn_right_after_an_untimed_call_of_itself(monkeypa
 
 def test_rounds_go_on_until_each_has_run_min_seconds_and_stop_at_twenty_times_repeats(monkeypatch):
     clock, log = FakeClock(), []
-    monkeypatch.setattr(bench, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     durations = {"copy": [0.010] * 200, "ours": [0.001] * 200}
 
-    bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=0.0055)
+    timing.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=0.0055)
     # ours, the faster, sets the count: 6 timed rounds of 1 ms reach 5.5 ms.
     assert log == ["copy", "copy", "ours", "ours"] * 6
 
     log.clear()
-    bench.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=10)
+    timing.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=10)
     assert log == ["copy", "copy", "ours", "ours"] * 40
 
 
@@ -67,7 +67,8 @@ def test_run_sets_each_case_against_its_own_copy(monkeypatch):
     monkeypatch.setattr(bench, "COPY_BYTES", 1 << 20)
     monkeypatch.setattr(bench, "python_overheads", lambda repeats: dict.fromkeys(  # timed elsewhere; slow here
         ("functional", "operator"), dict.fromkeys(("rms_norm", "layer_norm", "batch_norm"), 1e-6)))
-    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=2)
+    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=2,
+                              shapes="table", onednn=False)
 
     report = bench.run(args)
 
@@ -97,8 +98,8 @@ def test_visits_go_over_all_cases_in_turn_on_fresh_data_and_report_medians(monke
     built, timed = [], []
     real_build = bench.build_case
 
-    def build_case(op, dtype, shape, handle, rng):
-        case = real_build(op, dtype, shape, handle, rng)
+    def build_case(op, dtype, shape, handle, rng, with_onednn):
+        case = real_build(op, dtype, shape, handle, rng, with_onednn)
         built.append((shape, case[0].random((2,)).tobytes()))  # the case's data comes from rng
         return case
     # Scripted medians per call, (copy_s, ours_s), in the order the calls come: visit-major.
@@ -110,7 +111,8 @@ def test_visits_go_over_all_cases_in_turn_on_fresh_data_and_report_medians(monke
         return list(next(scripted))
     monkeypatch.setattr(bench, "build_case", build_case)
     monkeypatch.setattr(bench, "interleaved_medians", medians)
-    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=3)
+    args = argparse.Namespace(device="cpu", ops=["rms_norm"], dtypes=["float32"], repeats=3, quick=False, visits=3,
+                              shapes="table", onednn=False)
 
     report = bench.run(args)
 

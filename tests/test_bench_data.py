@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from _helpers import BF16, F16, F32
-from infiniop_py import bench
+from infiniop_py.bench import cpu as bench
 
 torch = pytest.importorskip("torch", reason="torch is optional: the benchmark compares against it when present")
 

@@ -1,4 +1,4 @@
-"""`bench --device nvidia` (infiniop_py/bench_nvidia.py) where it can be checked without a GPU: the cases compute
+"""`bench --device nvidia` (infiniop_py/bench/nvidia.py) where it can be checked without a GPU: the cases compute
 the same gradients as the PyTorch calls they are timed against (built on torch CPU tensors here), and a GPU report
 makes a table with the GPU's copy bandwidth and no CPU-only lines."""
 
@@ -8,7 +8,7 @@ from _helpers import TOLERANCE, F32
 
 torch = pytest.importorskip("torch")
 
-from infiniop_py import bench, bench_nvidia  # noqa: E402
+from infiniop_py.bench import cpu as bench, nvidia as bench_nvidia  # noqa: E402
 
 
 @pytest.mark.parametrize("op,shape", [("rms_norm", (6, 40)), ("layer_norm", (6, 40)), ("batch_norm", (3, 4, 10))])

@@ -81,7 +81,7 @@ def test_bench_plot_without_matplotlib_fails_before_timing(monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    monkeypatch.setattr(bench, "run", lambda args: pytest.fail("timed before checking for matplotlib"))
+    monkeypatch.setattr(bench.cpu, "run", lambda args: pytest.fail("timed before checking for matplotlib"))
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--plot", "out.png"])
     assert exit_info.value.code == 2

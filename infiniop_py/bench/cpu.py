@@ -1,5 +1,5 @@
-"""Benchmark: our operators vs PyTorch on the same data and threads, against a copy measured in the same run
-(this module: the CPU, the command line and the table; bench_nvidia.py: the GPU).
+"""The CPU benchmark: our operators vs PyTorch (and oneDNN, where it is installed) on the same data and threads,
+against a copy measured in the same run, and its table and plot.
 
 Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
 O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians. On the CPU the
@@ -10,58 +10,24 @@ all cases several times (visits, each on freshly allocated data) and reports eac
 visits: a neighbour's burst that slows one visit of a case then does not decide its row.
 """
 
-import argparse
 import contextlib
-import json
 import os
-import platform
 import statistics
-import sys
-import time
 
 import numpy as np
 
-from . import _host_memory
+from .. import _host_memory
+from . import onednn
+from .timing import interleaved_medians, machine_description, median_seconds, native_call, progress
 
 ROW_SHAPES = [(4096, 4096), (32768, 512), (256, 65536), (1, 1048576)]
 BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576)]
+# `--shapes llm`: mid-size shapes of LLM training on a CPU (tokens x hidden) and of CNN BatchNorm.
+LLM_ROW_SHAPES = [(16, 4096), (64, 4096), (512, 4096), (8192, 768), (8192, 1024)]
+LLM_BATCH_SHAPES = [(64, 512, 49), (256, 64, 56 * 56)]
+SHAPE_SETS = ("table", "llm")
 DTYPES = ["float32", "bfloat16", "float16"]
 COPY_BYTES = 256 << 20  # far beyond every cache
-
-
-def median_seconds(run, repeats, min_seconds=0.2):
-    """Median wall time of run() over at least `repeats` calls (after one warm-up call)."""
-    run()
-    times = []
-    started = time.perf_counter()
-    while len(times) < repeats or time.perf_counter() - started < min_seconds:
-        begin = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - begin)
-        if len(times) >= 20 * repeats:
-            break
-    return statistics.median(times)
-
-
-def interleaved_medians(runs, repeats, min_seconds=0.05):
-    """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
-    times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
-    the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
-    the caches cold). All get the same rounds: at least `repeats`, and more until each has run min_seconds in all
-    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets
-    the count, so min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one."""
-    times = [[] for _ in runs]
-    totals = [0.0] * len(runs)
-    while len(times[0]) < repeats or min(totals) < min_seconds:
-        for index, run in enumerate(runs):
-            run()
-            begin = time.perf_counter()
-            run()
-            times[index].append(time.perf_counter() - begin)
-            totals[index] += times[index][-1]
-        if len(times[0]) >= 20 * repeats:
-            break
-    return [statistics.median(own) for own in times]
 
 
 def copy_call(torch):
@@ -85,7 +51,7 @@ def _torch():
 
 
 def _numpy_dtype(name):
-    from . import dtypes
+    from .. import dtypes
     return dtypes.to_numpy(dtypes.code_of(name))
 
 
@@ -114,8 +80,9 @@ def aligned(values):
     return placed
 
 
-def build_case(op, dtype, shape, handle, rng):
-    """(case, run_ours, run_torch or None); run_* take no arguments."""
+def build_case(op, dtype, shape, handle, rng, with_onednn=False):
+    """(case, operator, run_ours, run_torch or None, oneDNN's Reference or the reason there is none); run_* take no
+    arguments. oneDNN runs on the same input, grad_output and statistics, its parameters as F32 copies."""
     import infiniop_py as ip
 
     case = Case(op, dtype, shape, rng)
@@ -131,6 +98,7 @@ def build_case(op, dtype, shape, handle, rng):
             ty = torch.nn.functional.rms_norm(tx, shape[-1:], tw, eps=0.0)
             tgy = _to_torch(torch, grad_y)
             torch_run = lambda: torch.autograd.grad(ty, (tx, tw), tgy, retain_graph=True)  # noqa: E731
+        reference = "oneDNN 3.2 has no RMSNorm"
     elif op in ("layer_norm", "layer_norm_from_input"):
         x64 = rng.standard_normal(shape)
         mean, std = x64.mean(-1, keepdims=True), np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
@@ -157,6 +125,8 @@ def build_case(op, dtype, shape, handle, rng):
             tgo, tw = _to_torch(torch, grad_output), _to_torch(torch, weight)
             torch_run = lambda: torch.ops.aten.native_layer_norm_backward(  # noqa: E731
                 tgo, tin, list(shape[-1:]), tmean, trstd, tw, tw, [True, True, True])
+        reference = _onednn_reference(with_onednn, "layer_norm", dtype, shape, 1e-5, aligned(x64.astype(np_dtype)),
+                                      grad_output, mean[..., 0], x64.var(-1), weight)
     else:
         x, grad_output, weight = case.random(shape), case.random(shape), case.random(shape[1:2])
         x64 = x.astype(np.float64)
@@ -173,8 +143,24 @@ def build_case(op, dtype, shape, handle, rng):
             tinvstd = _to_torch(torch, (1 / np.sqrt(running_var.astype(np.float64))).astype(x.dtype))
             torch_run = lambda: torch.ops.aten.native_batch_norm_backward(  # noqa: E731
                 tgo, tx, tw, None, None, tmean, tinvstd, True, 0.0, [True, True, True])
+        reference = _onednn_reference(with_onednn, "batch_norm", dtype, shape, 0.0, x, grad_output, running_mean,
+                                      running_var, weight)
     workspace = np.empty(operator.workspace_size, dtype=np.uint8)
-    return case, operator, (lambda: operator(*arrays, workspace=workspace)), torch_run
+    return case, operator, (lambda: operator(*arrays, workspace=workspace)), torch_run, reference
+
+
+def _onednn_reference(wanted, kind, dtype, shape, eps, src, diff_dst, mean, variance, weight):
+    """oneDNN's primitive on these arrays (statistics and weight as F32 copies, outputs fresh), or why not."""
+    if not wanted:
+        return "not asked for"
+    as_f32 = lambda values: np.ascontiguousarray(np.asarray(values, dtype=np.float32))  # noqa: E731
+    channels = shape[1] if kind == "batch_norm" else shape[-1]
+    try:
+        return onednn.Reference(kind, dtype, shape, eps, src, diff_dst, as_f32(mean), as_f32(variance),
+                                as_f32(weight), aligned(np.empty_like(diff_dst)), np.empty(channels, np.float32),
+                                np.empty(channels, np.float32))
+    except onednn.Unavailable as why:
+        return str(why)
 
 
 def _torch_dtype(torch, name):
@@ -189,23 +175,16 @@ def _to_torch(torch, array):
     return torch.from_numpy(array)
 
 
-def cases(ops, dtypes_, quick):
+def cases(ops, dtypes_, quick, shape_set="table"):
+    row_shapes, batch_shapes = (ROW_SHAPES, BATCH_SHAPES) if shape_set == "table" else (LLM_ROW_SHAPES,
+                                                                                        LLM_BATCH_SHAPES)
     for op in ops:
-        shapes = BATCH_SHAPES if op == "batch_norm" else ROW_SHAPES
+        shapes = batch_shapes if op == "batch_norm" else row_shapes
         if quick:
             shapes = shapes[:1]
         for dtype in dtypes_:
             for shape in shapes:
                 yield op, dtype, shape
-
-
-def progress(done, total, label):
-    width = 30
-    filled = width * done // total
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<40}")
-    sys.stderr.flush()
-    if done == total:
-        sys.stderr.write("\n")
 
 
 def run(args):
@@ -216,20 +195,31 @@ def run(args):
     if torch is not None:
         torch.set_num_threads(threads)
     copy, copy_name = copy_call(torch)
-    planned = list(cases(args.ops, args.dtypes, args.quick))
-    visits = [[] for _ in planned]  # per case, one {copy_s, ours_s, torch_s} per visit
+    planned = list(cases(args.ops, args.dtypes, args.quick, args.shapes))
+    with_onednn, onednn_name = onednn.available() if args.onednn else (False, "--no-onednn")
+    visits = [[] for _ in planned]  # per case, one {copy_s, ours_s, torch_s, onednn_s} per visit
+    onednn_notes = {}  # why a case has no oneDNN time
     steps = args.visits * len(planned)
     with ip.Handle(args.device) as handle:
         for visit in range(args.visits):
             for index, (op, dtype, shape) in enumerate(planned):
                 progress(visit * len(planned) + index, steps, f"visit {visit + 1}: {op} {dtype} {shape}")
                 # The same data in every visit (seeded by case), in fresh allocations.
-                case, operator, ours, theirs = build_case(op, dtype, shape, handle, np.random.default_rng(index))
+                case, operator, ours, theirs, reference = build_case(op, dtype, shape, handle,
+                                                                     np.random.default_rng(index), with_onednn)
+                others = {"torch_s": theirs, "onednn_s": reference if callable(reference) else None}
+                if not callable(reference):
+                    onednn_notes[(op, dtype)] = reference
                 with operator:
-                    participants = [copy, ours] + ([theirs] if theirs is not None else [])
-                    copy_s, ours_s, *torch_s = interleaved_medians(participants, args.repeats)
-                visits[index].append({"copy_s": copy_s, "ours_s": ours_s, "torch_s": torch_s[0] if torch_s else None})
-                del case, operator, ours, theirs  # before the next case allocates its own
+                    timed = [name for name, call in others.items() if call is not None]
+                    copy_s, ours_s, *times = interleaved_medians([copy, ours] + [others[n] for n in timed],
+                                                                 args.repeats)
+                row = {"copy_s": copy_s, "ours_s": ours_s, "torch_s": None, "onednn_s": None}
+                row.update(zip(timed, times))
+                visits[index].append(row)
+                if callable(reference):
+                    reference.close()
+                del case, operator, ours, theirs, reference  # before the next case allocates its own
         progress(steps, steps, "done")
     results = [case_result(op, dtype, shape, own) for (op, dtype, shape), own in zip(planned, visits)]
     overheads = python_overheads(args.repeats)
@@ -240,6 +230,9 @@ def run(args):
                         f"median over {args.visits} visits, then over cases"),
         "visits": args.visits,
         "torch_version": torch.__version__ if torch is not None else None,
+        "onednn": onednn_name if with_onednn else None, "onednn_unavailable": None if with_onednn else onednn_name,
+        "onednn_notes": sorted({f"{op} {dtype}: {why}" for (op, dtype), why in onednn_notes.items()
+                                if with_onednn and op != "rms_norm"}),
         "functional_overhead_s": overheads["functional"]["rms_norm"],
         "functional_overheads_s": overheads["functional"], "operator_overheads_s": overheads["operator"],
         "results": results,
@@ -252,8 +245,9 @@ def case_result(op, dtype, shape, visits):
     median_of = lambda key: statistics.median(v[key] for v in visits)  # noqa: E731
     ours_s, copy_s = median_of("ours_s"), median_of("copy_s")
     torch_s = median_of("torch_s") if all(v["torch_s"] for v in visits) else None
+    onednn_s = median_of("onednn_s") if all(v.get("onednn_s") for v in visits) else None
     return {
-        "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
+        "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s, "onednn_s": onednn_s,
         "ours_bandwidth": moved / ours_s,
         "torch_bandwidth": moved / torch_s if torch_s else None,
         "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
@@ -308,35 +302,6 @@ def python_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_no
             for way, by_op in differences.items()}
 
 
-def native_call(operator, addresses, workspace_address, stream_address=0):
-    """The bare C call of an operator object on data addresses (C order; absent trailing tensors may be left
-    out), for timing without the Python layer."""
-    from ._ffi import ffi
-
-    pointers = [ffi.cast("void *", address) for address in addresses]
-    pointers += [ffi.NULL] * (len(operator.layouts) - len(pointers))
-    native, run_native = operator._open_pointer(), operator._run_native
-    workspace, size = ffi.cast("void *", workspace_address), operator.workspace_size
-    stream = ffi.cast("void *", stream_address)
-    return lambda: run_native(native, workspace, size, *pointers, stream)
-
-
-def machine_description():
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    description = f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
-    # A forced lower ISA changes the CPU kernels' speed severalfold: a table must say it was not the best path.
-    forced_isa = os.environ.get("INFINIOP_CPU_ISA")
-    return f"{description}, kernels capped at INFINIOP_CPU_ISA={forced_isa}" if forced_isa else description
-
-
 def format_table(report):
     """The report as a Markdown table. Where the results carry their own copy_bandwidth (the CPU's, timed with each
     case) the fractions use it and a last column shows it; otherwise they use the report's one copy."""
@@ -344,14 +309,18 @@ def format_table(report):
     per_case_copy = all("copy_bandwidth" in r for r in report["results"])
     threads = f"; threads: {report['threads']}" if report["threads"] else ""
     copy_header, copy_rule = (" copy GB/s |", "---:|") if per_case_copy else ("", "")
+    with_onednn = bool(report.get("onednn"))
+    onednn_header, onednn_rule = (" oneDNN ms | vs oneDNN |", "---:|---:|") if with_onednn else ("", "")
     lines = [
-        f"machine: {report['machine']}{threads}; torch {report['torch_version']}",
+        f"machine: {report['machine']}{threads}; torch {report['torch_version']}"
+        + (f"; {report['onednn']}" if with_onednn else ""),
         f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
-        f"| op | dtype | shape | ours ms | torch ms | speedup | ours GB/s | ours/copy | torch/copy |{copy_header}",
-        f"|---|---|---|---:|---:|---:|---:|---:|---:|{copy_rule}",
+        f"| op | dtype | shape | ours ms | torch ms | speedup |{onednn_header} ours GB/s | ours/copy | torch/copy |"
+        f"{copy_header}",
+        f"|---|---|---|---:|---:|---:|{onednn_rule}---:|---:|---:|{copy_rule}",
     ]
-    speedups = []
+    speedups, onednn_speedups = [], []
     for r in report["results"]:
         case_copy = r.get("copy_bandwidth", copy)
         speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
@@ -361,15 +330,30 @@ def format_table(report):
         speedup_cell = f"{speedup:.2f}x" if speedup else "-"
         torch_fraction = f"{r['torch_bandwidth'] / case_copy:.2f}" if r["torch_bandwidth"] else "-"
         copy_cell = f" {case_copy / 1e9:.1f} |" if per_case_copy else ""
+        onednn_cells = ""
+        if with_onednn:
+            onednn_s = r.get("onednn_s")
+            if onednn_s:
+                onednn_speedups.append(onednn_s / r["ours_s"])
+            onednn_cells = (f" {onednn_s * 1e3:.3f} | {onednn_s / r['ours_s']:.2f}x |" if onednn_s else " - | - |")
         shape = "x".join(map(str, r["shape"]))
         lines.append(
-            f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} | "
-            f"{r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | {torch_fraction} |{copy_cell}"
+            f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} |"
+            f"{onednn_cells} {r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | "
+            f"{torch_fraction} |{copy_cell}"
         )
-    if speedups:
+    if speedups or onednn_speedups:
         lines.append("")
+    if speedups:
         lines.append(f"median speedup over torch: {statistics.median(speedups):.2f}x; "
                      f"slowest case: {min(speedups):.2f}x")
+    if onednn_speedups:
+        lines.append(f"median speedup over oneDNN: {statistics.median(onednn_speedups):.2f}x; "
+                     f"slowest case: {min(onednn_speedups):.2f}x (oneDNN has no RMSNorm)")
+    for note in report.get("onednn_notes") or ():
+        lines.append(f"no oneDNN time for {note}")
+    if report.get("onednn_unavailable"):
+        lines.append(f"no oneDNN column: {report['onednn_unavailable']}")
     overheads = report.get("functional_overheads_s") or (
         {"rms_norm": report["functional_overhead_s"]} if report["functional_overhead_s"] is not None else None)
     for what, by_op in (("functional API Python overhead per cached call", overheads),
@@ -407,75 +391,3 @@ def plot(report, path):
     figure.savefig(path, dpi=120)
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog="infiniop-py bench",
-        description="Time each operator against PyTorch on the same data, as fractions of a copy timed in the same "
-                    "rounds (the method: docs/performance.md).")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
-                        help="nvidia: on the GPU against PyTorch CUDA, timed with CUDA events")
-    parser.add_argument("--device-id", type=int, default=0)
-    parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
-                        choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],
-                        help="layer_norm_from_input: LayerNorm from the forward's input, mean and rstd (as torch "
-                             "saves them) instead of xhat and std")
-    parser.add_argument("--dtypes", nargs="+", default=DTYPES, choices=DTYPES)
-    parser.add_argument("--repeats", type=int, default=7,
-                        help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
-                             "and times the second call (medians reported)")
-    parser.add_argument("--visits", type=int, default=3,
-                        help="CPU: times the run goes over every case, each on fresh data; each time reported is "
-                             "the median over the visits")
-    parser.add_argument("--quick", action="store_true", help="first shape of each op only")
-    parser.add_argument("--training", action="store_true",
-                        help="instead: a training step (forward + backward) of norm-heavy models and of each drop-in "
-                             "module, torch's norms vs infiniop_py.torch.replace_norms (needs torch)")
-    parser.add_argument("--sync-batch-norm", action="store_true",
-                        help="instead: SyncBatchNorm forward + backward with 2 gloo processes against BatchNorm on "
-                             "one process's half of the batch alone (needs torch)")
-    parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
-    args = parser.parse_args(argv)
-    if args.plot:  # before minutes of timing, not after
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            parser.error("--plot needs matplotlib: pip install 'infiniop-py[plot]' (or pip install matplotlib)")
-    if args.sync_batch_norm:
-        from . import bench_distributed
-        report = bench_distributed.run(args.repeats, args.dtypes[0])
-        print(bench_distributed.format_table(report))
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=2)
-        return 0
-    if args.training:
-        from . import bench_training
-        device = "cpu" if args.device == "cpu" else f"cuda:{args.device_id}"
-        report = bench_training.run(args.repeats, args.dtypes if args.dtypes != DTYPES else bench_training.DTYPES,
-                                    device)
-        print(bench_training.format_table(report))
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=2)
-        return 0
-    if args.device == "nvidia":
-        from . import bench_nvidia
-        try:
-            report = bench_nvidia.run(args)
-        except bench_nvidia.Unavailable as why:
-            print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
-            return 2
-    else:
-        report = run(args)
-    print(format_table(report))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(report, out, indent=2)
-    if args.plot:
-        plot(report, args.plot)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

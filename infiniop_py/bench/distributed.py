@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from .bench import interleaved_medians, machine_description
+from .timing import interleaved_medians, machine_description
 
 WORLD = 2
 IMAGES = (32, 64, 56, 56)  # the whole batch (N, C, H, W): ResNet's first stage
@@ -70,7 +70,7 @@ def run(repeats=7, dtype="float32", images=None):
         out_path = os.path.join(scratch, "report.json")
         environment = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                            WORLD_SIZE=str(WORLD), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-        ranks = [subprocess.Popen([sys.executable, "-m", "infiniop_py.bench_distributed", str(rank), out_path,
+        ranks = [subprocess.Popen([sys.executable, "-m", "infiniop_py.bench.distributed", str(rank), out_path,
                                    str(repeats), dtype, "x".join(map(str, images))],
                                   env=dict(environment, RANK=str(rank)), stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)

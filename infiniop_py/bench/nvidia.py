@@ -9,11 +9,12 @@ an operator object made once, so neither side pays for Python checks in the time
 
 import statistics
 
-from . import bench
+from . import cpu
+from . import timing
 
 # The issue-3 shapes, plus large BF16-friendly RMS/LN ones with D >= 1024 that fill a GPU.
-ROW_SHAPES = bench.ROW_SHAPES + [(16384, 4096), (65536, 1024)]
-BATCH_SHAPES = bench.BATCH_SHAPES
+ROW_SHAPES = cpu.ROW_SHAPES + [(16384, 4096), (65536, 1024)]
+BATCH_SHAPES = cpu.BATCH_SHAPES
 COPY_BYTES = 1 << 29  # 512 MiB: far beyond any GPU's L2
 LAYER_NORM_EPS = 1e-5
 
@@ -24,7 +25,7 @@ class Unavailable(Exception):
 
 def require_cuda(device_id):
     """torch, once it is certain that both torch and this library can use NVIDIA device ``device_id``."""
-    from ._ffi import ffi, libraries
+    from .._ffi import ffi, libraries
 
     try:
         import torch
@@ -95,7 +96,7 @@ class GpuCase:
         self.operator = operator_class(handle, *tensors)
         workspace = torch.empty(max(self.operator.workspace_size, 1), dtype=torch.uint8, device=device)
         self._workspace = workspace
-        self.ours = bench.native_call(self.operator, [t.data_ptr() for t in tensors], workspace.data_ptr(),
+        self.ours = timing.native_call(self.operator, [t.data_ptr() for t in tensors], workspace.data_ptr(),
                                       _current_stream_address(torch, device))
 
     def outputs(self):
@@ -174,7 +175,7 @@ def cases(ops, dtypes, quick):
 
 
 def run(args):
-    """The report of bench.format_table for NVIDIA device ``args.device_id`` (Unavailable if it cannot run)."""
+    """The report of cpu.format_table for NVIDIA device ``args.device_id`` (Unavailable if it cannot run)."""
     import infiniop_py as ip
 
     torch = require_cuda(args.device_id)
@@ -187,7 +188,7 @@ def run(args):
     results = []
     with ip.Handle("nvidia", args.device_id) as handle:
         for index, (op, dtype, shape) in enumerate(planned):
-            bench.progress(index, len(planned), f"{op} {dtype} {shape}")
+            timing.progress(index, len(planned), f"{op} {dtype} {shape}")
             case = GpuCase(torch, op, dtype, shape, handle, device, generator)
             try:
                 ours_s = event_seconds(torch, case.ours, batches)
@@ -203,7 +204,7 @@ def run(args):
                 "torch_method": case.torch_method, "max_relative_difference_vs_torch": difference,
             })
             del case
-        bench.progress(len(planned), len(planned), "done")
+        timing.progress(len(planned), len(planned), "done")
     return {
         "machine": gpu_description(torch, device), "threads": None, "copy_bandwidth": copy,
         "copy_method": "torch copy_ of 512 MiB, device to device, same run",

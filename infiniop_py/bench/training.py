@@ -1,13 +1,13 @@
 """Benchmark of training with the PyTorch integration (``infiniop-py bench --training``): a forward + backward
 step of norm-heavy models with torch's norms and after ``replace_norms``, and each drop-in module's forward +
-backward against torch's module, on the same data in one process, timed in interleaved rounds (bench.py's
+backward against torch's module, on the same data in one process, timed in interleaved rounds (bench/timing.py's
 interleaved_medians; on a GPU each step ends with a synchronization); ratios of medians. F32, and BF16
 activations with F32 parameters under autocast."""
 
 import copy
 import statistics
 
-from .bench import interleaved_medians, machine_description
+from .timing import interleaved_medians, machine_description
 
 BATCH_TOKENS, WIDTH = (8, 512), 1024  # (batch, sequence) of the row-norm cases
 IMAGES = (32, 64, 56, 56)  # (N, C, H, W) of the BatchNorm cases: ResNet's first stage

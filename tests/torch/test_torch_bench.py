@@ -1,12 +1,13 @@
-"""bench --training (infiniop_py/bench_training.py) on tiny shapes: every model and module is timed with torch's
+"""bench --training (infiniop_py/bench/training.py) on tiny shapes: every model and module is timed with torch's
 norms and with replace_norms, and the report says how many norms were replaced; bench --sync-batch-norm
-(bench_distributed.py) with its 2 gloo processes on a small batch."""
+(bench/distributed.py) with its 2 gloo processes on a small batch."""
 
 import json
 
 from _torch_helpers import torch  # noqa: F401  (skips without torch)
 
-from infiniop_py import bench, bench_distributed, bench_training
+from infiniop_py import bench
+from infiniop_py.bench import distributed as bench_distributed, training as bench_training
 
 
 def test_training_benchmark_reports_every_model_and_module(monkeypatch, tmp_path, capsys):

@@ -1,0 +1,86 @@
+"""`infiniop-py bench` (also scripts/bench.py): the command line of the benchmarks. cpu: our operators against
+PyTorch, oneDNN and a copy on the CPU; nvidia: the same on a GPU; training: training steps with the PyTorch
+integration; distributed: SyncBatchNorm over 2 processes; timing and onednn: what they share. The method:
+docs/performance.md."""
+
+import argparse
+import json
+import sys
+
+from . import cpu
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="infiniop-py bench",
+        description="Time each operator against PyTorch on the same data, as fractions of a copy timed in the same "
+                    "rounds (the method: docs/performance.md).")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
+                        help="nvidia: on the GPU against PyTorch CUDA, timed with CUDA events")
+    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
+                        choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],
+                        help="layer_norm_from_input: LayerNorm from the forward's input, mean and rstd (as torch "
+                             "saves them) instead of xhat and std")
+    parser.add_argument("--dtypes", nargs="+", default=cpu.DTYPES, choices=cpu.DTYPES)
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
+                             "and times the second call (medians reported)")
+    parser.add_argument("--visits", type=int, default=3,
+                        help="CPU: times the run goes over every case, each on fresh data; each time reported is "
+                             "the median over the visits")
+    parser.add_argument("--quick", action="store_true", help="first shape of each op only")
+    parser.add_argument("--shapes", default="table", choices=cpu.SHAPE_SETS,
+                        help="CPU: table (the published table's shapes) or llm (mid-size shapes of LLM and CNN "
+                             "training)")
+    parser.add_argument("--no-onednn", dest="onednn", action="store_false",
+                        help="CPU: leave out the oneDNN column (it is timed where oneDNN is installed: "
+                             "pip install 'infiniop-py[onednn]')")
+    parser.add_argument("--training", action="store_true",
+                        help="instead: a training step (forward + backward) of norm-heavy models and of each drop-in "
+                             "module, torch's norms vs infiniop_py.torch.replace_norms (needs torch)")
+    parser.add_argument("--sync-batch-norm", action="store_true",
+                        help="instead: SyncBatchNorm forward + backward with 2 gloo processes against BatchNorm on "
+                             "one process's half of the batch alone (needs torch)")
+    parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
+    args = parser.parse_args(argv)
+    if args.plot:  # before minutes of timing, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib: pip install 'infiniop-py[plot]' (or pip install matplotlib)")
+    if args.sync_batch_norm:
+        from . import distributed
+        report = distributed.run(args.repeats, args.dtypes[0])
+        print(distributed.format_table(report))
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=2)
+        return 0
+    if args.training:
+        from . import training
+        device = "cpu" if args.device == "cpu" else f"cuda:{args.device_id}"
+        report = training.run(args.repeats, args.dtypes if args.dtypes != cpu.DTYPES else training.DTYPES,
+                                    device)
+        print(training.format_table(report))
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump(report, out, indent=2)
+        return 0
+    if args.device == "nvidia":
+        from . import nvidia
+        try:
+            report = nvidia.run(args)
+        except nvidia.Unavailable as why:
+            print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
+            return 2
+    else:
+        report = cpu.run(args)
+    print(cpu.format_table(report))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(report, out, indent=2)
+    if args.plot:
+        cpu.plot(report, args.plot)
+    return 0

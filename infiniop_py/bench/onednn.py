@@ -1,0 +1,126 @@
+"""oneDNN as a second reference for `infiniop-py bench`: its layer_normalization_backward and
+batch_normalization_backward on the same buffers and threads as ours (oneDNN has no RMSNorm in the release on
+PyPI). onednn_timer.cpp is compiled on first use against an installed oneDNN (`pip install
+'infiniop-py[onednn]'`, or $DNNLROOT) and cached; where that cannot be done, `available()` says why and the
+benchmark leaves the column empty."""
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("onednn_timer.cpp")
+DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
+CDEF = """
+void *onednn_create(int kind, int dtype, int64_t a, int64_t b, int64_t c, float eps, void *src, void *diff_dst,
+                    float *mean, float *variance, float *scale, void *diff_src, float *diff_scale, float *diff_shift,
+                    char *error, size_t error_size);
+int onednn_run(void *handle, char *error, size_t error_size);
+void onednn_destroy(void *handle);
+void onednn_version(int *major, int *minor, int *patch);
+"""
+
+
+class Unavailable(Exception):
+    """oneDNN cannot be used here; the message says why and how to get it."""
+
+
+def _roots():
+    """Where an installed oneDNN may lie: $DNNLROOT, then this environment's prefix (the PyPI wheels put
+    lib/libdnnl.so and include/oneapi/dnnl/ there)."""
+    configured = os.environ.get("DNNLROOT")
+    return ([Path(configured)] if configured else []) + [Path(sys.prefix)]
+
+
+def _find_root():
+    for root in _roots():
+        if (root / "include" / "oneapi" / "dnnl" / "dnnl.hpp").is_file() and any((root / "lib").glob("libdnnl.so*")):
+            return root
+    tried = ", ".join(str(r) for r in _roots())
+    raise Unavailable(f"oneDNN not found (looked in {tried}): pip install 'infiniop-py[onednn]' "
+                      "(onednn-cpu-gomp and onednn-devel-cpu-gomp) or set DNNLROOT")
+
+
+def _cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "infiniop-py"
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    """The compiled helper loaded with cffi (compiled once per oneDNN install and helper source); Unavailable if
+    oneDNN or a C++ compiler is missing or the build fails."""
+    import cffi
+
+    root = _find_root()
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise Unavailable(f"no C++ compiler ({compiler}) to build the oneDNN timing helper")
+    key = hashlib.sha256(SOURCE.read_bytes() + str(root.resolve()).encode()).hexdigest()[:16]
+    target = _cache_dir() / f"onednn_timer-{key}.so"
+    if not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")
+        command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", str(SOURCE), f"-I{root / 'include'}",
+                   f"-L{root / 'lib'}", "-ldnnl", f"-Wl,-rpath,{root / 'lib'}", "-o", str(partial)]
+        built = subprocess.run(command, capture_output=True, text=True)
+        if built.returncode != 0:
+            raise Unavailable(f"building the oneDNN timing helper failed: {built.stderr.strip()[-500:]}")
+        os.replace(partial, target)  # whole or not at all, for a concurrent run
+    ffi = cffi.FFI()
+    ffi.cdef(CDEF)
+    return ffi, ffi.dlopen(str(target))
+
+
+def available():
+    """(True, "oneDNN X.Y.Z") or (False, why not)."""
+    try:
+        ffi, lib = library()
+    except Unavailable as why:
+        return False, str(why)
+    parts = ffi.new("int[3]")
+    lib.onednn_version(parts, parts + 1, parts + 2)
+    return True, f"oneDNN {parts[0]}.{parts[1]}.{parts[2]}"
+
+
+class Reference:
+    """One oneDNN backward primitive bound to the given arrays; call() runs it. Arrays: src, diff_dst (the
+    case's dtype), mean, variance, scale (F32), outputs diff_src (dtype), diff_scale, diff_shift (F32). They must
+    outlive the reference (it keeps them). Unavailable if oneDNN has no kernel for this dtype here."""
+
+    def __init__(self, kind, dtype, dims, eps, src, diff_dst, mean, variance, scale, diff_src, diff_scale,
+                 diff_shift):
+        ffi, lib = library()
+        self._ffi, self._error = ffi, ffi.new("char[512]")
+        self._lib, self._arrays = lib, (src, diff_dst, mean, variance, scale, diff_src, diff_scale, diff_shift)
+        pointer = lambda array: ffi.cast("void *", array.ctypes.data)  # noqa: E731
+        floats = lambda array: ffi.cast("float *", array.ctypes.data)  # noqa: E731
+        for name, array in zip(("mean", "variance", "scale", "diff_scale", "diff_shift"),
+                               (mean, variance, scale, diff_scale, diff_shift)):
+            if array.dtype != np.float32 or not array.flags.c_contiguous:
+                raise ValueError(f"{name} must be a contiguous float32 array")
+        error = ffi.new("char[512]")
+        padded = (list(dims) + [1])[:3]
+        self._handle = lib.onednn_create({"layer_norm": 0, "batch_norm": 1}[kind], DTYPE_CODES[dtype], *padded,
+                                         eps, pointer(src), pointer(diff_dst), floats(mean), floats(variance),
+                                         floats(scale), pointer(diff_src), floats(diff_scale), floats(diff_shift),
+                                         error, 512)
+        if self._handle == ffi.NULL:
+            raise Unavailable(f"oneDNN {kind} backward {dtype}: {ffi.string(error).decode()}")
+
+    def __call__(self):
+        if self._lib.onednn_run(self._handle, self._error, 512) != 0:
+            raise RuntimeError(f"oneDNN execute failed: {self._ffi.string(self._error).decode()}")
+
+    def close(self):
+        if self._handle is not None:
+            self._lib.onednn_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()

@@ -1,0 +1,81 @@
+"""What every benchmark shares: medians of interleaved rounds, the bare C call of an operator object, the
+machine's description and the progress line."""
+
+import os
+import platform
+import statistics
+import sys
+import time
+
+
+def median_seconds(run, repeats, min_seconds=0.2):
+    """Median wall time of run() over at least `repeats` calls (after one warm-up call)."""
+    run()
+    times = []
+    started = time.perf_counter()
+    while len(times) < repeats or time.perf_counter() - started < min_seconds:
+        begin = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - begin)
+        if len(times) >= 20 * repeats:
+            break
+    return statistics.median(times)
+
+
+def interleaved_medians(runs, repeats, min_seconds=0.05):
+    """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
+    times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
+    the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
+    the caches cold). All get the same rounds: at least `repeats`, and more until each has run min_seconds in all
+    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets
+    the count, so min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one."""
+    times = [[] for _ in runs]
+    totals = [0.0] * len(runs)
+    while len(times[0]) < repeats or min(totals) < min_seconds:
+        for index, run in enumerate(runs):
+            run()
+            begin = time.perf_counter()
+            run()
+            times[index].append(time.perf_counter() - begin)
+            totals[index] += times[index][-1]
+        if len(times[0]) >= 20 * repeats:
+            break
+    return [statistics.median(own) for own in times]
+
+
+def progress(done, total, label):
+    width = 30
+    filled = width * done // total
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<40}")
+    sys.stderr.flush()
+    if done == total:
+        sys.stderr.write("\n")
+
+
+def native_call(operator, addresses, workspace_address, stream_address=0):
+    """The bare C call of an operator object on data addresses (C order; absent trailing tensors may be left
+    out), for timing without the Python layer."""
+    from .._ffi import ffi
+
+    pointers = [ffi.cast("void *", address) for address in addresses]
+    pointers += [ffi.NULL] * (len(operator.layouts) - len(pointers))
+    native, run_native = operator._open_pointer(), operator._run_native
+    workspace, size = ffi.cast("void *", workspace_address), operator.workspace_size
+    stream = ffi.cast("void *", stream_address)
+    return lambda: run_native(native, workspace, size, *pointers, stream)
+
+
+def machine_description():
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    description = f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
+    # A forced lower ISA changes the CPU kernels' speed severalfold: a table must say it was not the best path.
+    forced_isa = os.environ.get("INFINIOP_CPU_ISA")
+    return f"{description}, kernels capped at INFINIOP_CPU_ISA={forced_isa}" if forced_isa else description
