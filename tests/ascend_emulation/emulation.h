@@ -1,6 +1,6 @@
 // Test-only emulation of the documented CANN contract (ACL runtime + aclnn operators) on host memory.
 // Not the runtime: it exists so the Ascend backend's calls can be checked without Ascend hardware.
-// Shared by the three emulated libraries: the object layouts and the element access helpers.
+// Shared by the emulated libraries: the object layouts and the element access helpers.
 #ifndef ASCEND_EMULATION_H
 #define ASCEND_EMULATION_H
 
@@ -27,6 +27,8 @@ constexpr int kContextNull = 107002;      // ACL_ERROR_RT_CONTEXT_NULL
 constexpr int kBadAlloc = 200000;         // ACL_ERROR_BAD_ALLOC
 constexpr int kParamNullptr = 161001;     // ACLNN_ERR_PARAM_NULLPTR
 constexpr int kParamInvalid = 161002;     // ACLNN_ERR_PARAM_INVALID
+constexpr int kInner = 561000;            // ACLNN_ERR_INNER
+constexpr int kTilingError = 561002;      // ACLNN_ERR_INNER_TILING_ERROR: where CANN's kernels check shapes
 constexpr int kInnerNullptr = 561103;     // executor is a null pointer
 
 // aclDataType / aclFormat values used here.

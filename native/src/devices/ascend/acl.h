@@ -50,7 +50,9 @@ namespace ascend {
 constexpr aclError kAclSuccess = 0;
 constexpr aclError kAclRepeatInitialize = 100002; // ACL_ERROR_REPEAT_INITIALIZE: aclInit already ran
 
-// Resolved entry points, grouped by the library that exports them.
+// Resolved entry points, grouped by the library that exports them. The runtime's and libnnopbase's are always
+// there; an aclnn operator this CANN install lacks has both its phases NULL (the operators needing it are
+// NOT_IMPLEMENTED, see loader.h).
 struct Api {
     // libascendcl: the runtime.
     aclError (*aclInit)(const char *config_path);
@@ -86,7 +88,8 @@ struct Api {
     aclnnStatus (*aclSetInputTensorAddr)(aclOpExecutor *executor, size_t index, aclTensor *tensor, void *addr);
     aclnnStatus (*aclSetOutputTensorAddr)(aclOpExecutor *executor, size_t index, aclTensor *tensor, void *addr);
 
-    // libopapi: the operators (first phase: check and plan; second phase: launch on a stream).
+    // The operators (first phase: check and plan; second phase: launch on a stream), from the operator libraries
+    // (libopapi_nn / libopapi_math in current CANN, libopapi before).
     aclnnStatus (*aclnnRmsNormGetWorkspaceSize)(const aclTensor *x, const aclTensor *gamma, double epsilon,
                                                 const aclTensor *y_out, const aclTensor *rstd_out,
                                                 uint64_t *workspace_size, aclOpExecutor **executor);

@@ -108,6 +108,9 @@ aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
 infiniStatus_t Plan::build() {
     if (scratch_overflowed_) return INFINI_STATUS_BAD_TENSOR_SHAPE; // a workspace past 2^64 bytes
     for (const Stage &stage : calls_) {
+        if (stage.call.launch == nullptr) return INFINI_STATUS_NOT_IMPLEMENTED; // not in this CANN install
+    }
+    for (const Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
             for (const std::optional<TensorSpec> &spec : *group) {
                 if (spec && spec->buffer.kind == Buffer::Constant && spec->buffer.index >= constants_host_.size()) {

@@ -44,6 +44,7 @@ struct TensorSpec {
 
 // One aclnn operator: plan(tensors, &workspace, &executor) with inputs then outputs in prototype order. An
 // absent optional tensor (std::nullopt) is a nullptr at its position: re-pointing indices count it, as CANN's do.
+// launch is NULL where this CANN install lacks the operator (loader.h): build() is then NOT_IMPLEMENTED.
 struct Call {
     using Prepare = std::function<aclnnStatus(aclTensor *const *tensors, uint64_t *workspace, aclOpExecutor **)>;
     using Launch = aclnnStatus (*)(void *workspace, uint64_t size, aclOpExecutor *executor, aclrtStream stream);
