@@ -67,7 +67,7 @@ def on(emulated_cann, layout="split", **knobs):
 @pytest.fixture(scope="module")
 def mixed(emulated_cann):
     """Results with the emulation's default: every second executor refuses to be made repeatable, as CANN does in
-    some modes, so plans mix reused and re-planned calls. Also the tiling refusals."""
+    some modes, so plans mix reused and re-planned calls. Also the client situations and the tiling refusals."""
     return run_suite(on(emulated_cann))
 
 
@@ -107,6 +107,23 @@ def test_operator_with_reused_executors(reused, name, expected):
 @pytest.mark.parametrize("name,expected", CASES, ids=[c[0] for c in CASES])
 def test_operator_with_replanned_executors(replanned, name, expected):
     check_case(replanned, name, expected)
+
+
+SITUATIONS = ("default-stream", "new-thread", "other-device")
+
+
+@pytest.mark.parametrize("situation", SITUATIONS)
+@pytest.mark.parametrize("name", suite.CONTEXT_CASES)
+def test_operator_in_client_situation(mixed, situation, name):
+    """Descriptors created and run from a thread that never selected a device (CANN's first phase needs one), and
+    on device 1's buffers while the caller has device 0 selected: the backend selects the handle's device."""
+    check_case(mixed, f"{situation}:{name}", 0)
+
+
+def test_the_callers_device_stays_selected(mixed):
+    """Working on device 1 for a handle there, the backend gives the caller back the device it had selected (0):
+    libinfinirt, which shares CANN's per-thread device, must keep finding it."""
+    assert mixed["other-device:devices-seen"] == [0]
 
 
 @pytest.mark.parametrize("op", ["rms", "ln", "bn"])

@@ -1,11 +1,13 @@
 // Emulated libascendcl: the ACL runtime calls the backend makes, on host memory. Device memory is host memory,
-// streams are tokens, every call is synchronous. Checks what the runtime documents: aclInit before use, a
-// device set on the calling thread before allocation, device ids in range, copy sizes within destMax.
+// streams are tokens of their device, every call is synchronous. Checks what the runtime documents: aclInit
+// before use, a device set on the calling thread before allocation, device ids in range, copy sizes within
+// destMax; and that work runs on the current device, on a stream of that device, touching no other device's
+// memory (CANN's state is per thread).
 #include "emulation.h"
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <set>
 
 using namespace emu;
 
@@ -13,34 +15,65 @@ namespace {
 
 bool initialized = false;
 thread_local int current_device = -1;
+struct Block {
+    size_t bytes;
+    int device; // -1: host (aclrtMallocHost)
+};
+
 std::mutex memory_mutex;
-std::set<void *> device_blocks, host_blocks;
+std::map<const char *, Block> live_blocks; // by start address
 
 uint32_t deviceCount() {
     const char *value = std::getenv("ASCEND_EMULATION_DEVICE_COUNT");
     return value == nullptr ? 1u : static_cast<uint32_t>(std::atoi(value));
 }
 
-int allocate(void **ptr, size_t size, std::set<void *> &blocks) {
+int allocate(void **ptr, size_t size, int device) {
     if (ptr == nullptr || size == 0) return kInvalidParam;
     if (!initialized) return kUninitialized;
     if (current_device < 0) return kContextNull;
-    void *block = std::aligned_alloc(512, (size + 511) / 512 * 512);
+    size_t bytes = (size + 511) / 512 * 512;
+    void *block = std::aligned_alloc(512, bytes);
     if (block == nullptr) return kBadAlloc;
     std::lock_guard<std::mutex> lock(memory_mutex);
-    blocks.insert(block);
+    live_blocks[static_cast<const char *>(block)] = {bytes, device};
     *ptr = block;
     return kSuccess;
 }
 
-int release(void *ptr, std::set<void *> &blocks) {
+int release(void *ptr, bool host) {
     std::lock_guard<std::mutex> lock(memory_mutex);
-    if (ptr == nullptr || blocks.erase(ptr) == 0) return kInvalidParam; // not from the matching malloc
+    auto block = live_blocks.find(static_cast<const char *>(ptr));
+    if (ptr == nullptr || block == live_blocks.end() || (block->second.device < 0) != host) {
+        return kInvalidParam; // not from the matching malloc
+    }
+    live_blocks.erase(block);
     std::free(ptr);
     return kSuccess;
 }
 
 } // namespace
+
+namespace emu {
+
+int enqueue(aclrtStream stream, std::function<int()> task) {
+    if (current_device < 0) return kContextNull;
+    if (stream != nullptr && *static_cast<int *>(stream) != current_device) return kStreamContext;
+    return task();
+}
+
+int currentDevice() { return current_device; }
+
+bool onOtherDevice(const void *data, int device) {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    auto after = live_blocks.upper_bound(static_cast<const char *>(data));
+    if (after == live_blocks.begin()) return false;
+    auto block = std::prev(after);
+    bool inside = block->first + block->second.bytes > static_cast<const char *>(data);
+    return inside && block->second.device >= 0 && block->second.device != device;
+}
+
+} // namespace emu
 
 extern "C" {
 
@@ -63,6 +96,13 @@ aclError aclrtSetDevice(int32_t device_id) {
     return kSuccess;
 }
 
+aclError aclrtGetDevice(int32_t *device_id) {
+    if (device_id == nullptr) return kInvalidParam;
+    if (current_device < 0) return kContextNull;
+    *device_id = current_device;
+    return kSuccess;
+}
+
 aclError aclrtSynchronizeDevice() { return current_device < 0 ? kContextNull : kSuccess; }
 
 aclError aclrtCreateStream(aclrtStream *stream) {
@@ -80,10 +120,10 @@ aclError aclrtDestroyStream(aclrtStream stream) {
 
 aclError aclrtSynchronizeStream(aclrtStream) { return kSuccess; }
 
-aclError aclrtMalloc(void **ptr, size_t size, int) { return allocate(ptr, size, device_blocks); }
-aclError aclrtMallocHost(void **ptr, size_t size) { return allocate(ptr, size, host_blocks); }
-aclError aclrtFree(void *ptr) { return release(ptr, device_blocks); }
-aclError aclrtFreeHost(void *ptr) { return release(ptr, host_blocks); }
+aclError aclrtMalloc(void **ptr, size_t size, int) { return allocate(ptr, size, current_device); }
+aclError aclrtMallocHost(void **ptr, size_t size) { return allocate(ptr, size, -1); }
+aclError aclrtFree(void *ptr) { return release(ptr, false); }
+aclError aclrtFreeHost(void *ptr) { return release(ptr, true); }
 
 aclError aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind) {
     if (dst == nullptr || src == nullptr || count > dest_max || kind < 0 || kind > 3) return kInvalidParam;

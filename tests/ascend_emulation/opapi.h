@@ -1,5 +1,5 @@
 // The two phases every emulated aclnn operator shares (opapi_nn.cc, opapi_math.cc): plan() captures the
-// tensors and the computation in an executor; launch() runs it.
+// tensors and the computation in an executor on the current device; launch() runs it on a stream.
 #ifndef ASCEND_EMULATION_OPAPI_H
 #define ASCEND_EMULATION_OPAPI_H
 
@@ -26,12 +26,14 @@ static inline bool tilable(int64_t length) {
 }
 
 // Captures the tensors (inputs then outputs, in prototype order) for `compute`, which reads them by position.
+// CANN's first phase queries the current device's context: none is ACLNN_ERR_RUNTIME_ERROR.
 // Built with ASCEND_EMULATION_DECOY, it is a stale library that must never be preferred: every call fails.
 static inline int plan(std::vector<const aclTensor *> inputs, std::vector<const aclTensor *> outputs,
                        std::function<void(aclTensor *)> compute, uint64_t *workspace, aclOpExecutor **executor) {
 #ifdef ASCEND_EMULATION_DECOY
     return kInner;
 #endif
+    if (currentDevice() < 0) return kRuntimeError;
     auto *ex = new aclOpExecutor;
     ex->inputs = inputs;
     ex->outputs = outputs;
@@ -40,23 +42,33 @@ static inline int plan(std::vector<const aclTensor *> inputs, std::vector<const 
     }
     ex->compute = std::move(compute);
     ex->workspace = kWorkspace;
+    ex->device = currentDevice();
     *workspace = kWorkspace;
     *executor = ex;
     return kSuccess;
 }
 
-// Checks the workspace and addresses, scribbles over the workspace (no caller may rely on its contents) and
-// computes. A one-shot executor is consumed by its launch.
+// Checks the workspace and addresses and runs the kernel on `stream`. It must run on the device it was planned
+// on; it fails if it would touch another device's memory, else scribbles over its workspace (no caller may rely
+// on its contents) and computes. A one-shot executor is consumed by its launch.
 static inline int launch(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream stream) {
     if (ex == nullptr) return kInnerNullptr;
     if (size < ex->workspace || (ex->workspace > 0 && workspace == nullptr)) return kParamInvalid;
     for (const aclTensor &t : ex->captured) {
         if (numel(&t) > 0 && t.data == nullptr) return kParamNullptr;
     }
-    std::memset(workspace, 0xab, ex->workspace);
-    ex->compute(ex->captured.data());
+    if (currentDevice() != ex->device) return kRuntimeError;
+    int status = enqueue(stream, [ex, workspace] {
+        for (const aclTensor &t : ex->captured) {
+            if (t.data && onOtherDevice(t.data, ex->device)) return kTaskException;
+        }
+        if (workspace && onOtherDevice(workspace, ex->device)) return kTaskException;
+        std::memset(workspace, 0xab, ex->workspace);
+        ex->compute(ex->captured.data());
+        return kSuccess;
+    });
     if (!ex->repeatable) delete ex;
-    return kSuccess;
+    return status == kSuccess ? kSuccess : kRuntimeError;
 }
 
 } // namespace emu

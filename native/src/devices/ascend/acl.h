@@ -58,6 +58,7 @@ struct Api {
     aclError (*aclInit)(const char *config_path);
     aclError (*aclrtGetDeviceCount)(uint32_t *count);
     aclError (*aclrtSetDevice)(int32_t device_id);
+    aclError (*aclrtGetDevice)(int32_t *device_id);
     aclError (*aclrtSynchronizeDevice)();
     aclError (*aclrtCreateStream)(aclrtStream *stream);
     aclError (*aclrtDestroyStream)(aclrtStream stream);

@@ -125,6 +125,7 @@ infiniStatus_t load(Api *api) {
     RESOLVE(acl, aclInit);
     RESOLVE(acl, aclrtGetDeviceCount);
     RESOLVE(acl, aclrtSetDevice);
+    RESOLVE(acl, aclrtGetDevice);
     RESOLVE(acl, aclrtSynchronizeDevice);
     RESOLVE(acl, aclrtCreateStream);
     RESOLVE(acl, aclrtDestroyStream);
@@ -188,6 +189,7 @@ infiniStatus_t fromAcl(int code) {
     case 0: return INFINI_STATUS_SUCCESS;
     case 100001: return INFINI_STATUS_DEVICE_NOT_INITIALIZED; // ACL_ERROR_UNINITIALIZE
     case 107001: return INFINI_STATUS_DEVICE_NOT_FOUND;       // ACL_ERROR_RT_INVALID_DEVICEID
+    case 107002: return INFINI_STATUS_DEVICE_NOT_INITIALIZED; // ACL_ERROR_RT_CONTEXT_NULL: no device on this thread
     case 161001: return INFINI_STATUS_NULL_POINTER;           // ACLNN_ERR_PARAM_NULLPTR
     case 161002: return INFINI_STATUS_BAD_PARAM;              // ACLNN_ERR_PARAM_INVALID
     case 561001:                                              // ACLNN_ERR_INNER_INFERSHAPE_ERROR

@@ -1,5 +1,7 @@
 #include "plan.h"
 
+#include "context.h"
+
 #include "common/status.h"
 
 #include <cstdint>
@@ -42,16 +44,20 @@ TensorSpec TensorSpec::contiguous(std::vector<int64_t> shape, aclDataType dtype,
 }
 
 Plan::~Plan() {
-    for (Stage &stage : calls_) {
-        if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
-        for (aclTensor *tensor : stage.tensors) {
-            if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+    // A destructor has no status to return: what fails here can only be skipped.
+    onDevice(*api_, device_, [&] {
+        for (Stage &stage : calls_) {
+            if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
+            for (aclTensor *tensor : stage.tensors) {
+                if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+            }
         }
-    }
-    for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
-    for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
-    for (const aclScalar *scalar : scalars_) api_->aclDestroyScalar(scalar);
-    if (constants_ != nullptr) api_->aclrtFree(constants_);
+        for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
+        for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
+        for (const aclScalar *scalar : scalars_) api_->aclDestroyScalar(scalar);
+        if (constants_ != nullptr) api_->aclrtFree(constants_);
+        return INFINI_STATUS_SUCCESS;
+    });
 }
 
 size_t Plan::reserveScratch(infini::CheckedSize bytes) {
@@ -110,6 +116,10 @@ infiniStatus_t Plan::build() {
     for (const Stage &stage : calls_) {
         if (stage.call.launch == nullptr) return INFINI_STATUS_NOT_IMPLEMENTED; // not in this CANN install
     }
+    return onDevice(*api_, device_, [&] { return buildOnDevice(); });
+}
+
+infiniStatus_t Plan::buildOnDevice() {
     for (const Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
             for (const std::optional<TensorSpec> &spec : *group) {
@@ -204,6 +214,10 @@ infiniStatus_t Plan::runOnce(const Stage &stage, const std::vector<void *> &addr
 
 infiniStatus_t Plan::run(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
     std::lock_guard<std::mutex> lock(run_mutex_);
+    return onDevice(*api_, device_, [&] { return launchAll(workspace, args, stream); });
+}
+
+infiniStatus_t Plan::launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
     void *aclnn_workspace = aclnn_bytes_ > 0 ? static_cast<char *>(workspace) + aclnn_offset_ : nullptr;
     for (const auto &[index, bytes] : zero_fills_) {
         ACL_CHECK(api_->aclrtMemsetAsync(const_cast<void *>(args[index]), bytes, 0, bytes, stream));

@@ -2,6 +2,7 @@
 // Each call's executor is built at plan time on tensors without addresses and made repeatable; a run only
 // points its tensors at this call's buffers. Where CANN refuses repeatability (or a buffer is not 32-byte
 // aligned, which re-pointing requires) that call is planned again on each run instead.
+// Everything runs in the plan's device context (context.h).
 #ifndef INFINI_DEVICES_ASCEND_PLAN_H
 #define INFINI_DEVICES_ASCEND_PLAN_H
 
@@ -55,7 +56,7 @@ struct Call {
 
 class Plan {
   public:
-    explicit Plan(const Api *api) : api_(api) {}
+    Plan(const Api *api, int device) : api_(api), device_(device) {}
     ~Plan();
     Plan(const Plan &) = delete;
     Plan &operator=(const Plan &) = delete;
@@ -98,8 +99,11 @@ class Plan {
                                  aclrtStream stream) const;
     infiniStatus_t runOnce(const Stage &stage, const std::vector<void *> &addresses, void *aclnn_workspace,
                            aclrtStream stream) const;
+    infiniStatus_t buildOnDevice();
+    infiniStatus_t launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const;
 
     const Api *api_;
+    const int device_;
     std::vector<Stage> calls_;
     std::vector<std::pair<size_t, size_t>> zero_fills_;
     std::vector<const aclIntArray *> int_arrays_;
