@@ -137,7 +137,10 @@ def test_runtime(mixed):
     assert mixed["set_device_out_of_range"] == 6  # DEVICE_NOT_FOUND
     assert mixed["set_device"] == 0
     runtime = mixed["runtime"]
-    assert runtime.pop("roundtrip") and runtime.pop("zeroed")
+    # copied: infinirtFree waited for the copy queued from the block it freed; copied_before_destroy:
+    # infinirtStreamDestroy synchronized the copy still queued on it (CANN refuses an unsynchronized stream).
+    assert runtime.pop("roundtrip") and runtime.pop("zeroed") and runtime.pop("copied")
+    assert runtime.pop("copied_before_destroy")
     assert all(status == 0 for status in runtime.values()), runtime
 
 

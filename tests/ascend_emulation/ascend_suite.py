@@ -29,6 +29,7 @@ infiniStatus_t infinirtSetDevice(int device, int device_id);
 infiniStatus_t infinirtMalloc(void **p, size_t size);
 infiniStatus_t infinirtFree(void *p);
 infiniStatus_t infinirtMemcpy(void *dst, const void *src, size_t size, int kind);
+infiniStatus_t infinirtMemcpyAsync(void *dst, const void *src, size_t size, int kind, void *stream);
 infiniStatus_t infinirtMemset(void *p, int value, size_t size);
 infiniStatus_t infinirtStreamCreate(void **stream);
 infiniStatus_t infinirtStreamSynchronize(void *stream);
@@ -155,6 +156,7 @@ class Runner:
         self.lib, self.stream, self.device_id, self.current = lib, stream, device_id, current
         self.threaded, self.staged = threaded, staged
         self.devices_seen = set()  # CANN's current device after each create / run / destroy
+        self.in_use = []  # workspaces of queued runs: a client keeps them until it has synchronized
         handle = ffi.new("infiniopHandle_t*")
         assert lib.infinirtSetDevice(ASCEND, device_id) == 0
         assert lib.infiniopCreateHandle(handle) == 0
@@ -190,6 +192,7 @@ class Runner:
             status = self.create_and_run(name, create, run, arrays, buffers, scalars)
         assert self.lib.infinirtSetDevice(ASCEND, self.device_id) == 0
         synchronized = self.lib.infinirtStreamSynchronize(self.stream)
+        self.in_use.clear()
         if self.staged:
             self.unstage(arrays, buffers)
         assert self.lib.infinirtSetDevice(ASCEND, self.current) == 0
@@ -219,6 +222,7 @@ class Runner:
                                        self.stream)
             assert status == 13, f"short workspace gave {status}"
         workspace = aligned_empty((size[0],), np.uint8)
+        self.in_use.append(workspace)
         # Twice: a reused (repeatable) executor must give the same answer as a fresh one.
         for _ in range(2):
             status = getattr(lib, run)(desc[0], ffi.cast("void*", workspace.ctypes.data), size[0], *pointers,
@@ -358,8 +362,23 @@ def runtime_case(lib):
     out["free"] = lib.infinirtFree(pointer[0])
     stream = ffi.new("void**")
     out["stream_create"] = lib.infinirtStreamCreate(stream)
-    out["stream_sync"] = lib.infinirtStreamSynchronize(stream[0])
+    # infinirtFree while a queued copy still reads the block: it must wait, as cudaFree does (aclrtFree does not).
+    source, target = ffi.new("void**"), ffi.new("void**")
+    out["malloc_source"], out["malloc_target"] = lib.infinirtMalloc(source, 256), lib.infinirtMalloc(target, 256)
+    lib.infinirtMemcpy(source[0], ffi.cast("void*", host.ctypes.data), 256, 1)
+    out["copy_async"] = lib.infinirtMemcpyAsync(target[0], source[0], 256, 3, stream[0])
+    out["free_while_queued"] = lib.infinirtFree(source[0])
+    out["sync_after_free"] = lib.infinirtStreamSynchronize(stream[0])
+    lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), target[0], 256, 2)
+    out["copied"] = bool((back == host).all())
+    # infinirtStreamDestroy with a copy still queued: it must synchronize first, as CANN asks.
+    fives = np.full(64, 5.0, np.float32)
+    out["copy_async_again"] = lib.infinirtMemcpyAsync(target[0], ffi.cast("void*", fives.ctypes.data), 256, 1,
+                                                      stream[0])
     out["stream_destroy"] = lib.infinirtStreamDestroy(stream[0])
+    lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), target[0], 256, 2)
+    out["copied_before_destroy"] = bool((back == fives).all())
+    out["free_target"] = lib.infinirtFree(target[0])
     out["device_sync"] = lib.infinirtDeviceSynchronize()
     return out
 

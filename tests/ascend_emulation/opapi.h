@@ -1,5 +1,5 @@
 // The two phases every emulated aclnn operator shares (opapi_nn.cc, opapi_math.cc): plan() captures the
-// tensors and the computation in an executor on the current device; launch() runs it on a stream.
+// tensors and the computation in an executor on the current device; launch() queues it on a stream.
 #ifndef ASCEND_EMULATION_OPAPI_H
 #define ASCEND_EMULATION_OPAPI_H
 
@@ -48,9 +48,10 @@ static inline int plan(std::vector<const aclTensor *> inputs, std::vector<const 
     return kSuccess;
 }
 
-// Checks the workspace and addresses and runs the kernel on `stream`. It must run on the device it was planned
-// on; it fails if it would touch another device's memory, else scribbles over its workspace (no caller may rely
-// on its contents) and computes. A one-shot executor is consumed by its launch.
+// Queues the executor's kernel on `stream`, with its tensors as they are now (a later re-pointing changes the
+// next launch only). It must run on the device it was planned on; when it runs, it fails its stream if it would
+// touch freed memory or another device's, else scribbles over its workspace (no caller may rely on its contents)
+// and computes. A one-shot executor is consumed by its launch.
 static inline int launch(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream stream) {
     if (ex == nullptr) return kInnerNullptr;
     if (size < ex->workspace || (ex->workspace > 0 && workspace == nullptr)) return kParamInvalid;
@@ -58,13 +59,19 @@ static inline int launch(void *workspace, uint64_t size, aclOpExecutor *ex, aclr
         if (numel(&t) > 0 && t.data == nullptr) return kParamNullptr;
     }
     if (currentDevice() != ex->device) return kRuntimeError;
-    int status = enqueue(stream, [ex, workspace] {
-        for (const aclTensor &t : ex->captured) {
-            if (t.data && onOtherDevice(t.data, ex->device)) return kTaskException;
+    std::vector<aclTensor> tensors = ex->captured;
+    const std::function<void(aclTensor *)> compute = ex->compute;
+    const uint64_t bytes = ex->workspace;
+    const int device = ex->device;
+    int status = enqueue(stream, [tensors, compute, workspace, bytes, device]() mutable {
+        for (const aclTensor &t : tensors) {
+            if (touchesFreed(t.data, spanBytes(&t)) || (t.data && onOtherDevice(t.data, device))) {
+                return kTaskException;
+            }
         }
-        if (workspace && onOtherDevice(workspace, ex->device)) return kTaskException;
-        std::memset(workspace, 0xab, ex->workspace);
-        ex->compute(ex->captured.data());
+        if (touchesFreed(workspace, bytes) || (workspace && onOtherDevice(workspace, device))) return kTaskException;
+        std::memset(workspace, 0xab, bytes);
+        compute(tensors.data());
         return kSuccess;
     });
     if (!ex->repeatable) delete ex;

@@ -11,6 +11,7 @@ extern "C" {
 typedef int aclError;       // runtime status, 0 on success
 typedef int32_t aclnnStatus; // operator status, 0 on success
 typedef void *aclrtStream;
+typedef void *aclrtEvent;
 struct aclTensor;
 struct aclIntArray;
 struct aclBoolArray;
@@ -42,6 +43,11 @@ typedef enum {
     ACL_MEM_MALLOC_HUGE_FIRST = 0,
 } aclrtMemMallocPolicy;
 
+typedef enum {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
+
 } // extern "C"
 
 namespace ascend {
@@ -63,6 +69,11 @@ struct Api {
     aclError (*aclrtCreateStream)(aclrtStream *stream);
     aclError (*aclrtDestroyStream)(aclrtStream stream);
     aclError (*aclrtSynchronizeStream)(aclrtStream stream);
+    aclError (*aclrtCreateEvent)(aclrtEvent *event);
+    aclError (*aclrtDestroyEvent)(aclrtEvent event);
+    aclError (*aclrtRecordEvent)(aclrtEvent event, aclrtStream stream);
+    aclError (*aclrtSynchronizeEvent)(aclrtEvent event);
+    aclError (*aclrtQueryEventStatus)(aclrtEvent event, aclrtEventRecordedStatus *status);
     aclError (*aclrtMalloc)(void **ptr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocHost)(void **ptr, size_t size);
     aclError (*aclrtFree)(void *ptr);

@@ -130,6 +130,11 @@ infiniStatus_t load(Api *api) {
     RESOLVE(acl, aclrtCreateStream);
     RESOLVE(acl, aclrtDestroyStream);
     RESOLVE(acl, aclrtSynchronizeStream);
+    RESOLVE(acl, aclrtCreateEvent);
+    RESOLVE(acl, aclrtDestroyEvent);
+    RESOLVE(acl, aclrtRecordEvent);
+    RESOLVE(acl, aclrtSynchronizeEvent);
+    RESOLVE(acl, aclrtQueryEventStatus);
     RESOLVE(acl, aclrtMalloc);
     RESOLVE(acl, aclrtMallocHost);
     RESOLVE(acl, aclrtFree);

@@ -2,7 +2,9 @@
 // Each call's executor is built at plan time on tensors without addresses and made repeatable; a run only
 // points its tensors at this call's buffers. Where CANN refuses repeatability (or a buffer is not 32-byte
 // aligned, which re-pointing requires) that call is planned again on each run instead.
-// Everything runs in the plan's device context (context.h).
+// Everything runs in the plan's device context (context.h). Launches are asynchronous: the plan remembers, per
+// stream it ran on, an event after its last run there, and its destruction waits for those before freeing what
+// the queued kernels read (aclrtFree does not wait for anything).
 #ifndef INFINI_DEVICES_ASCEND_PLAN_H
 #define INFINI_DEVICES_ASCEND_PLAN_H
 
@@ -57,7 +59,7 @@ struct Call {
 class Plan {
   public:
     Plan(const Api *api, int device) : api_(api), device_(device) {}
-    ~Plan();
+    ~Plan(); // waits for the plan's queued work (see above), then frees
     Plan(const Plan &) = delete;
     Plan &operator=(const Plan &) = delete;
 
@@ -101,6 +103,8 @@ class Plan {
                            aclrtStream stream) const;
     infiniStatus_t buildOnDevice();
     infiniStatus_t launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const;
+    infiniStatus_t recordRun(aclrtStream stream) const;
+    void waitForRuns() const;
 
     const Api *api_;
     const int device_;
@@ -115,7 +119,11 @@ class Plan {
     size_t scratch_bytes_ = 0;
     bool scratch_overflowed_ = false;
     size_t aclnn_offset_ = 0, aclnn_bytes_ = 0;
-    mutable std::mutex run_mutex_; // re-pointing executors is not thread-safe
+    mutable std::mutex run_mutex_; // re-pointing executors is not thread-safe; guards runs_ too
+    // Per stream run on: an event recorded after the last run there. A stream whose event could not be recorded
+    // makes the destruction wait for the whole device instead.
+    mutable std::vector<std::pair<aclrtStream, aclrtEvent>> runs_;
+    mutable bool unrecorded_run_ = false;
 };
 
 } // namespace ascend
