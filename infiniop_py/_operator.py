@@ -50,6 +50,17 @@ def _native_function(library, name):
         return None
 
 
+def _create_call(name, handle, status):
+    """How a failed create is named in its error: an Ascend NOT_IMPLEMENTED also says which aclnn operators this
+    CANN install lacks, if that is why."""
+    if status != NotImplementedStatusError.status or handle.device != "ascend":
+        return name
+    from ._ascend import missing_operators_reason  # only on this path: it loads CANN's libraries again
+
+    reason = missing_operators_reason()
+    return f"{name} ({reason})" if reason else name
+
+
 class Operator(NativeResource):
     """Base of the operator classes. A subclass sets:
 
@@ -96,14 +107,15 @@ class Operator(NativeResource):
                 self._check_layout_ex(**descs, **options)
                 natives = [ffi.NULL if desc is None else desc.native for desc in descs.values()]
                 status = create_ex(handle_pointer, pointer, *natives, *options.values())
-                check(status, f"infiniopCreate{self._c_name}DescriptorEx")
+                check(status, _create_call(f"infiniopCreate{self._c_name}DescriptorEx", handle, status))
             else:
                 self._require_seed_call(descs, options, seed_options)
                 seed_descs = dict(list(descs.items())[:self._seed_count])
                 self._check_layout(**seed_descs)
                 create = f"infiniopCreate{self._c_name}Descriptor"
                 natives = [ffi.NULL if desc is None else desc.native for desc in seed_descs.values()]
-                check(getattr(op, create)(handle_pointer, pointer, *natives), create)
+                status = getattr(op, create)(handle_pointer, pointer, *natives)
+                check(status, _create_call(create, handle, status))
         finally:
             handle._end_call()
             for desc in temporaries:  # the op descriptor copied what it needs

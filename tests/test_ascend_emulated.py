@@ -7,6 +7,7 @@ tests/ascend_emulation/ascend_suite.py in a child process and the tests here che
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,11 +33,13 @@ def library_dir():
     pytest.skip("native libraries not built (xmake && xmake install -o build/install)")
 
 
-def run_suite(env_changes):
+def run_suite(env_changes, *case_names):
+    """The suite's results in a child process with `env_changes` (nothing else ASCEND_*), on the named cases only
+    when any are given."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ASCEND")}
     env.update(env_changes)
     done = subprocess.run(
-        [sys.executable, str(EMULATION / "ascend_suite.py"), str(library_dir())],
+        [sys.executable, str(EMULATION / "ascend_suite.py"), str(library_dir()), *case_names],
         env=env, capture_output=True, text=True, timeout=600,
     )
     assert done.returncode == 0, done.stderr
@@ -45,6 +48,8 @@ def run_suite(env_changes):
 
 @pytest.fixture(scope="module")
 def emulated_cann(tmp_path_factory):
+    """The emulated CANN built once, laid out as installs of several generations (see build.sh); the default
+    one, `split`, has current CANN's libopapi_nn.so + libopapi_math.so and no libopapi.so."""
     if shutil.which(os.environ.get("CXX", "g++")) is None:
         pytest.skip("no C++ compiler to build the CANN emulation")
     root = tmp_path_factory.mktemp("cann_emulation")
@@ -52,16 +57,30 @@ def emulated_cann(tmp_path_factory):
     return root
 
 
+def on(emulated_cann, layout="split", **knobs):
+    """The environment of a run against one layout of the emulation: two devices unless a knob says otherwise."""
+    env = {"ASCEND_TOOLKIT_HOME": str(emulated_cann / layout), "ASCEND_EMULATION_DEVICE_COUNT": "2"}
+    env.update({f"ASCEND_EMULATION_{key.upper()}": value for key, value in knobs.items()})
+    return env
+
+
+@pytest.fixture(scope="module")
+def mixed(emulated_cann):
+    """Results with the emulation's default: every second executor refuses to be made repeatable, as CANN does in
+    some modes, so plans mix reused and re-planned calls. Also the client situations and the tiling refusals."""
+    return run_suite(on(emulated_cann))
+
+
 @pytest.fixture(scope="module")
 def reused(emulated_cann):
     """Results with executors planned once and re-pointed on each run (CANN's repeatable executors)."""
-    return run_suite({"ASCEND_TOOLKIT_HOME": str(emulated_cann)})
+    return run_suite(on(emulated_cann, no_repeatable="0"))
 
 
 @pytest.fixture(scope="module")
 def replanned(emulated_cann):
-    """Results where aclSetAclOpExecutorRepeatable fails, so the backend plans every call on every run."""
-    return run_suite({"ASCEND_TOOLKIT_HOME": str(emulated_cann), "ASCEND_EMULATION_NO_REPEATABLE": "1"})
+    """Results where aclSetAclOpExecutorRepeatable always fails, so the backend plans every call on every run."""
+    return run_suite(on(emulated_cann, no_repeatable="1"))
 
 
 CASES = [(name, expected) for name, _, expected in suite.cases()]
@@ -71,8 +90,13 @@ def check_case(results, name, expected):
     result = results[name]
     assert result["status"] == expected, result
     if expected == 0:
-        dtype = name.split("/")[1]
+        dtype = name.split(":")[-1].split("/")[1]
         assert result["err"] <= TOLERANCE[dtype], result
+
+
+@pytest.mark.parametrize("name,expected", CASES, ids=[c[0] for c in CASES])
+def test_operator_with_mixed_executors(mixed, name, expected):
+    check_case(mixed, name, expected)
 
 
 @pytest.mark.parametrize("name,expected", CASES, ids=[c[0] for c in CASES])
@@ -85,13 +109,111 @@ def test_operator_with_replanned_executors(replanned, name, expected):
     check_case(replanned, name, expected)
 
 
-def test_runtime(reused):
-    assert reused["device_count"] == [0, 1]
-    assert reused["set_device_out_of_range"] == 6  # DEVICE_NOT_FOUND
-    assert reused["set_device"] == 0
-    runtime = reused["runtime"]
-    assert runtime.pop("roundtrip") and runtime.pop("zeroed")
+SITUATIONS = ("default-stream", "new-thread", "other-device")
+
+
+@pytest.mark.parametrize("situation", SITUATIONS)
+@pytest.mark.parametrize("name", suite.CONTEXT_CASES)
+def test_operator_in_client_situation(mixed, situation, name):
+    """Descriptors created and run from a thread that never selected a device (CANN's first phase needs one), and
+    on device 1's buffers while the caller has device 0 selected: the backend selects the handle's device."""
+    check_case(mixed, f"{situation}:{name}", 0)
+
+
+def test_the_callers_device_stays_selected(mixed):
+    """Working on device 1 for a handle there, the backend gives the caller back the device it had selected (0):
+    libinfinirt, which shares CANN's per-thread device, must keep finding it."""
+    assert mixed["other-device:devices-seen"] == [0]
+
+
+@pytest.mark.parametrize("op", ["rms", "ln", "bn"])
+def test_a_shape_the_kernel_cannot_tile_is_bad_tensor_shape(mixed, op):
+    """561002 (ACLNN_ERR_INNER_TILING_ERROR) is how the real operators refuse shapes: BAD_TENSOR_SHAPE (11)."""
+    assert mixed[f"tiling:{op}"] == 11
+
+
+def test_runtime(mixed):
+    assert mixed["device_count"] == [0, 2]
+    assert mixed["set_device_out_of_range"] == 6  # DEVICE_NOT_FOUND
+    assert mixed["set_device"] == 0
+    runtime = mixed["runtime"]
+    # copied: infinirtFree waited for the copy queued from the block it freed; copied_before_destroy:
+    # infinirtStreamDestroy synchronized the copy still queued on it (CANN refuses an unsynchronized stream).
+    assert runtime.pop("roundtrip") and runtime.pop("zeroed") and runtime.pop("copied")
+    assert runtime.pop("copied_before_destroy")
     assert all(status == 0 for status in runtime.values()), runtime
+
+
+# One case per operator needing only the norm operators, then one per elementwise operator the plans add.
+NORM_ONLY = ("rms-ex/F32/eps", "ln-ex/F32/from-input", "bn-ex/F32/saved")
+NEEDING_ELEMENTWISE = ("rms/F16/(3, 5, 64)", "ln/F32/(3, 5, 64)", "bn/F32/(4, 6, 9)", "bn-ex/F32/eps")
+
+
+@pytest.mark.parametrize("layout", ["legacy", "train", "shadowed"])
+def test_operator_libraries_of_every_generation(emulated_cann, layout):
+    """Each aclnn operator is taken from the first operator library that has it: one legacy libopapi.so, older
+    CANN's libaclnn_ops_train.so + libaclnn_math.so, and current CANN's split libraries ahead of a stale
+    libopapi.so whose every operator fails."""
+    results = run_suite(on(emulated_cann, layout), *NORM_ONLY, *NEEDING_ELEMENTWISE)
+    for name in NORM_ONLY + NEEDING_ELEMENTWISE:
+        check_case(results, name, 0)
+
+
+def test_a_missing_operator_disables_only_the_operators_needing_it(emulated_cann):
+    """libopapi_math.so absent: the device and the plans of norm operators alone still work; the others are
+    NOT_IMPLEMENTED (2), and infiniop_py names the missing aclnn operators and the libraries searched."""
+    layout = emulated_cann / "nn-only"
+    results = run_suite(on(emulated_cann, "nn-only"), *NORM_ONLY, *NEEDING_ELEMENTWISE)
+    assert results["device_count"] == [0, 2]
+    for name in NORM_ONLY:
+        check_case(results, name, 0)
+    for name in NEEDING_ELEMENTWISE:
+        check_case(results, name, 2)
+
+    script = (
+        "import infiniop_py as ip\n"
+        "handle = ip.Handle('ascend')\n"
+        "rows, vector = ((4, 8), 'float32'), ((8,), 'float32')\n"
+        "try:\n"
+        "    ip.LayerNormBackward(handle, rows, vector, vector, rows, vector, rows, ((4,), 'float32'))\n"
+        "except ip.NotImplementedStatusError as error:\n"
+        "    print('refused:', error)\n"
+    )
+    env = {**os.environ, **on(emulated_cann, "nn-only"), "LD_LIBRARY_PATH": "", "PYTHONPATH": str(HERE.parent),
+           "INFINIOP_PY_LIBRARY_DIR": str(library_dir())}
+    probe = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    message = probe.stdout
+    assert "refused:" in message and "NOT_IMPLEMENTED" in message, message
+    for name in ("aclnnCast", "aclnnAdds", "aclnnRsqrt", "aclnnDiv"):
+        assert name in message, message
+    assert "aclnnRmsNorm," not in message and "aclnnLayerNormBackward" not in message, message
+    assert str(layout / "lib64" / "libopapi_nn.so") in message and "libopapi.so (not loaded" in message, message
+    assert "libaclnn_math.so (not loaded" in message, message
+
+
+def test_python_searches_as_the_loader_does():
+    """infiniop_py._ascend repeats loader.cc's search to name what is missing: the same operators and roots."""
+    from infiniop_py import _ascend
+
+    loader = (HERE.parent / "native" / "src" / "devices" / "ascend" / "loader.cc").read_text()
+    assert tuple(re.findall(r"^\s*OPERATOR\((aclnn\w+)\);", loader, re.M)) == _ascend.OPERATORS
+    roots = re.findall(r'under\("(\w+)", \{([^}]*)\}\)', loader)
+    assert [(variable, tuple(re.findall(r'"([^"]+)"', subdirs))) for variable, subdirs in roots] == [
+        ("ASCEND_TOOLKIT_HOME", ("lib64", "lib")), ("ASCEND_HOME_PATH", ("lib64", "lib")),
+        ("ASCEND_HOME", ("lib64", "lib", "ascend-toolkit/latest/lib64"))]
+    os_root = {"ASCEND_TOOLKIT_HOME": "/t", "ASCEND_HOME_PATH": "/p", "ASCEND_HOME": "/h"}
+    saved = {key: os.environ.get(key) for key in os_root}
+    os.environ.update(os_root)
+    try:
+        assert _ascend.search_directories() == ["/t/lib64", "/t/lib", "/p/lib64", "/p/lib", "/h/lib64", "/h/lib",
+                                                "/h/ascend-toolkit/latest/lib64"]
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def test_without_cann_no_device_and_a_reason(tmp_path):
@@ -113,15 +235,18 @@ def test_without_cann_no_device_and_a_reason(tmp_path):
 
 def test_cann_without_devices_counts_zero(emulated_cann):
     """CANN loads but reports no NPU: the count is 0 and not an error; selecting a device is DEVICE_NOT_FOUND (6)."""
-    results = run_suite({"ASCEND_TOOLKIT_HOME": str(emulated_cann), "ASCEND_EMULATION_DEVICE_COUNT": "0"})
+    results = run_suite(on(emulated_cann, device_count="0"))
     assert results["device_count"] == [0, 0]
     assert results["set_device"] == 6
 
 
 def test_probe_finds_the_emulation(emulated_cann):
+    """Nothing missing: no reason for either a missing device or a missing operator."""
+    script = ("from infiniop_py._ascend import missing_cann_reason, missing_operators_reason\n"
+              "print(missing_cann_reason(), missing_operators_reason())")
     probe = subprocess.run(
-        [sys.executable, "-c", "from infiniop_py._ascend import missing_cann_reason; print(missing_cann_reason())"],
-        env={**os.environ, "ASCEND_TOOLKIT_HOME": str(emulated_cann), "PYTHONPATH": str(HERE.parent)},
+        [sys.executable, "-c", script],
+        env={**os.environ, **on(emulated_cann), "PYTHONPATH": str(HERE.parent)},
         capture_output=True, text=True, check=True,
     )
-    assert probe.stdout.strip() == "None"
+    assert probe.stdout.strip() == "None None"

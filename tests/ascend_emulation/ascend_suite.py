@@ -5,9 +5,11 @@ Run by tests/test_ascend_emulated.py with ASCEND_TOOLKIT_HOME pointing at the bu
 Device memory of the emulation is host memory, so numpy buffers serve as device buffers.
 """
 
+import functools
 import json
 import os
 import sys
+import threading
 
 import cffi
 import ml_dtypes
@@ -27,6 +29,7 @@ infiniStatus_t infinirtSetDevice(int device, int device_id);
 infiniStatus_t infinirtMalloc(void **p, size_t size);
 infiniStatus_t infinirtFree(void *p);
 infiniStatus_t infinirtMemcpy(void *dst, const void *src, size_t size, int kind);
+infiniStatus_t infinirtMemcpyAsync(void *dst, const void *src, size_t size, int kind, void *stream);
 infiniStatus_t infinirtMemset(void *p, int value, size_t size);
 infiniStatus_t infinirtStreamCreate(void **stream);
 infiniStatus_t infinirtStreamSynchronize(void *stream);
@@ -78,6 +81,7 @@ infiniStatus_t infiniopGetBatchNormBackwardWorkspaceSize(D, size_t*);
 infiniStatus_t infiniopBatchNormBackward(D, void*, size_t, void*, void*, void*, const void*, const void*,
     const void*, const void*, const void*, void*);
 infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(D);
+int aclrtGetDevice(int32_t *device_id);  /* the emulated libascendcl's: which device this thread has */
 """
 ASCEND = 3
 DTYPES = {"F16": (np.float16, 12), "F32": (np.float32, 13), "BF16": (ml_dtypes.bfloat16, 19)}
@@ -93,6 +97,17 @@ ffi.cdef(CDEF)
 def load(library_dir):
     ffi.dlopen(os.path.join(library_dir, "libinfinirt.so"), ffi.RTLD_GLOBAL)
     return ffi.dlopen(os.path.join(library_dir, "libinfiniop.so"))
+
+
+@functools.lru_cache(maxsize=None)
+def emulated_acl():
+    return ffi.dlopen(os.path.join(os.environ["ASCEND_TOOLKIT_HOME"], "lib64", "libascendcl.so"))
+
+
+def acl_device():
+    """The device CANN has current on this thread (-1: none), asked of the emulation the backend loaded."""
+    device = ffi.new("int32_t*")
+    return device[0] if emulated_acl().aclrtGetDevice(device) == 0 else -1
 
 
 def aligned_empty(shape, dtype, misalign=0):
@@ -128,10 +143,24 @@ def spaced_vector(values, dtype, step):
 
 
 class Runner:
-    def __init__(self, lib):
-        self.lib = lib
+    """Creates, runs and destroys op descriptors on an Ascend handle, as a client on a real device would:
+
+    stream     the stream the runs are queued on (NULL: the device's default stream); the results are read after
+               synchronizing it, which comes after the descriptor's destruction (destroying must wait for its work)
+    device_id  the handle's device; `current` is the device the calling thread has selected meanwhile
+    threaded   create, run and destroy on a new thread, where no device was ever selected
+    staged     pass device buffers from infinirtMalloc on the handle's device instead of host arrays
+    """
+
+    def __init__(self, lib, stream=ffi.NULL, device_id=0, current=0, threaded=False, staged=False):
+        self.lib, self.stream, self.device_id, self.current = lib, stream, device_id, current
+        self.threaded, self.staged = threaded, staged
+        self.devices_seen = set()  # CANN's current device after each create / run / destroy
+        self.in_use = []  # workspaces of queued runs: a client keeps them until it has synchronized
         handle = ffi.new("infiniopHandle_t*")
+        assert lib.infinirtSetDevice(ASCEND, device_id) == 0
         assert lib.infiniopCreateHandle(handle) == 0
+        assert lib.infinirtSetDevice(ASCEND, current) == 0
         self.handle = handle[0]
 
     def descriptor(self, array):
@@ -142,18 +171,39 @@ class Runner:
         assert status == 0, status
         return d[0]
 
-    def run(self, name, outputs, inputs, stream=ffi.NULL, workspace_misalign=0):
+    def run(self, name, outputs, inputs):
         """The seed create and run of op `name` on outputs + inputs (see run_arrays)."""
         return self.run_arrays(name, f"infiniopCreate{name}BackwardDescriptor", f"infiniop{name}Backward",
-                               outputs + inputs, stream=stream, workspace_misalign=workspace_misalign)
+                               outputs + inputs)
 
-    def run_arrays(self, name, create, run, arrays, scalars=(), stream=ffi.NULL, workspace_misalign=0):
-        """Status of create (then of the run) with `arrays` in C order, None for a NULL descriptor and pointer;
-        each descriptor takes its array's dtype. The tensor descriptors are destroyed right after create."""
+    def run_arrays(self, name, create, run, arrays, scalars=()):
+        """Status of create (then of the runs, then of synchronizing) with `arrays` in C order, None for a NULL
+        descriptor and pointer; each descriptor takes its array's dtype. The tensor descriptors are destroyed right
+        after create, the op descriptor right after its last run."""
+        buffers = self.stage(arrays) if self.staged else arrays
+        if self.threaded:
+            outcome = []
+            worker = threading.Thread(target=lambda: outcome.append(self.create_and_run(name, create, run, arrays,
+                                                                                     buffers, scalars)))
+            worker.start()
+            worker.join()
+            status = outcome[0]
+        else:
+            status = self.create_and_run(name, create, run, arrays, buffers, scalars)
+        assert self.lib.infinirtSetDevice(ASCEND, self.device_id) == 0
+        synchronized = self.lib.infinirtStreamSynchronize(self.stream)
+        self.in_use.clear()
+        if self.staged:
+            self.unstage(arrays, buffers)
+        assert self.lib.infinirtSetDevice(ASCEND, self.current) == 0
+        return status or synchronized
+
+    def create_and_run(self, name, create, run, arrays, buffers, scalars):
         lib, null = self.lib, ffi.NULL
         tensors = [null if a is None else self.descriptor(a) for a in arrays]
         desc = ffi.new("D*")
         status = getattr(lib, create)(self.handle, desc, *tensors, *scalars)
+        self.devices_seen.add(acl_device())
         for t in tensors:
             if t != null:
                 lib.infiniopDestroyTensorDescriptor(t)
@@ -164,21 +214,49 @@ class Runner:
         assert device_type[0] == ASCEND
         size = ffi.new("size_t*")
         assert getattr(lib, f"infiniopGet{name}BackwardWorkspaceSize")(desc[0], size) == 0
-        pointers = [null if a is None else ffi.cast("void*", a.ctypes.data) for a in arrays]
+        pointers = [null if b is None else ffi.cast("void*", b if isinstance(b, int) else b.ctypes.data)
+                    for b in buffers]
         too_small = aligned_empty((max(size[0], 1) - 1,), np.uint8)
         if size[0] > 0:
             status = getattr(lib, run)(desc[0], ffi.cast("void*", too_small.ctypes.data), size[0] - 1, *pointers,
-                                       stream)
+                                       self.stream)
             assert status == 13, f"short workspace gave {status}"
-        workspace = aligned_empty((size[0],), np.uint8, workspace_misalign)
+        workspace = aligned_empty((size[0],), np.uint8)
+        self.in_use.append(workspace)
         # Twice: a reused (repeatable) executor must give the same answer as a fresh one.
         for _ in range(2):
             status = getattr(lib, run)(desc[0], ffi.cast("void*", workspace.ctypes.data), size[0], *pointers,
-                                       stream)
+                                       self.stream)
+            self.devices_seen.add(acl_device())
             if status != 0:
                 break
         getattr(lib, f"infiniopDestroy{name}BackwardDescriptor")(desc[0])
+        self.devices_seen.add(acl_device())
         return status
+
+    def stage(self, arrays):
+        """Device copies (addresses) of the arrays, which must be packed, on the handle's device."""
+        assert self.lib.infinirtSetDevice(ASCEND, self.device_id) == 0
+        buffers = []
+        for a in arrays:
+            if a is None:
+                buffers.append(None)
+                continue
+            assert a.flags.c_contiguous
+            pointer = ffi.new("void**")
+            assert self.lib.infinirtMalloc(pointer, a.nbytes) == 0
+            assert self.lib.infinirtMemcpy(pointer[0], ffi.cast("void*", a.ctypes.data), a.nbytes, 1) == 0
+            buffers.append(int(ffi.cast("uintptr_t", pointer[0])))
+        assert self.lib.infinirtSetDevice(ASCEND, self.current) == 0
+        return buffers
+
+    def unstage(self, arrays, buffers):
+        """Copies every device buffer back over its array (outputs included), then frees it."""
+        for a, b in zip(arrays, buffers):
+            if b is not None:
+                assert self.lib.infinirtMemcpy(ffi.cast("void*", a.ctypes.data), ffi.cast("void*", b), a.nbytes,
+                                               2) == 0
+                assert self.lib.infinirtFree(ffi.cast("void*", b)) == 0
 
 
 def rel_err(got, ref):
@@ -284,8 +362,23 @@ def runtime_case(lib):
     out["free"] = lib.infinirtFree(pointer[0])
     stream = ffi.new("void**")
     out["stream_create"] = lib.infinirtStreamCreate(stream)
-    out["stream_sync"] = lib.infinirtStreamSynchronize(stream[0])
+    # infinirtFree while a queued copy still reads the block: it must wait, as cudaFree does (aclrtFree does not).
+    source, target = ffi.new("void**"), ffi.new("void**")
+    out["malloc_source"], out["malloc_target"] = lib.infinirtMalloc(source, 256), lib.infinirtMalloc(target, 256)
+    lib.infinirtMemcpy(source[0], ffi.cast("void*", host.ctypes.data), 256, 1)
+    out["copy_async"] = lib.infinirtMemcpyAsync(target[0], source[0], 256, 3, stream[0])
+    out["free_while_queued"] = lib.infinirtFree(source[0])
+    out["sync_after_free"] = lib.infinirtStreamSynchronize(stream[0])
+    lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), target[0], 256, 2)
+    out["copied"] = bool((back == host).all())
+    # infinirtStreamDestroy with a copy still queued: it must synchronize first, as CANN asks.
+    fives = np.full(64, 5.0, np.float32)
+    out["copy_async_again"] = lib.infinirtMemcpyAsync(target[0], ffi.cast("void*", fives.ctypes.data), 256, 1,
+                                                      stream[0])
     out["stream_destroy"] = lib.infinirtStreamDestroy(stream[0])
+    lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), target[0], 256, 2)
+    out["copied_before_destroy"] = bool((back == fives).all())
+    out["free_target"] = lib.infinirtFree(target[0])
     out["device_sync"] = lib.infinirtDeviceSynchronize()
     return out
 
@@ -575,8 +668,43 @@ def cases():
     return out + ex_cases()
 
 
+# A few cases of each operator, run again in the client situations of context_results.
+CONTEXT_CASES = ("rms/F32/(3, 5, 64)", "ln/F16/(3, 5, 64)", "bn/BF16/(4, 6, 9)", "ln-ex/F32/from-input",
+                 "ln-ex/BF16/f32-parameters-no-weight", "bn-ex/F16/f32-parameters", "rms-ex/BF16/f32-weight")
+
+
+def context_results(lib, rng, devices):
+    """CONTEXT_CASES on the default stream, from a thread that never selected a device, and (with two devices)
+    on device 1's buffers while the calling thread has device 0 selected; names are situation:case. Also which
+    devices CANN had current after each call of the last (only the caller's own, 0)."""
+    table = {name: run for name, run, _ in cases()}
+    situations = {"default-stream": Runner(lib), "new-thread": Runner(lib, threaded=True)}
+    if devices > 1:
+        situations["other-device"] = Runner(lib, device_id=1, current=0, staged=True)
+    out = {}
+    for situation, runner in situations.items():
+        for name in CONTEXT_CASES:
+            out[f"{situation}:{name}"] = table[name](runner, rng)
+    if devices > 1:
+        out["other-device:devices-seen"] = sorted(situations["other-device"].devices_seen)
+    return out
+
+
+def tiling_results(runner, rng):
+    """Statuses of descriptors whose reduced length the emulated kernels' tiling refuses (561002)."""
+    os.environ["ASCEND_EMULATION_TILING_MAX_COLS"] = "32"  # read by the emulation at each first phase
+    try:
+        return {"tiling:rms": rms_case(runner, "F32", (2, 37), rng)["status"],
+                "tiling:ln": ln_case(runner, "F32", (3, 5, 64), rng)["status"],
+                "tiling:bn": bn_case(runner, "F32", (4, 6, 9), rng)["status"]}
+    finally:
+        del os.environ["ASCEND_EMULATION_TILING_MAX_COLS"]
+
+
 def main():
+    """argv: the directory of libinfiniop / libinfinirt, then optionally the case names to run (default all)."""
     lib = load(sys.argv[1])
+    wanted = set(sys.argv[2:])
     results = {}
     count = ffi.new("int*")
     results["device_count"] = [lib.infinirtGetDeviceCount(ASCEND, count), count[0]]
@@ -584,10 +712,17 @@ def main():
     results["set_device"] = lib.infinirtSetDevice(ASCEND, 0)
     if results["set_device"] == 0:
         results["runtime"] = runtime_case(lib)
-        runner = Runner(lib)
+        stream = ffi.new("void**")
+        assert lib.infinirtStreamCreate(stream) == 0
+        runner = Runner(lib, stream[0])
         rng = np.random.default_rng(0)
         for name, run, _ in cases():
-            results[name] = run(runner, rng)
+            if not wanted or name in wanted:
+                results[name] = run(runner, rng)
+        if not wanted:
+            results.update(context_results(lib, rng, count[0]))
+            results.update(tiling_results(runner, rng))
+        assert lib.infinirtStreamDestroy(stream[0]) == 0
     print(json.dumps(results))
 
 

@@ -1,6 +1,7 @@
 // Test-only emulation of the documented CANN contract (ACL runtime + aclnn operators) on host memory.
 // Not the runtime: it exists so the Ascend backend's calls can be checked without Ascend hardware.
-// Shared by the three emulated libraries: the object layouts and the element access helpers.
+// Shared by the emulated libraries: the object layouts, the element access helpers, and the few hooks
+// libascendcl exports to the operator libraries (streams, the freed-memory check).
 #ifndef ASCEND_EMULATION_H
 #define ASCEND_EMULATION_H
 
@@ -24,10 +25,15 @@ constexpr int kUninitialized = 100001;    // ACL_ERROR_UNINITIALIZE
 constexpr int kRepeatInitialize = 100002; // ACL_ERROR_REPEAT_INITIALIZE
 constexpr int kInvalidDevice = 107001;    // ACL_ERROR_RT_INVALID_DEVICEID
 constexpr int kContextNull = 107002;      // ACL_ERROR_RT_CONTEXT_NULL
+constexpr int kStreamContext = 107003;    // ACL_ERROR_RT_STREAM_CONTEXT: a stream of another device
 constexpr int kBadAlloc = 200000;         // ACL_ERROR_BAD_ALLOC
 constexpr int kParamNullptr = 161001;     // ACLNN_ERR_PARAM_NULLPTR
 constexpr int kParamInvalid = 161002;     // ACLNN_ERR_PARAM_INVALID
+constexpr int kRuntimeError = 361001;     // ACLNN_ERR_RUNTIME_ERROR: a runtime call inside aclnn failed
+constexpr int kInner = 561000;            // ACLNN_ERR_INNER
+constexpr int kTilingError = 561002;      // ACLNN_ERR_INNER_TILING_ERROR: where CANN's kernels check shapes
 constexpr int kInnerNullptr = 561103;     // executor is a null pointer
+constexpr int kTaskException = 507015;    // ACL_ERROR_RT_AICORE_EXCEPTION: a queued kernel failed
 
 // aclDataType / aclFormat values used here.
 enum DataType { kFloat = 0, kFloat16 = 1, kDouble = 11, kBf16 = 27 };
@@ -59,9 +65,22 @@ struct aclOpExecutor {
     std::function<void(aclTensor *captured)> compute;
     uint64_t workspace = 0;
     bool repeatable = false;
+    int device = -1; // current when planned: launches must run there
 };
 
 namespace emu {
+
+// Exported by the emulated libascendcl for the operator libraries (the real ones share a runtime too).
+// Queues `task` on `stream` (NULL: the current device's default stream) to run on that stream's worker
+// when someone synchronizes; a non-zero result is the stream's error, reported by that synchronization.
+// Refused (non-zero) without a current device or for a stream of another device.
+int enqueue(aclrtStream stream, std::function<int()> task);
+// Whether [begin, begin + bytes) overlaps device memory already given back with aclrtFree.
+bool touchesFreed(const void *begin, size_t bytes);
+// The device current on this thread, or -1 (aclrtGetDevice's answer, without its status).
+int currentDevice();
+// Whether `data` lies in a block aclrtMalloc gave out on a device other than `device`.
+bool onOtherDevice(const void *data, int device);
 
 inline bool isFloat(int dtype) { return dtype == kFloat || dtype == kFloat16 || dtype == kBf16; }
 inline size_t dtypeBits(int dtype) { return dtype == kFloat ? 32 : 16; }
@@ -70,6 +89,14 @@ inline int64_t numel(const aclTensor *t) {
     int64_t n = 1;
     for (int64_t d : t->shape) n *= d;
     return n;
+}
+
+// Bytes from a tensor's data pointer to the end of the furthest element its view reaches (0 when empty).
+inline size_t spanBytes(const aclTensor *t) {
+    if (t->data == nullptr || numel(t) == 0) return 0;
+    int64_t last = t->offset;
+    for (size_t i = 0; i < t->shape.size(); ++i) last += (t->shape[i] - 1) * t->strides[i];
+    return static_cast<size_t>(last + 1) * dtypeBits(t->dtype) / 8;
 }
 
 inline bool isContiguous(const aclTensor *t) {

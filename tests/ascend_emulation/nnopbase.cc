@@ -3,9 +3,12 @@
 // executor an index in range (absent optional tensors count), a tensor that was not nullptr when planned
 // (161002) and a 32-byte aligned address. The emulation also requires the tensor passed
 // with an index to be the one the executor was planned with at that index (the documented intent).
-// ASCEND_EMULATION_NO_REPEATABLE=1 makes aclSetAclOpExecutorRepeatable fail, to exercise callers' fallback.
+// aclSetAclOpExecutorRepeatable fails for some executors, as CANN's does in some modes, so callers' fallback is
+// exercised: ASCEND_EMULATION_NO_REPEATABLE=1 refuses every executor, =0 none, and unset every second one (so a
+// plan mixes reused and re-planned calls).
 #include "emulation.h"
 
+#include <atomic>
 #include <cstdlib>
 
 using namespace emu;
@@ -96,8 +99,10 @@ aclnnStatus aclDestroyScalar(const aclScalar *scalar) {
 
 aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor) {
     if (executor == nullptr) return kInnerNullptr;
+    static std::atomic<unsigned> asked{0};
     const char *refuse = std::getenv("ASCEND_EMULATION_NO_REPEATABLE");
-    if (refuse != nullptr && std::atoi(refuse) != 0) return 561000;
+    bool refused = refuse == nullptr ? asked++ % 2 == 1 : std::atoi(refuse) != 0;
+    if (refused) return kInner;
     executor->repeatable = true;
     return kSuccess;
 }

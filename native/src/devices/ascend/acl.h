@@ -11,6 +11,7 @@ extern "C" {
 typedef int aclError;       // runtime status, 0 on success
 typedef int32_t aclnnStatus; // operator status, 0 on success
 typedef void *aclrtStream;
+typedef void *aclrtEvent;
 struct aclTensor;
 struct aclIntArray;
 struct aclBoolArray;
@@ -42,6 +43,11 @@ typedef enum {
     ACL_MEM_MALLOC_HUGE_FIRST = 0,
 } aclrtMemMallocPolicy;
 
+typedef enum {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
+
 } // extern "C"
 
 namespace ascend {
@@ -50,16 +56,24 @@ namespace ascend {
 constexpr aclError kAclSuccess = 0;
 constexpr aclError kAclRepeatInitialize = 100002; // ACL_ERROR_REPEAT_INITIALIZE: aclInit already ran
 
-// Resolved entry points, grouped by the library that exports them.
+// Resolved entry points, grouped by the library that exports them. The runtime's and libnnopbase's are always
+// there; an aclnn operator this CANN install lacks has both its phases NULL (the operators needing it are
+// NOT_IMPLEMENTED, see loader.h).
 struct Api {
     // libascendcl: the runtime.
     aclError (*aclInit)(const char *config_path);
     aclError (*aclrtGetDeviceCount)(uint32_t *count);
     aclError (*aclrtSetDevice)(int32_t device_id);
+    aclError (*aclrtGetDevice)(int32_t *device_id);
     aclError (*aclrtSynchronizeDevice)();
     aclError (*aclrtCreateStream)(aclrtStream *stream);
     aclError (*aclrtDestroyStream)(aclrtStream stream);
     aclError (*aclrtSynchronizeStream)(aclrtStream stream);
+    aclError (*aclrtCreateEvent)(aclrtEvent *event);
+    aclError (*aclrtDestroyEvent)(aclrtEvent event);
+    aclError (*aclrtRecordEvent)(aclrtEvent event, aclrtStream stream);
+    aclError (*aclrtSynchronizeEvent)(aclrtEvent event);
+    aclError (*aclrtQueryEventStatus)(aclrtEvent event, aclrtEventRecordedStatus *status);
     aclError (*aclrtMalloc)(void **ptr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocHost)(void **ptr, size_t size);
     aclError (*aclrtFree)(void *ptr);
@@ -86,7 +100,8 @@ struct Api {
     aclnnStatus (*aclSetInputTensorAddr)(aclOpExecutor *executor, size_t index, aclTensor *tensor, void *addr);
     aclnnStatus (*aclSetOutputTensorAddr)(aclOpExecutor *executor, size_t index, aclTensor *tensor, void *addr);
 
-    // libopapi: the operators (first phase: check and plan; second phase: launch on a stream).
+    // The operators (first phase: check and plan; second phase: launch on a stream), from the operator libraries
+    // (libopapi_nn / libopapi_math in current CANN, libopapi before).
     aclnnStatus (*aclnnRmsNormGetWorkspaceSize)(const aclTensor *x, const aclTensor *gamma, double epsilon,
                                                 const aclTensor *y_out, const aclTensor *rstd_out,
                                                 uint64_t *workspace_size, aclOpExecutor **executor);

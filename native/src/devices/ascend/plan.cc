@@ -1,5 +1,7 @@
 #include "plan.h"
 
+#include "context.h"
+
 #include "common/status.h"
 
 #include <cstdint>
@@ -42,16 +44,61 @@ TensorSpec TensorSpec::contiguous(std::vector<int64_t> shape, aclDataType dtype,
 }
 
 Plan::~Plan() {
-    for (Stage &stage : calls_) {
-        if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
-        for (aclTensor *tensor : stage.tensors) {
-            if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+    // A destructor has no status to return: what fails here can only be skipped.
+    onDevice(*api_, device_, [&] {
+        waitForRuns();
+        for (Stage &stage : calls_) {
+            if (stage.executor != nullptr) api_->aclDestroyAclOpExecutor(stage.executor);
+            for (aclTensor *tensor : stage.tensors) {
+                if (tensor != nullptr) api_->aclDestroyTensor(tensor);
+            }
         }
+        for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
+        for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
+        for (const aclScalar *scalar : scalars_) api_->aclDestroyScalar(scalar);
+        if (constants_ != nullptr) api_->aclrtFree(constants_);
+        return INFINI_STATUS_SUCCESS;
+    });
+}
+
+// Waits for every run's queued kernels: they may still read the constants and executors about to be freed.
+void Plan::waitForRuns() const {
+    for (const auto &run : runs_) {
+        api_->aclrtSynchronizeEvent(run.second);
+        api_->aclrtDestroyEvent(run.second);
     }
-    for (const aclIntArray *array : int_arrays_) api_->aclDestroyIntArray(array);
-    for (const aclBoolArray *array : bool_arrays_) api_->aclDestroyBoolArray(array);
-    for (const aclScalar *scalar : scalars_) api_->aclDestroyScalar(scalar);
-    if (constants_ != nullptr) api_->aclrtFree(constants_);
+    runs_.clear();
+    if (unrecorded_run_) api_->aclrtSynchronizeDevice();
+}
+
+// Marks the end of this run's work on `stream`: an event per stream, recorded again by each run there. Events
+// of other streams whose work is done are dropped first, so a plan run on many streams keeps few.
+infiniStatus_t Plan::recordRun(aclrtStream stream) const {
+    auto found = runs_.begin();
+    while (found != runs_.end() && found->first != stream) ++found;
+    if (found == runs_.end()) {
+        for (auto it = runs_.begin(); it != runs_.end();) {
+            aclrtEventRecordedStatus done = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+            if (api_->aclrtQueryEventStatus(it->second, &done) == kAclSuccess &&
+                done == ACL_EVENT_RECORDED_STATUS_COMPLETE) {
+                api_->aclrtDestroyEvent(it->second);
+                it = runs_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        aclrtEvent event = nullptr;
+        aclError created = api_->aclrtCreateEvent(&event);
+        if (created != kAclSuccess) {
+            unrecorded_run_ = true;
+            return fromAcl(created);
+        }
+        runs_.emplace_back(stream, event);
+        found = runs_.end() - 1;
+    }
+    aclError recorded = api_->aclrtRecordEvent(found->second, stream);
+    if (recorded != kAclSuccess) unrecorded_run_ = true;
+    return fromAcl(recorded);
 }
 
 size_t Plan::reserveScratch(infini::CheckedSize bytes) {
@@ -107,6 +154,13 @@ aclTensor *Plan::createTensor(const TensorSpec &spec, void *data) const {
 
 infiniStatus_t Plan::build() {
     if (scratch_overflowed_) return INFINI_STATUS_BAD_TENSOR_SHAPE; // a workspace past 2^64 bytes
+    for (const Stage &stage : calls_) {
+        if (stage.call.launch == nullptr) return INFINI_STATUS_NOT_IMPLEMENTED; // not in this CANN install
+    }
+    return onDevice(*api_, device_, [&] { return buildOnDevice(); });
+}
+
+infiniStatus_t Plan::buildOnDevice() {
     for (const Stage &stage : calls_) {
         for (const auto *group : {&stage.call.inputs, &stage.call.outputs}) {
             for (const std::optional<TensorSpec> &spec : *group) {
@@ -201,6 +255,16 @@ infiniStatus_t Plan::runOnce(const Stage &stage, const std::vector<void *> &addr
 
 infiniStatus_t Plan::run(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
     std::lock_guard<std::mutex> lock(run_mutex_);
+    return onDevice(*api_, device_, [&] {
+        infiniStatus_t launched = launchAll(workspace, args, stream);
+        // Recorded even when a launch failed, after others were queued. Only launched kernels read what the plan
+        // owns (a zero fill writes the caller's memory only).
+        infiniStatus_t recorded = calls_.empty() ? INFINI_STATUS_SUCCESS : recordRun(stream);
+        return launched != INFINI_STATUS_SUCCESS ? launched : recorded;
+    });
+}
+
+infiniStatus_t Plan::launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
     void *aclnn_workspace = aclnn_bytes_ > 0 ? static_cast<char *>(workspace) + aclnn_offset_ : nullptr;
     for (const auto &[index, bytes] : zero_fills_) {
         ACL_CHECK(api_->aclrtMemsetAsync(const_cast<void *>(args[index]), bytes, 0, bytes, stream));

@@ -2,6 +2,9 @@
 // Each call's executor is built at plan time on tensors without addresses and made repeatable; a run only
 // points its tensors at this call's buffers. Where CANN refuses repeatability (or a buffer is not 32-byte
 // aligned, which re-pointing requires) that call is planned again on each run instead.
+// Everything runs in the plan's device context (context.h). Launches are asynchronous: the plan remembers, per
+// stream it ran on, an event after its last run there, and its destruction waits for those before freeing what
+// the queued kernels read (aclrtFree does not wait for anything).
 #ifndef INFINI_DEVICES_ASCEND_PLAN_H
 #define INFINI_DEVICES_ASCEND_PLAN_H
 
@@ -44,6 +47,7 @@ struct TensorSpec {
 
 // One aclnn operator: plan(tensors, &workspace, &executor) with inputs then outputs in prototype order. An
 // absent optional tensor (std::nullopt) is a nullptr at its position: re-pointing indices count it, as CANN's do.
+// launch is NULL where this CANN install lacks the operator (loader.h): build() is then NOT_IMPLEMENTED.
 struct Call {
     using Prepare = std::function<aclnnStatus(aclTensor *const *tensors, uint64_t *workspace, aclOpExecutor **)>;
     using Launch = aclnnStatus (*)(void *workspace, uint64_t size, aclOpExecutor *executor, aclrtStream stream);
@@ -54,8 +58,8 @@ struct Call {
 
 class Plan {
   public:
-    explicit Plan(const Api *api) : api_(api) {}
-    ~Plan();
+    Plan(const Api *api, int device) : api_(api), device_(device) {}
+    ~Plan(); // waits for the plan's queued work (see above), then frees
     Plan(const Plan &) = delete;
     Plan &operator=(const Plan &) = delete;
 
@@ -97,8 +101,13 @@ class Plan {
                                  aclrtStream stream) const;
     infiniStatus_t runOnce(const Stage &stage, const std::vector<void *> &addresses, void *aclnn_workspace,
                            aclrtStream stream) const;
+    infiniStatus_t buildOnDevice();
+    infiniStatus_t launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const;
+    infiniStatus_t recordRun(aclrtStream stream) const;
+    void waitForRuns() const;
 
     const Api *api_;
+    const int device_;
     std::vector<Stage> calls_;
     std::vector<std::pair<size_t, size_t>> zero_fills_;
     std::vector<const aclIntArray *> int_arrays_;
@@ -110,7 +119,11 @@ class Plan {
     size_t scratch_bytes_ = 0;
     bool scratch_overflowed_ = false;
     size_t aclnn_offset_ = 0, aclnn_bytes_ = 0;
-    mutable std::mutex run_mutex_; // re-pointing executors is not thread-safe
+    mutable std::mutex run_mutex_; // re-pointing executors is not thread-safe; guards runs_ too
+    // Per stream run on: an event recorded after the last run there. A stream whose event could not be recorded
+    // makes the destruction wait for the whole device instead.
+    mutable std::vector<std::pair<aclrtStream, aclrtEvent>> runs_;
+    mutable bool unrecorded_run_ = false;
 };
 
 } // namespace ascend

@@ -89,14 +89,14 @@ struct GradientVector {
     bool wanted;
 };
 
-// An op descriptor's plan, built: `plan_calls(plan)` when there are samples to compute on; otherwise the wanted
-// gradient vectors of `length` elements are empty sums, zeroed at each run, which needs every one packed
-// (BAD_TENSOR_STRIDES otherwise).
+// An op descriptor's plan on `device`, built: `plan_calls(plan)` when there are samples to compute on; otherwise
+// the wanted gradient vectors of `length` elements are empty sums, zeroed at each run, which needs every one
+// packed (BAD_TENSOR_STRIDES otherwise).
 template <typename PlanCalls>
-infiniStatus_t makePlan(const Api *acl, bool has_samples, size_t length, size_t element_bytes,
+infiniStatus_t makePlan(const Api *acl, int device, bool has_samples, size_t length, size_t element_bytes,
                         std::initializer_list<GradientVector> sums, PlanCalls &&plan_calls,
                         std::unique_ptr<Plan> *out) {
-    auto plan = std::make_unique<Plan>(acl);
+    auto plan = std::make_unique<Plan>(acl, device);
     if (has_samples) {
         plan_calls(*plan);
     } else if (length > 0) {

@@ -47,9 +47,11 @@ infiniStatus_t streamCreate(infinirtStream_t *stream) {
     return INFINI_STATUS_SUCCESS;
 }
 
+// CANN asks for a synchronized stream; infinirt callers, like CUDA's, may destroy one with work still queued.
 infiniStatus_t streamDestroy(infinirtStream_t stream) {
     const Api *acl;
     INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeStream(stream));
     ACL_CHECK(acl->aclrtDestroyStream(stream));
     return INFINI_STATUS_SUCCESS;
 }
@@ -76,9 +78,12 @@ infiniStatus_t allocateHost(void **ptr, size_t size) {
     return INFINI_STATUS_SUCCESS;
 }
 
+// aclrtFree / aclrtFreeHost give memory back at once, while queued work may still use it. Like cudaFree, and
+// like torch_npu before it returns cached memory, wait for the device first.
 infiniStatus_t release(void *ptr) {
     const Api *acl;
     INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeDevice());
     ACL_CHECK(acl->aclrtFree(ptr));
     return INFINI_STATUS_SUCCESS;
 }
@@ -86,6 +91,7 @@ infiniStatus_t release(void *ptr) {
 infiniStatus_t releaseHost(void *ptr) {
     const Api *acl;
     INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeDevice());
     ACL_CHECK(acl->aclrtFreeHost(ptr));
     return INFINI_STATUS_SUCCESS;
 }

@@ -150,7 +150,8 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         return INFINI_STATUS_BAD_TENSOR_STRIDES; // aclCreateTensor takes non-negative strides only
     }
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, info.elements() > 0, info.channels, infini::dtypeSize(info.parameter_dtype),
+    INFINI_CHECK(ascend::makePlan(acl, device_id, info.elements() > 0, info.channels,
+                                  infini::dtypeSize(info.parameter_dtype),
                                   {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
                                    {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
                                   [&](ascend::Plan &p) { planCalls(info, p); }, &plan));

@@ -125,7 +125,7 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim,
+    INFINI_CHECK(ascend::makePlan(acl, device_id, info.rows > 0 && info.dim > 0, info.dim,
                                   infini::dtypeSize(info.parameter_dtype),
                                   {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
                                    {kGradBias, info.grad_bias_stride, info.has_grad_bias}},

@@ -87,7 +87,8 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
         return INFINI_STATUS_BAD_TENSOR_STRIDES;
     }
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, info.rows > 0 && info.dim > 0, info.dim, infini::dtypeSize(info.weight_dtype),
+    INFINI_CHECK(ascend::makePlan(acl, device_id, info.rows > 0 && info.dim > 0, info.dim,
+                                  infini::dtypeSize(info.weight_dtype),
                                   {{kGradW, info.grad_w_stride, info.has_grad_w}},
                                   [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));

@@ -1,17 +1,15 @@
-// Emulated libopapi: the aclnn operators the Ascend backend calls, computed in double on host memory.
-// The first phase checks what each operator's CANN document lists (dtypes and their combinations, shapes,
-// formats, contiguity, empty tensors) and answers 161001 / 161002 as documented; the second phase checks the
-// workspace and addresses, scribbles over the workspace (no caller may rely on its contents) and computes.
-#include "emulation.h"
+// Emulated libopapi_nn: the norm aclnn operators the Ascend backend calls (aclnnRmsNorm, aclnnRmsNormGrad,
+// aclnnLayerNormBackward, aclnnBatchNormBackward), computed in double on host memory. The first phase checks what
+// each operator's CANN document lists (dtypes and their combinations, formats, contiguity, empty tensors) and
+// answers 161001 / 161002 as documented, except shapes: those checks live in the real kernels' tiling, which
+// answers 561002 (ACLNN_ERR_INNER_TILING_ERROR). The second phase is opapi.h's launch.
+#include "opapi.h"
 
 #include <cmath>
-#include <cstdlib>
 
 using namespace emu;
 
 namespace {
-
-constexpr uint64_t kWorkspace = 96; // every op asks for some, to exercise the caller's plumbing
 
 bool rankOk(const aclTensor *t) { return t->shape.size() >= 1 && t->shape.size() <= 8; }
 
@@ -23,61 +21,6 @@ int64_t product(const std::vector<int64_t> &dims, size_t begin, size_t end) {
 
 std::vector<int64_t> head(const std::vector<int64_t> &dims, size_t n) { return {dims.begin(), dims.begin() + n}; }
 std::vector<int64_t> tail(const std::vector<int64_t> &dims, size_t n) { return {dims.end() - n, dims.end()}; }
-
-// An absent optional tensor (nullptr) keeps its position, captured as an empty placeholder.
-const aclTensor kAbsent{{0}, {1}, {0}, kFloat, kNd, 0, nullptr};
-
-// Captures the tensors (inputs then outputs, in prototype order) for `compute`, which reads them by position.
-int plan(std::vector<const aclTensor *> inputs, std::vector<const aclTensor *> outputs,
-         std::function<void(aclTensor *)> compute, uint64_t *workspace, aclOpExecutor **executor) {
-    auto *ex = new aclOpExecutor;
-    ex->inputs = inputs;
-    ex->outputs = outputs;
-    for (const auto *group : {&inputs, &outputs}) {
-        for (const aclTensor *t : *group) ex->captured.push_back(t != nullptr ? *t : kAbsent);
-    }
-    ex->compute = std::move(compute);
-    ex->workspace = kWorkspace;
-    *workspace = kWorkspace;
-    *executor = ex;
-    return kSuccess;
-}
-
-int launch(void *workspace, uint64_t size, aclOpExecutor *ex) {
-    if (ex == nullptr) return kInnerNullptr;
-    if (size < ex->workspace || (ex->workspace > 0 && workspace == nullptr)) return kParamInvalid;
-    for (const aclTensor &t : ex->captured) {
-        if (numel(&t) > 0 && t.data == nullptr) return kParamNullptr;
-    }
-    std::memset(workspace, 0xab, ex->workspace);
-    ex->compute(ex->captured.data());
-    if (!ex->repeatable) delete ex; // a one-shot executor is consumed by its launch
-    return kSuccess;
-}
-
-// Position in `operand` of the element of `out` at flat index `flat`, numpy-style broadcasting.
-int64_t broadcastFlat(const aclTensor *operand, const aclTensor *out, int64_t flat) {
-    int64_t result = 0, scale = 1;
-    size_t shift = out->shape.size() - operand->shape.size();
-    for (size_t i = out->shape.size(); i-- > 0;) {
-        int64_t index = flat % out->shape[i];
-        flat /= out->shape[i];
-        if (i < shift) continue;
-        int64_t extent = operand->shape[i - shift];
-        result += (extent == 1 ? 0 : index) * scale;
-        scale *= extent;
-    }
-    return result;
-}
-
-bool broadcastsTo(const aclTensor *operand, const aclTensor *out) {
-    if (operand->shape.size() > out->shape.size()) return false;
-    size_t shift = out->shape.size() - operand->shape.size();
-    for (size_t i = 0; i < operand->shape.size(); ++i) {
-        if (operand->shape[i] != 1 && operand->shape[i] != out->shape[i + shift]) return false;
-    }
-    return true;
-}
 
 // aclnnRmsNorm / aclnnRmsNormGrad, Atlas A2 table: (x, gamma) in F16/F32, BF16/F32, F16/F16, F32/F32, BF16/BF16.
 bool rmsDtypes(int x, int gamma) {
@@ -109,11 +52,13 @@ aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *ga
         if (!rankOk(t) || t->format != kNd) return kParamInvalid;
     }
     size_t k = gamma->shape.size();
-    if (k > x->shape.size() || gamma->shape != tail(x->shape, k) || y->shape != x->shape) return kParamInvalid;
+    if (numel(x) == 0) return kParamInvalid;
+    if (k > x->shape.size() || gamma->shape != tail(x->shape, k) || y->shape != x->shape) return kTilingError;
     std::vector<int64_t> rstd_shape = head(x->shape, x->shape.size() - k);
     rstd_shape.resize(x->shape.size(), 1); // x (4,1,4096), gamma (4096) -> rstd (4,1,1)
-    if (rstd->shape != rstd_shape || numel(x) == 0) return kParamInvalid;
+    if (rstd->shape != rstd_shape) return kTilingError;
     int64_t rows = numel(rstd), cols = numel(gamma);
+    if (!tilable(cols)) return kTilingError;
     return plan({x, gamma}, {y, rstd}, [rows, cols, epsilon](aclTensor *t) {
         for (int64_t r = 0; r < rows; ++r) {
             double squares = 0;
@@ -125,9 +70,7 @@ aclnnStatus aclnnRmsNormGetWorkspaceSize(const aclTensor *x, const aclTensor *ga
     }, ws, ex);
 }
 
-aclnnStatus aclnnRmsNorm(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
+EMULATED_SECOND_PHASE(aclnnRmsNorm)
 
 // aclnnRmsNormGrad: the Atlas A2 dtype table, rstd = x_shape[0:n], dgamma F32, no non-contiguous, no empty.
 aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTensor *x, const aclTensor *rstd,
@@ -145,9 +88,10 @@ aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTenso
     size_t k = gamma->shape.size();
     if (k >= x->shape.size() + 1 || dy->shape != x->shape || dx->shape != x->shape || gamma->shape != tail(x->shape, k) ||
         rstd->shape != head(x->shape, x->shape.size() - k) || dgamma->shape != gamma->shape) {
-        return kParamInvalid;
+        return kTilingError;
     }
     int64_t cols = numel(gamma), rows = numel(x) / cols;
+    if (!tilable(cols)) return kTilingError;
     return plan({dy, x, rstd, gamma}, {dx, dgamma}, [rows, cols](aclTensor *t) {
         std::vector<double> dg(cols, 0.0);
         for (int64_t r = 0; r < rows; ++r) {
@@ -166,11 +110,9 @@ aclnnStatus aclnnRmsNormGradGetWorkspaceSize(const aclTensor *dy, const aclTenso
     }, ws, ex);
 }
 
-aclnnStatus aclnnRmsNormGrad(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
+EMULATED_SECOND_PHASE(aclnnRmsNormGrad)
 
-// aclnnLayerNormBackward: the checks its document lists as 161001 / 161002; strided tensors allowed.
+// aclnnLayerNormBackward: the checks its document lists as 161001 / 161002 (shapes: 561002); strided tensors allowed.
 aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, const aclTensor *input,
                                                    const aclIntArray *normalized_shape, const aclTensor *mean,
                                                    const aclTensor *rstd, const aclTensor *weight,
@@ -192,20 +134,24 @@ aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
         return kParamInvalid;
     }
     const std::vector<int64_t> &norm = normalized_shape->values;
-    if (norm.empty() || input->shape.size() < norm.size() || grad_out->shape != input->shape ||
+    if (norm.empty()) return kParamInvalid;
+    if (input->shape.size() < norm.size() || grad_out->shape != input->shape ||
         tail(input->shape, norm.size()) != norm) {
-        return kParamInvalid;
+        return kTilingError;
     }
     size_t lead = input->shape.size() - norm.size();
     int64_t rows = product(input->shape, 0, lead), cols = product(norm, 0, norm.size());
-    if (numel(mean) != rows || numel(rstd) != rows || mean->shape != rstd->shape) return kParamInvalid;
-    if ((weight && weight->shape != norm) || (bias && bias->shape != norm)) return kParamInvalid;
+    if (numel(mean) != rows || numel(rstd) != rows || mean->shape != rstd->shape) return kTilingError;
+    if ((weight && weight->shape != norm) || (bias && bias->shape != norm)) return kTilingError;
     int param_dtype = weight ? weight->dtype : dt;
-    if (mask->values[0] && (grad_input->dtype != dt || grad_input->shape != input->shape)) return kParamInvalid;
+    if (mask->values[0] && grad_input->dtype != dt) return kParamInvalid;
+    if (mask->values[0] && grad_input->shape != input->shape) return kTilingError;
     for (int i : {1, 2}) {
         const aclTensor *out = i == 1 ? grad_weight : grad_bias;
-        if (mask->values[i] && (out->dtype != param_dtype || out->shape != norm)) return kParamInvalid;
+        if (mask->values[i] && out->dtype != param_dtype) return kParamInvalid;
+        if (mask->values[i] && out->shape != norm) return kTilingError;
     }
+    if (!tilable(cols)) return kTilingError;
     for (const aclTensor *t : {grad_out, input, mean, rstd, weight, bias, (const aclTensor *)grad_input,
                                (const aclTensor *)grad_weight, (const aclTensor *)grad_bias}) {
         if (t && t->format != kNd) return kParamInvalid;
@@ -242,9 +188,7 @@ aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
     }, ws, ex);
 }
 
-aclnnStatus aclnnLayerNormBackward(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
+EMULATED_SECOND_PHASE(aclnnLayerNormBackward)
 
 // aclnnBatchNormBackward: channel axis 1, format by rank (NC, NCL, NCHW, NCDHW, ND), strided views allowed,
 // per-channel tensors FLOAT (the strictest documented version), empty tensors allowed. weight, the running and
@@ -265,10 +209,10 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
     if (training ? (!save_mean || !save_invstd) : (!running_mean || !running_var)) return kParamInvalid;
     int dt = input->dtype;
     size_t rank = input->shape.size();
-    if (!isFloat(dt) || grad_out->dtype != dt || rank < 2 || rank > 8 || grad_out->shape != input->shape) {
-        return kParamInvalid;
-    }
-    if (want[0] && (grad_input->dtype != dt || grad_input->shape != input->shape)) return kParamInvalid;
+    if (!isFloat(dt) || grad_out->dtype != dt || rank < 2 || rank > 8) return kParamInvalid;
+    if (grad_out->shape != input->shape) return kTilingError;
+    if (want[0] && grad_input->dtype != dt) return kParamInvalid;
+    if (want[0] && grad_input->shape != input->shape) return kTilingError;
     for (const aclTensor *t : {grad_out, input, want[0] ? (const aclTensor *)grad_input : nullptr}) {
         if (t && t->format != bnFormatFor(rank)) return kParamInvalid;
     }
@@ -276,9 +220,11 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
     for (const aclTensor *t : {weight, running_mean, running_var, save_mean, save_invstd,
                                want[1] ? (const aclTensor *)grad_weight : nullptr,
                                want[2] ? (const aclTensor *)grad_bias : nullptr}) {
-        if (t && (t->dtype != kFloat || t->shape != std::vector<int64_t>{channels})) return kParamInvalid;
+        if (t && t->dtype != kFloat) return kParamInvalid;
+        if (t && t->shape != std::vector<int64_t>{channels}) return kTilingError;
     }
     int64_t batch = input->shape[0], length = product(input->shape, 2, rank);
+    if (!tilable(batch * length)) return kTilingError;
     bool has_weight = weight != nullptr;
     return plan({grad_out, input, weight, running_mean, running_var, save_mean, save_invstd},
                 {grad_input, grad_weight, grad_bias},
@@ -310,77 +256,6 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
     }, ws, ex);
 }
 
-aclnnStatus aclnnBatchNormBackward(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
-
-aclnnStatus aclnnCastGetWorkspaceSize(const aclTensor *self, int dtype, aclTensor *out, uint64_t *ws,
-                                      aclOpExecutor **ex) {
-    if (!self || !out || !ws || !ex) return kParamNullptr;
-    if (!isFloat(self->dtype) || !isFloat(dtype) || out->dtype != dtype || out->shape != self->shape) {
-        return kParamInvalid;
-    }
-    int64_t n = numel(self);
-    return plan({self}, {out}, [n](aclTensor *t) {
-        for (int64_t i = 0; i < n; ++i) store(&t[1], i, load(&t[0], i));
-    }, ws, ex);
-}
-
-aclnnStatus aclnnCast(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
-
-// aclnnAdds: out = self + alpha * other (scalars); out has self's shape.
-aclnnStatus aclnnAddsGetWorkspaceSize(const aclTensor *self, const aclScalar *other, const aclScalar *alpha,
-                                      aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
-    if (!self || !other || !alpha || !out || !ws || !ex) return kParamNullptr;
-    if (!isFloat(self->dtype) || !isFloat(out->dtype) || out->shape != self->shape) return kParamInvalid;
-    int64_t n = numel(self);
-    double addend = alpha->value * other->value;
-    return plan({self}, {out}, [n, addend](aclTensor *t) {
-        for (int64_t i = 0; i < n; ++i) store(&t[1], i, load(&t[0], i) + addend);
-    }, ws, ex);
-}
-
-aclnnStatus aclnnAdds(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
-
-aclnnStatus aclnnRsqrtGetWorkspaceSize(const aclTensor *self, aclTensor *out, uint64_t *ws, aclOpExecutor **ex) {
-    if (!self || !out || !ws || !ex) return kParamNullptr;
-    if (!isFloat(self->dtype) || out->dtype != self->dtype || out->shape != self->shape) return kParamInvalid;
-    int64_t n = numel(self);
-    return plan({self}, {out}, [n](aclTensor *t) {
-        for (int64_t i = 0; i < n; ++i) store(&t[1], i, 1.0 / std::sqrt(load(&t[0], i)));
-    }, ws, ex);
-}
-
-aclnnStatus aclnnRsqrt(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
-
-aclnnStatus aclnnDivGetWorkspaceSize(const aclTensor *self, const aclTensor *other, aclTensor *out, uint64_t *ws,
-                                     aclOpExecutor **ex) {
-    if (!self || !other || !out || !ws || !ex) return kParamNullptr;
-    // out: any type the promoted one converts to (every float type converts to every other).
-    if (!isFloat(self->dtype) || !isFloat(other->dtype) || !isFloat(out->dtype)) return kParamInvalid;
-    if (!broadcastsTo(self, out) || !broadcastsTo(other, out)) return kParamInvalid;
-    for (size_t i = 0; i < out->shape.size(); ++i) { // out is exactly the broadcast shape
-        size_t k = out->shape.size() - i;
-        int64_t a = k <= self->shape.size() ? self->shape[self->shape.size() - k] : 1;
-        int64_t b = k <= other->shape.size() ? other->shape[other->shape.size() - k] : 1;
-        if (out->shape[i] != (a == 1 ? b : a)) return kParamInvalid;
-    }
-    int64_t n = numel(out);
-    return plan({self, other}, {out}, [n](aclTensor *t) {
-        for (int64_t i = 0; i < n; ++i) {
-            store(&t[2], i, load(&t[0], broadcastFlat(&t[0], &t[2], i)) / load(&t[1], broadcastFlat(&t[1], &t[2], i)));
-        }
-    }, ws, ex);
-}
-
-aclnnStatus aclnnDiv(void *workspace, uint64_t size, aclOpExecutor *ex, aclrtStream) {
-    return launch(workspace, size, ex);
-}
+EMULATED_SECOND_PHASE(aclnnBatchNormBackward)
 
 } // extern "C"
