@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from infiniop_py.bench import machine_description
+from infiniop_py.bench.timing import machine_description
 
 C_SOURCE = r"""
 #include <emmintrin.h>
