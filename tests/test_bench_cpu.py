@@ -176,3 +176,31 @@ def test_the_machine_line_says_when_the_cpu_kernels_were_capped_at_a_lower_isa(m
     assert "INFINIOP_CPU_ISA" not in best
     monkeypatch.setenv("INFINIOP_CPU_ISA", "avx2")
     assert bench.machine_description() == best + ", kernels capped at INFINIOP_CPU_ISA=avx2"
+
+
+def test_plot_draws_every_reference_that_was_timed(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    drawn = {}
+    real_savefig = plt.Figure.savefig
+
+    def savefig(figure, path, **kwargs):  # keep what the plot put on its axes
+        axes = figure.axes[0]
+        drawn["legend"] = [text.get_text() for text in axes.get_legend().get_texts()]
+        drawn["notes"] = [child.get_text() for child in axes.texts]
+        return real_savefig(figure, path, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", savefig)
+    results = [
+        {"op": "layer_norm", "dtype": "float32", "shape": [8, 64], "ours_s": 1e-3, "torch_s": 3e-3,
+         "onednn_s": 2e-3, "ours_bandwidth": 6e9, "torch_bandwidth": 2e9, "copy_bandwidth": 10e9},
+        {"op": "rms_norm", "dtype": "float32", "shape": [8, 64], "ours_s": 1e-3, "torch_s": 5e-3,
+         "onednn_s": None, "ours_bandwidth": 6e9, "torch_bandwidth": 1.2e9, "copy_bandwidth": 10e9},
+    ]
+    report = {"machine": "CPU under test", "threads": 2, "copy_bandwidth": 10e9, "torch_version": "2.13.0",
+              "onednn": "oneDNN 3.2.0", "results": results}
+    path = tmp_path / "plot.png"
+    bench.plot(report, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert drawn["legend"] == ["infiniop-py", "torch 2.13.0", "oneDNN 3.2.0"]
+    assert drawn["notes"] == ["3.0x", "5.0x"]  # the speedup over torch above each case

@@ -364,30 +364,37 @@ def format_table(report):
 
 
 def plot(report, path):
+    """Fraction of copy per case: ours, torch's and (where timed) oneDNN's bars side by side, the speedup over
+    torch above each group."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     results = report["results"]
-    labels = [f"{r['op']}\n{r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
+    labels = [f"{r['op']} {r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
     copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
-    ours = [r["ours_bandwidth"] / copy for r, copy in zip(results, copies)]
-    theirs = [(r["torch_bandwidth"] or 0) / copy for r, copy in zip(results, copies)]
+    moved = [r["ours_bandwidth"] * r["ours_s"] for r in results]  # bytes the effective bandwidth counts
+    series = [("infiniop-py", "ours_s"), (f"torch {report['torch_version']}", "torch_s")]
+    if report.get("onednn"):
+        series.append((report["onednn"], "onednn_s"))
+    width = 0.8 / len(series)
     positions = np.arange(len(results))
-    figure, axes = plt.subplots(figsize=(max(8, 0.6 * len(results)), 5))
-    axes.bar(positions - 0.2, ours, 0.4, label="infiniop-py")
-    axes.bar(positions + 0.2, theirs, 0.4, label=f"torch {report['torch_version']}")
+    figure, axes = plt.subplots(figsize=(min(22, max(8, 0.55 * len(results))), 6.5))
+    for index, (name, key) in enumerate(series):
+        fractions = [(m / r[key]) / c if r.get(key) else 0 for r, m, c in zip(results, moved, copies)]
+        axes.bar(positions + (index - (len(series) - 1) / 2) * width, fractions, width, label=name)
     axes.axhline(1.0, color="gray", linestyle="--", linewidth=1)
-    axes.set_xticks(positions, labels, fontsize=8)
-    axes.set_ylabel("effective bandwidth / copy bandwidth", fontsize=11)
-    for position, result in zip(positions, results):  # the speedup over torch above each pair of bars
+    axes.set_xticks(positions, labels, fontsize=9, rotation=60, ha="right", rotation_mode="anchor")
+    axes.set_ylabel("effective bandwidth / copy bandwidth", fontsize=12)
+    for position, result, m, c in zip(positions, results, moved, copies):  # the speedup over torch
         if result["torch_s"]:
-            axes.annotate(f"{result['torch_s'] / result['ours_s']:.1f}x", (position, max(ours[position], theirs[position])),
-                          textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+            top = max(m / result[key] / c for _, key in series if result.get(key))
+            axes.annotate(f"{result['torch_s'] / result['ours_s']:.1f}x", (position, top), textcoords="offset points",
+                          xytext=(0, 3), ha="center", fontsize=9)
     axes.set_title(report["machine"] + (f", {report['threads']} threads" if report["threads"] else "")
-                   + "; above the bars: speedup over torch")
-    axes.legend()
+                   + "; above each group: speedup over torch", fontsize=12)
+    axes.legend(fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
 
 
