@@ -169,3 +169,35 @@ def test_batch_norm_called_on_more_threads_than_it_was_made_for_stays_in_its_wor
     assert len(one_thread) == 4 * (8 * 512 * 32 + 2 * 512)
     assert run(1, 3) == one_thread
     assert run(3, 3) == one_thread
+
+
+# A block's partial weight gradients begin with its first row's terms, written over whatever the workspace (or,
+# for one block of F32, the gradient itself) held: no zeroing pass. Every schedule, with the workspace and the
+# outputs filled with 0xA5 bytes (-2.9e-16 as F32), gives the bits of a zeroed workspace.
+START_SHAPES = dict(IDENTICAL_ROW_SHAPES, **{"one row": (1, 1 << 20), "one block of F32 rows": (20, 700)})
+
+
+@pytest.mark.parametrize("shape", START_SHAPES.values(), ids=START_SHAPES.keys())
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
+def test_partials_start_from_each_blocks_first_row_not_from_the_workspace(op, dtype, shape):
+    import infiniop_py as ip
+
+    rng = np.random.default_rng(15)
+    data = lambda *dims: rng.standard_normal(dims).astype(np.float32).astype(dtype)  # noqa: E731
+    grad_out, row_input, weight = data(*shape), data(*shape), data(shape[1])
+    if op == "rms_norm":
+        inputs, make = (grad_out, row_input, weight), ip.RMSNormBackward
+        outputs = (np.empty(shape, dtype), np.empty(shape[1], dtype))
+    else:
+        inputs, make = (grad_out, weight, row_input, (rng.random(shape[0]) + 0.5).astype(dtype)), ip.LayerNormBackward
+        outputs = (np.empty(shape, dtype), np.empty(shape[1], dtype), np.empty(shape[1], dtype))
+    results = []
+    with ip.Handle("cpu") as handle, make(handle, *outputs, *inputs) as operator:
+        for fill in (0x00, 0xA5, 0x00):
+            workspace = np.full(max(operator.workspace_size, 1), fill, np.uint8)
+            for output in outputs:
+                output.view(np.uint8)[...] = fill
+            operator(*outputs, *inputs, workspace=workspace)
+            results.append([output.tobytes() for output in outputs])
+    assert results[1] == results[0] == results[2]

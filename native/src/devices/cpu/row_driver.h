@@ -183,8 +183,12 @@ void zeroFill(C *data, size_t count) {
     });
 }
 
-// The zeroed row-block partials of one weight gradient (none where the gradient is not wanted). They add up in
-// the gradient itself where there is one block and the gradient is a contiguous vector of the compute type C:
+// How a block's partials begin: zeroed here, or written by the block's first row (its kernels store +0.0 plus
+// the row's terms, the bits of adding them to zeros), which saves a pass over every partial.
+enum class PartialsStart { zeroed, first_row };
+
+// The row-block partials of one weight gradient (none where the gradient is not wanted). They add up in the
+// gradient itself where there is one block and the gradient is a contiguous vector of the compute type C:
 // summing that one block (from +0.0 in F64, then rounding back) would give its partials bit for bit, since
 // additions that start from +0.0 never give -0.0. Else they take `blocks` rows of `dim` at `scratch`, and
 // finish() sums them into the gradient.
@@ -192,14 +196,16 @@ template <typename C>
 class BlockPartials {
   public:
     template <typename W>
-    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch) : blocks_(blocks), dim_(dim) {
+    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch,
+                  PartialsStart start = PartialsStart::zeroed)
+        : blocks_(blocks), dim_(dim) {
         if (gradient == nullptr) return;
         data_ = scratch;
         if constexpr (std::is_same_v<W, C>) {
             in_gradient_ = blocks == 1 && stride == 1;
             if (in_gradient_) data_ = gradient;
         }
-        zeroFill(data_, in_gradient_ ? dim : blocks * dim);
+        if (start == PartialsStart::zeroed) zeroFill(data_, in_gradient_ ? dim : blocks * dim);
     }
 
     // Where block `block`'s partials of the elements from `begin` lie (NULL where the gradient is not wanted).

@@ -5,6 +5,7 @@
 
 #include "convert_simd.h"
 #include "half.h"
+#include "parallel.h"
 
 #include <cstddef>
 #include <type_traits>
@@ -47,16 +48,25 @@ double toDouble(W value) {
     }
 }
 
-// dst[j] = src[j * stride] in the compute type; src NULL (an absent weight) gives ones.
+// dst[j] = src[j * stride] in the compute type; src NULL (an absent weight) gives ones. Long vectors (a single
+// row of a million elements has one) are converted on the op's threads, in fixed pieces.
 template <typename W, typename C>
 void widenVector(size_t n, const W *src, ptrdiff_t stride, C *dst) {
-    if (src == nullptr) {
-        for (size_t j = 0; j < n; ++j) dst[j] = C(1);
-    } else if constexpr (std::is_same_v<W, double>) {
-        for (size_t j = 0; j < n; ++j) dst[j] = src[static_cast<ptrdiff_t>(j) * stride];
-    } else {
-        selectedTable<Conversions<W>>().widen(n, src, stride, dst);
-    }
+    constexpr size_t kPiece = size_t(1) << 16;
+    parallelFor((n + kPiece - 1) / kPiece, [&](size_t piece) {
+        const size_t begin = piece * kPiece, count = n - begin < kPiece ? n - begin : kPiece;
+        C *out = dst + begin;
+        if (src == nullptr) {
+            for (size_t j = 0; j < count; ++j) out[j] = C(1);
+            return;
+        }
+        const W *in = src + static_cast<ptrdiff_t>(begin) * stride;
+        if constexpr (std::is_same_v<W, double>) {
+            for (size_t j = 0; j < count; ++j) out[j] = in[static_cast<ptrdiff_t>(j) * stride];
+        } else {
+            selectedTable<Conversions<W>>().widen(count, in, stride, out);
+        }
+    }, threadsFor(n));
 }
 
 // The parameter vector in the compute type: src itself where it already is one and contiguous (F32 parameters of

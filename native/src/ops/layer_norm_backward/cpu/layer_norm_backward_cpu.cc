@@ -30,14 +30,16 @@ template <bool kFromInput>
 cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double> next, double mean_g,
                        double mean_g_xhat, const double *grad_output, const double *row_input, const double *weight,
                        double *grad_input, double *weight_partial, double *bias_partial, bool partials_with_next,
-                       const cpu::RowHints<double> &hints) {
+                       bool starts, const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
         const double go = grad_output[j], xh = standardized<kFromInput>(row_input[j], row.mean, row.rstd);
         const double next_go = partials_with_next ? hints.next_a[j] : 0.0;
         const double next_xh =
             partials_with_next ? standardized<kFromInput>(hints.next_b[j], next.mean, next.rstd) : 0.0;
-        if (weight_partial != nullptr) weight_partial[j] += go * xh + next_go * next_xh;
-        if (bias_partial != nullptr) bias_partial[j] += go + next_go;
+        if (weight_partial != nullptr) {
+            weight_partial[j] = (starts ? 0.0 : weight_partial[j]) + (go * xh + next_go * next_xh);
+        }
+        if (bias_partial != nullptr) bias_partial[j] = (starts ? 0.0 : bias_partial[j]) + (go + next_go);
         grad_input[j] = (go * weight[j] - mean_g - xh * mean_g_xhat) * row.rstd;
     }
     return hints.next_a == nullptr ? cpu::PairSums{}
@@ -112,9 +114,11 @@ class CpuDescriptor final : public Descriptor {
         C *bias_scratch = weight_scratch + (info.has_grad_weight ? blocks * dim : 0);
         const C *weight_c = cpu::computeVector(dim, weight, info.weight_stride, weight_copy);
         const cpu::BlockPartials<C> weight_block_partials(blocks, dim, info.has_grad_weight ? grad_weight : nullptr,
-                                                          info.grad_weight_stride, weight_scratch);
+                                                          info.grad_weight_stride, weight_scratch,
+                                                          cpu::PartialsStart::first_row);
         const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
-                                                        info.grad_bias_stride, bias_scratch);
+                                                        info.grad_bias_stride, bias_scratch,
+                                                        cpu::PartialsStart::first_row);
         const Kernels<T> &all_kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         const FormKernels<T> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
         auto statisticsOf = [&](size_t row) {
@@ -155,7 +159,7 @@ class CpuDescriptor final : public Descriptor {
                                      grad_input + info.grad_input.offset(row) + begin,
                                      skip_partials ? nullptr : weight_block_partials.at(block, begin),
                                      skip_partials ? nullptr : bias_block_partials.at(block, begin),
-                                     partial_rows == PartialRows::with_next,
+                                     partial_rows == PartialRows::with_next, row == plan_.blocks.begin(block),
                                      plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, row_input,
                                                  info.row_input));
             });

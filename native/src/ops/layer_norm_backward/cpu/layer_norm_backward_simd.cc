@@ -45,7 +45,8 @@ auto arraysIf(Arrays *...arrays) {
 
 // kWithNext: the partials also take the next row's terms (hints.next_a/next_b, read from the caches where this
 // pass reduces that row), so long rows move their partials once per two rows.
-template <bool kFromInput, typename T, bool kWeight, bool kBias, bool kWithNext>
+// kStarts: the row is its block's first, and writes the partials rather than adding to them.
+template <bool kFromInput, typename T, bool kWeight, bool kBias, bool kWithNext, bool kStarts>
 cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
                        const T *grad_output, const T *row_input, const float *weight, T *grad_input,
                        float *weight_partial, float *bias_partial, const cpu::RowHints<T> &hints) {
@@ -69,8 +70,12 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
             bias_terms = bias_terms + next_go;
         }
         f32v weight_sum = {}, bias_sum = {};
-        if constexpr (kWeight) weight_sum = simd::load(std::get<kFirstPartial>(at)) + weight_terms;
-        if constexpr (kBias) bias_sum = simd::load(std::get<kFirstPartial + kWeight>(at)) + bias_terms;
+        if constexpr (kWeight) {
+            weight_sum = (kStarts ? f32v{} : simd::load(std::get<kFirstPartial>(at))) + weight_terms;
+        }
+        if constexpr (kBias) {
+            bias_sum = (kStarts ? f32v{} : simd::load(std::get<kFirstPartial + kWeight>(at))) + bias_terms;
+        }
         if constexpr (kWeight) simd::store(std::get<kFirstPartial>(at), weight_sum);
         if constexpr (kBias) simd::store(std::get<kFirstPartial + kWeight>(at), bias_sum);
         simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
@@ -96,22 +101,26 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
 template <bool kFromInput, typename T>
 cpu::PairSums apply(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
                     const T *grad_output, const T *row_input, const float *weight, T *grad_input,
-                    float *weight_partial, float *bias_partial, bool partials_with_next,
+                    float *weight_partial, float *bias_partial, bool partials_with_next, bool starts,
                     const cpu::RowHints<T> &hints) {
-    auto run = [&](auto with_next) {
-        constexpr bool kWithNext = decltype(with_next)::value;
+    auto run = [&](auto with_next, auto starts_tag) {
+        constexpr bool kWithNext = decltype(with_next)::value, kStarts = decltype(starts_tag)::value;
         auto call = [&](auto kernel) {
             return kernel(n, row, next, mean_g, mean_g_xhat, grad_output, row_input, weight, grad_input,
                           weight_partial, bias_partial, hints);
         };
         if (weight_partial != nullptr && bias_partial != nullptr) {
-            return call(applyRow<kFromInput, T, true, true, kWithNext>);
+            return call(applyRow<kFromInput, T, true, true, kWithNext, kStarts>);
         }
-        if (weight_partial != nullptr) return call(applyRow<kFromInput, T, true, false, kWithNext>);
-        if (bias_partial != nullptr) return call(applyRow<kFromInput, T, false, true, kWithNext>);
-        return call(applyRow<kFromInput, T, false, false, false>); // no partials: nothing to take from the next row
+        if (weight_partial != nullptr) return call(applyRow<kFromInput, T, true, false, kWithNext, kStarts>);
+        if (bias_partial != nullptr) return call(applyRow<kFromInput, T, false, true, kWithNext, kStarts>);
+        // No partials: nothing to take from the next row, nothing to start.
+        return call(applyRow<kFromInput, T, false, false, false, false>);
     };
-    return partials_with_next ? run(std::true_type{}) : run(std::false_type{});
+    if (partials_with_next) {
+        return starts ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+    }
+    return starts ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
 }
 
 template <typename T>

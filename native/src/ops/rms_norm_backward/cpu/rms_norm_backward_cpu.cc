@@ -24,10 +24,10 @@ cpu::PairSums sumsF64(size_t n, const double *grad_y, const double *x, const dou
 }
 
 cpu::PairSums applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
-                       double *grad_x, double *partial, const cpu::RowHints<double> &hints) {
+                       double *grad_x, double *partial, bool starts, const cpu::RowHints<double> &hints) {
     for (size_t j = 0; j < n; ++j) {
         const double gy = grad_y[j], xj = x[j];
-        if (partial != nullptr) partial[j] += gy * xj * r;
+        if (partial != nullptr) partial[j] = (starts ? 0.0 : partial[j]) + gy * xj * r;
         grad_x[j] = r * gy * w[j] - x_coef * xj;
     }
     return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, w);
@@ -79,7 +79,7 @@ class CpuDescriptor final : public Descriptor {
         C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
         const cpu::BlockPartials<C> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
-                                                   info.grad_w_stride, w_copy + dim);
+                                                   info.grad_w_stride, w_copy + dim, cpu::PartialsStart::first_row);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
@@ -100,7 +100,7 @@ class CpuDescriptor final : public Descriptor {
                 return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
                                      x + info.x.offset(row) + begin, w_c + begin,
                                      grad_x + info.grad_x.offset(row) + begin,
-                                     block_partials.at(block, begin),
+                                     block_partials.at(block, begin), row == plan_.blocks.begin(block),
                                      plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
             });
         block_partials.finish(grad_w, info.grad_w_stride);

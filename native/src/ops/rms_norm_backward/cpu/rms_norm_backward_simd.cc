@@ -30,23 +30,34 @@ cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
     return rowSums(n, grad_y, x, w).finish();
 }
 
-template <typename T>
-cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
-                    float *partial, const cpu::RowHints<T> &hints) {
+// The elementwise pass; kStarts: the row is its block's first, and writes the partial rather than adding to it.
+template <bool kStarts, typename T, typename SideWork>
+void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
+               float *partial, bool stream_output, SideWork &&side_work) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
     // partial_at: grad_w's partial, if wanted.
     auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const float *w_at, auto *...partial_at) {
         // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
         // behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v gy = simd::load(gy_at), xj = simd::load(x_at), wj = simd::load(w_at);
-        ((simd::store(partial_at, simd::load(partial_at) + gy * xj * r_v)), ...);
+        ((simd::store(partial_at, (kStarts ? f32v{} : simd::load(partial_at)) + gy * xj * r_v)), ...);
         simd::put(stream, out, r_v * gy * wj - x_coef_v * xj);
     };
+    if (partial == nullptr) {
+        simd::forEachVector(n, stream_output, step, side_work, grad_x, grad_y, x, w);
+    } else {
+        simd::forEachVector(n, stream_output, step, side_work, grad_x, grad_y, x, w, partial);
+    }
+}
+
+template <typename T>
+cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
+                    float *partial, bool starts, const cpu::RowHints<T> &hints) {
     auto run = [&](auto &&side_work) {
-        if (partial == nullptr) {
-            simd::forEachVector(n, hints.stream_output, step, side_work, grad_x, grad_y, x, w);
+        if (starts) {
+            applyPass<true>(n, r, x_coef, grad_y, x, w, grad_x, partial, hints.stream_output, side_work);
         } else {
-            simd::forEachVector(n, hints.stream_output, step, side_work, grad_x, grad_y, x, w, partial);
+            applyPass<false>(n, r, x_coef, grad_y, x, w, grad_x, partial, hints.stream_output, side_work);
         }
     };
     const cpu::PairSums next_sums = simd::passAlongside(

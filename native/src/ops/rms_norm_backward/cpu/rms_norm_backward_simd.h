@@ -18,10 +18,11 @@ struct Kernels {
     using C = cpu::ComputeOf<T>;
     // {sum of x^2, sum of grad_y*w*x} over [0, n), in fixed 4096-element chunks.
     cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const C *w);
-    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n) (partial NULL: grad_w not wanted);
+    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n) (partial NULL: grad_w not wanted; with
+    // starts, the partial is not read: partial = +0.0 + grad_y*x*r, the bits of adding to a zeroed partial);
     // grad_x may be grad_y. Returns what sums gives for hints.next_a/next_b ({} if NULL), reduced in the same pass.
     cpu::PairSums (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const C *w, T *grad_x, C *partial,
-                           const cpu::RowHints<T> &hints);
+                           bool starts, const cpu::RowHints<T> &hints);
 };
 
 } // namespace op::rms_norm_backward
