@@ -12,7 +12,6 @@
 #include "row_hints.h"
 #include "workspace.h"
 
-#include <cstring>
 #include <type_traits>
 
 namespace cpu {
@@ -174,20 +173,9 @@ void runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply)
     });
 }
 
-template <typename C>
-void zeroFill(C *data, size_t count) {
-    constexpr size_t kPiece = 1 << 16;
-    parallelFor((count + kPiece - 1) / kPiece, [&](size_t piece) {
-        size_t begin = piece * kPiece, n = count - begin < kPiece ? count - begin : kPiece;
-        std::memset(data + begin, 0, n * sizeof(C));
-    });
-}
-
-// How a block's partials begin: zeroed here, or written by the block's first row (its kernels store +0.0 plus
-// the row's terms, the bits of adding them to zeros), which saves a pass over every partial.
-enum class PartialsStart { zeroed, first_row };
-
-// The row-block partials of one weight gradient (none where the gradient is not wanted). They add up in the
+// The row-block partials of one weight gradient (none where the gradient is not wanted). Nothing zeroes them:
+// each block's first row writes them (the kernels' `starts`: +0.0 plus the row's terms, the bits of adding them
+// to zeros), which every schedule does over all columns before the block's later rows add. They add up in the
 // gradient itself where there is one block and the gradient is a contiguous vector of the compute type C:
 // summing that one block (from +0.0 in F64, then rounding back) would give its partials bit for bit, since
 // additions that start from +0.0 never give -0.0. Else they take `blocks` rows of `dim` at `scratch`, and
@@ -196,16 +184,13 @@ template <typename C>
 class BlockPartials {
   public:
     template <typename W>
-    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch,
-                  PartialsStart start = PartialsStart::zeroed)
-        : blocks_(blocks), dim_(dim) {
+    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch) : blocks_(blocks), dim_(dim) {
         if (gradient == nullptr) return;
         data_ = scratch;
         if constexpr (std::is_same_v<W, C>) {
             in_gradient_ = blocks == 1 && stride == 1;
             if (in_gradient_) data_ = gradient;
         }
-        if (start == PartialsStart::zeroed) zeroFill(data_, in_gradient_ ? dim : blocks * dim);
     }
 
     // Where block `block`'s partials of the elements from `begin` lie (NULL where the gradient is not wanted).

@@ -114,11 +114,9 @@ class CpuDescriptor final : public Descriptor {
         C *bias_scratch = weight_scratch + (info.has_grad_weight ? blocks * dim : 0);
         const C *weight_c = cpu::computeVector(dim, weight, info.weight_stride, weight_copy);
         const cpu::BlockPartials<C> weight_block_partials(blocks, dim, info.has_grad_weight ? grad_weight : nullptr,
-                                                          info.grad_weight_stride, weight_scratch,
-                                                          cpu::PartialsStart::first_row);
+                                                          info.grad_weight_stride, weight_scratch);
         const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
-                                                        info.grad_bias_stride, bias_scratch,
-                                                        cpu::PartialsStart::first_row);
+                                                        info.grad_bias_stride, bias_scratch);
         const Kernels<T> &all_kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         const FormKernels<T> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
         auto statisticsOf = [&](size_t row) {

@@ -41,8 +41,8 @@ struct FormKernels {
     // bias_partial += grad_output over [0, n) (a NULL partial: that gradient is not wanted); with
     // partials_with_next, the partials take the next row's terms too, added to this row's first (needs
     // hints.next_a/next_b); with starts, the partials are not read: each is +0.0 plus its terms, the bits of
-    // adding them to a zeroed partial. grad_input may be grad_output. Returns what sums gives for hints.next_a/next_b and the
-    // statistics `next` ({} if NULL), reduced in the same pass.
+    // adding them to a zeroed partial. grad_input may be grad_output. Returns what sums gives for
+    // hints.next_a/next_b and the statistics `next` ({} if NULL), reduced in the same pass.
     cpu::PairSums (*apply)(size_t n, RowStatistics<C> row, RowStatistics<C> next, C mean_g, C mean_g_xhat,
                            const T *grad_output, const T *row_input, const C *weight, T *grad_input, C *weight_partial,
                            C *bias_partial, bool partials_with_next, bool starts, const cpu::RowHints<T> &hints);

@@ -79,7 +79,7 @@ class CpuDescriptor final : public Descriptor {
         C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
         const cpu::BlockPartials<C> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
-                                                   info.grad_w_stride, w_copy + dim, cpu::PartialsStart::first_row);
+                                                   info.grad_w_stride, w_copy + dim);
         const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
