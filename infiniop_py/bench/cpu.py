@@ -103,6 +103,7 @@ def build_case(op, dtype, shape, handle, rng, with_onednn=False):
         x64 = rng.standard_normal(shape)
         mean, std = x64.mean(-1, keepdims=True), np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
         np_dtype = _numpy_dtype(dtype)
+        row_input = aligned(x64.astype(np_dtype))  # the forward's input: ours (from-input form), torch's, oneDNN's
         grad_output, weight = case.random(shape), case.random(shape[-1:])
         grad_input, grad_weight, grad_bias = aligned(np.empty_like(grad_output)), np.empty_like(weight), np.empty_like(weight)
         if op == "layer_norm":  # the seed's form: xhat and std
@@ -111,22 +112,21 @@ def build_case(op, dtype, shape, handle, rng, with_onednn=False):
                                             std_dev)
             arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, xhat, std_dev)
         else:  # PyTorch's form: the forward's input, mean and rstd (F32)
-            row_input = aligned(x64.astype(np_dtype))
             row_mean, row_rstd = mean[..., 0].astype(np.float32), (1 / std[..., 0]).astype(np.float32)
             operator = ip.LayerNormBackwardFromInput(handle, grad_input, grad_weight, grad_bias, grad_output, weight,
                                                      row_input, row_mean, row_rstd)
             arrays = (grad_input, grad_weight, grad_bias, grad_output, weight, row_input, row_mean, row_rstd)
         torch_run = None
         if torch is not None:
-            stat_dtype = torch.float32 if dtype == "float32" else _torch_dtype(torch, dtype)
-            tin = _to_torch(torch, aligned(x64.astype(np_dtype)))
+            stat_dtype = torch.float32 if dtype == "float32" else torch_dtype(torch, dtype)
+            tin = _to_torch(torch, row_input)
             tmean = torch.from_numpy(mean.astype(np.float32)).to(stat_dtype)
             trstd = torch.from_numpy((1 / std).astype(np.float32)).to(stat_dtype)
             tgo, tw = _to_torch(torch, grad_output), _to_torch(torch, weight)
             torch_run = lambda: torch.ops.aten.native_layer_norm_backward(  # noqa: E731
                 tgo, tin, list(shape[-1:]), tmean, trstd, tw, tw, [True, True, True])
-        reference = _onednn_reference(with_onednn, "layer_norm", dtype, shape, 1e-5, aligned(x64.astype(np_dtype)),
-                                      grad_output, mean[..., 0], x64.var(-1), weight)
+        reference = _onednn_reference(with_onednn, "layer_norm", dtype, shape, 1e-5, row_input, grad_output,
+                                      mean[..., 0], x64.var(-1), weight)
     else:
         x, grad_output, weight = case.random(shape), case.random(shape), case.random(shape[1:2])
         x64 = x.astype(np.float64)
@@ -163,7 +163,7 @@ def _onednn_reference(wanted, kind, dtype, shape, eps, src, diff_dst, mean, vari
         return str(why)
 
 
-def _torch_dtype(torch, name):
+def torch_dtype(torch, name):
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
@@ -373,7 +373,7 @@ def plot(report, path):
     results = report["results"]
     labels = [f"{r['op']} {r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
     copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
-    moved = [r["ours_bandwidth"] * r["ours_s"] for r in results]  # bytes the effective bandwidth counts
+    moved = [bytes_moved(r["dtype"], r["shape"]) for r in results]
     series = [("infiniop-py", "ours_s"), (f"torch {report['torch_version']}", "torch_s")]
     if report.get("onednn"):
         series.append((report["onednn"], "onednn_s"))

@@ -42,10 +42,6 @@ def require_cuda(device_id):
     return torch
 
 
-def _torch_dtype(torch, name):
-    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
-
-
 class GpuCase:
     """One case on one torch device: ``ours()`` and ``theirs()`` launch on the current stream and return nothing;
     ``outputs()`` gives (ours, torch's) main gradient, to check both computed the same thing."""
@@ -54,8 +50,8 @@ class GpuCase:
         import infiniop_py as ip
 
         self.op, self.dtype, self.shape = op, dtype, tuple(shape)
-        dt = _torch_dtype(torch, dtype)
-        self.bytes_moved = 3 * int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
+        dt = cpu.torch_dtype(torch, dtype)
+        self.bytes_moved = cpu.bytes_moved(dtype, shape)
 
         def random(*size):
             return torch.randn(size, generator=generator, device=device, dtype=torch.float32).to(dt)
