@@ -53,34 +53,27 @@ def main(argv=None):
     if args.sync_batch_norm:
         from . import distributed
         report = distributed.run(args.repeats, args.dtypes[0])
-        print(distributed.format_table(report))
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=2)
-        return 0
-    if args.training:
+        table = distributed.format_table(report)
+    elif args.training:
         from . import training
         device = "cpu" if args.device == "cpu" else f"cuda:{args.device_id}"
-        report = training.run(args.repeats, args.dtypes if args.dtypes != cpu.DTYPES else training.DTYPES,
-                                    device)
-        print(training.format_table(report))
-        if args.json:
-            with open(args.json, "w") as out:
-                json.dump(report, out, indent=2)
-        return 0
-    if args.device == "nvidia":
-        from . import nvidia
-        try:
-            report = nvidia.run(args)
-        except nvidia.Unavailable as why:
-            print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
-            return 2
+        report = training.run(args.repeats, args.dtypes if args.dtypes != cpu.DTYPES else training.DTYPES, device)
+        table = training.format_table(report)
     else:
-        report = cpu.run(args)
-    print(cpu.format_table(report))
+        if args.device == "nvidia":
+            from . import nvidia
+            try:
+                report = nvidia.run(args)
+            except nvidia.Unavailable as why:
+                print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
+                return 2
+        else:
+            report = cpu.run(args)
+        table = cpu.format_table(report)
+    print(table)
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=2)
-    if args.plot:
+    if args.plot and not (args.sync_batch_norm or args.training):  # the operator tables only
         cpu.plot(report, args.plot)
     return 0
