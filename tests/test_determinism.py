@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from _helpers import BF16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_reference
+from _helpers import BF16, F16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_reference
 
 # Many rows / a large batch, so that the work splits into several row blocks and partial sums.
 SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 192),
@@ -18,8 +18,9 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
 # one; 3 rows of 2^20: one block). LayerNorm pairs the long rows of a block for its partials, an odd last row
 # alone. Cached inputs (8 MiB or less) with too few blocks, of rows too short to split by chunks: every row's
 # sums, then the threads take column slices, the last with a scalar tail (20 rows of 5000: one block; 48 rows
-# of 2100: three blocks of 16 rows). Each shape has work enough for 3 threads (cpu::threadsFor).
-LONG_ROW_SHAPES = {"split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
+# of 2100: three blocks of 16 rows). A single row of 2^20 (cached): split at chunks, its 16-bit gradients rounded
+# straight from the row's terms. Each shape has work enough for 3 threads (cpu::threadsFor).
+LONG_ROW_SHAPES = {"one split row": (1, 1 << 20), "split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
                    "column slices": (20, 5000), "column slices, three blocks": (48, 2100)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
@@ -201,3 +202,40 @@ def test_partials_start_from_each_blocks_first_row_not_from_the_workspace(op, dt
             operator(*outputs, *inputs, workspace=workspace)
             results.append([output.tobytes() for output in outputs])
     assert results[1] == results[0] == results[2]
+
+
+# A single row's 16-bit weight gradients are its terms rounded, written by the elementwise pass itself where the
+# kernels read the weight as it is (contiguous, 4096 elements or more) and every wanted gradient is contiguous;
+# otherwise the terms go through an F32 partial, summed and rounded at the end. Both ways give the same bits, in
+# every output (with a scalar tail, and with rows split at chunks over the threads).
+@pytest.mark.parametrize("dim", [4096, 4096 + 5, 2 * 4096 + 17, 1 << 18])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype", (BF16, F16), ids=str)
+def test_a_single_rows_gradients_rounded_straight_have_the_bits_of_summed_partials(op, dtype, dim):
+    import infiniop_py as ip
+
+    rng = np.random.default_rng(16)
+    data = lambda *dims: rng.standard_normal(dims).astype(np.float32).astype(dtype)  # noqa: E731
+    grad_out, row_input, weight = data(1, dim), data(1, dim), data(dim)
+
+    def strided(vector):  # the same values, every other element of a buffer twice as long
+        buffer = np.zeros(2 * vector.size, vector.dtype)
+        buffer[::2] = vector
+        return buffer[::2]
+
+    def run(strided_weight=False, strided_gradient=False):
+        w = strided(weight) if strided_weight else weight
+        gradient = lambda: strided(np.zeros(dim, dtype)) if strided_gradient else np.zeros(dim, dtype)  # noqa: E731
+        if op == "rms_norm":
+            outputs, inputs, make = (np.empty((1, dim), dtype), gradient()), (grad_out, row_input, w), ip.RMSNormBackward
+        else:
+            # Only the bias gradient strided: the kernels write both gradients one way, so neither is rounded straight.
+            outputs = (np.empty((1, dim), dtype), np.zeros(dim, dtype), gradient())
+            inputs, make = (grad_out, w, row_input, np.array([1.25], dtype)), ip.LayerNormBackward
+        with ip.Handle("cpu") as handle, make(handle, *outputs, *inputs) as operator:
+            operator(*outputs, *inputs)
+        return [np.ascontiguousarray(output).tobytes() for output in outputs]
+
+    straight = run()
+    assert run(strided_gradient=True) == straight
+    assert run(strided_weight=True) == straight

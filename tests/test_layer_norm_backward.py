@@ -21,7 +21,7 @@ leading_shapes = st.one_of(
     st.tuples(st.integers(1, 4), st.integers(1, 5)),
 )
 # L <= 2 makes grad_input cancel to ~0 (max|ref| is rounding noise): tested on its own below.
-row_lengths = st.sampled_from([3, 4, 7, 8, 31, 64, 129, 1000])
+row_lengths = st.sampled_from([3, 4, 7, 8, 31, 64, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
 dtypes = st.sampled_from(SUPPORTED_DTYPES)
 seeds = st.integers(0, 2**32 - 1)
 
@@ -105,7 +105,7 @@ def test_zero_length_rows(device, shape):
     assert grad_input.shape == shape and grad_weight.shape == (0,) and grad_bias.shape == (0,)
 
 
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=str)
 def test_row_longer_than_65536(device, dtype):
     inputs = layer_norm_inputs(np.random.default_rng(4), (2, 70001), dtype)
 

@@ -21,7 +21,7 @@ leading_shapes = st.one_of(
     st.tuples(st.integers(1, 4), st.integers(1, 5)),
 )
 # D = 1 makes grad_x mathematically zero (pure rounding noise against max|ref|): tested on its own below.
-row_lengths = st.sampled_from([2, 3, 7, 8, 31, 64, 129, 1000])
+row_lengths = st.sampled_from([2, 3, 7, 8, 31, 64, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
 dtypes = st.sampled_from(SUPPORTED_DTYPES)
 seeds = st.integers(0, 2**32 - 1)
 
@@ -93,7 +93,7 @@ def test_zero_length_rows(device, shape):
     assert grad_x.shape == shape and grad_w.shape == (0,)
 
 
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+@pytest.mark.parametrize("dtype", [F32, BF16, F16], ids=str)
 def test_row_longer_than_65536(device, dtype):
     inputs = rms_norm_inputs(np.random.default_rng(4), (2, 70001), dtype)
 

@@ -173,28 +173,47 @@ void runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply)
     });
 }
 
-// The row-block partials of one weight gradient (none where the gradient is not wanted). Nothing zeroes them:
-// each block's first row writes them (the kernels' `starts`: +0.0 plus the row's terms, the bits of adding them
-// to zeros), which every schedule does over all columns before the block's later rows add. They add up in the
-// gradient itself where there is one block and the gradient is a contiguous vector of the compute type C:
-// summing that one block (from +0.0 in F64, then rounding back) would give its partials bit for bit, since
-// additions that start from +0.0 never give -0.0. Else they take `blocks` rows of `dim` at `scratch`, and
-// finish() sums them into the gradient.
-template <typename C>
+// Where an elementwise pass puts one weight gradient's terms of the elements it covers; both NULL: the gradient
+// is not wanted.
+template <typename C, typename W>
+struct GradientTerms {
+    C *partial = nullptr;  // added to the row block's partial (written, for the block's first row: `starts`)
+    W *gradient = nullptr; // or, for a 16-bit gradient of a single row, rounded straight into the gradient
+};
+
+// The row-block partials of one weight gradient W, for kernels that read the parameters as K (W itself, or the
+// compute type C). Nothing zeroes them: each block's first row writes them (the kernels' `starts`: +0.0 plus the
+// row's terms, the bits of adding them to zeros), which every schedule does over all columns before the block's
+// later rows add. Where there is one block and the gradient is a contiguous vector, they need no summing, which
+// (from +0.0 in F64, then rounding) would give the one block's partials bit for bit, since additions that start
+// from +0.0 never give -0.0: a gradient of C takes them in place; a 16-bit one, where its single row is the only
+// one (`single_row`) and the kernels write that type, takes the row's terms rounded (single rows of a million
+// elements spent a quarter of their time writing, reading and rounding an F32 partial). Else the partials take
+// `blocks` rows of `dim` at `scratch`, and finish() sums them into the gradient.
+template <typename C, typename K>
 class BlockPartials {
   public:
     template <typename W>
-    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, C *scratch) : blocks_(blocks), dim_(dim) {
+    BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, bool single_row, C *scratch)
+        : blocks_(blocks), dim_(dim) {
         if (gradient == nullptr) return;
         data_ = scratch;
+        if (blocks != 1 || stride != 1) return;
         if constexpr (std::is_same_v<W, C>) {
-            in_gradient_ = blocks == 1 && stride == 1;
-            if (in_gradient_) data_ = gradient;
+            data_ = gradient;
+            in_gradient_ = true;
+        } else if constexpr (std::is_same_v<W, K>) {
+            if (single_row) {
+                data_ = nullptr;
+                rounded_ = gradient;
+            }
         }
     }
 
-    // Where block `block`'s partials of the elements from `begin` lie (NULL where the gradient is not wanted).
-    C *at(size_t block, size_t begin) const { return data_ == nullptr ? nullptr : data_ + block * dim_ + begin; }
+    // Where block `block`'s terms of the elements from `begin` go.
+    GradientTerms<C, K> at(size_t block, size_t begin) const {
+        return {data_ == nullptr ? nullptr : data_ + block * dim_ + begin, rounded_ == nullptr ? nullptr : rounded_ + begin};
+    }
 
     template <typename W>
     void finish(W *gradient, ptrdiff_t stride) const {
@@ -204,6 +223,7 @@ class BlockPartials {
   private:
     size_t blocks_, dim_;
     C *data_ = nullptr;
+    K *rounded_ = nullptr;
     bool in_gradient_ = false;
 };
 

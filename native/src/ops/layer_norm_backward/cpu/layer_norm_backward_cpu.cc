@@ -10,6 +10,8 @@
 #include "devices/cpu/workspace.h"
 #include "layer_norm_backward_simd.h"
 
+#include <type_traits>
+
 namespace op::layer_norm_backward {
 namespace {
 
@@ -29,8 +31,11 @@ cpu::PairSums sumsF64(size_t n, const double *grad_output, const double *row_inp
 template <bool kFromInput>
 cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double> next, double mean_g,
                        double mean_g_xhat, const double *grad_output, const double *row_input, const double *weight,
-                       double *grad_input, double *weight_partial, double *bias_partial, bool partials_with_next,
-                       bool starts, const cpu::RowHints<double> &hints) {
+                       double *grad_input, cpu::GradientTerms<double, double> weight_terms,
+                       cpu::GradientTerms<double, double> bias_terms, bool partials_with_next, bool starts,
+                       const cpu::RowHints<double> &hints) {
+    // F64 gradients are never rounded: no `gradient`
+    double *weight_partial = weight_terms.partial, *bias_partial = bias_terms.partial;
     for (size_t j = 0; j < n; ++j) {
         const double go = grad_output[j], xh = standardized<kFromInput>(row_input[j], row.mean, row.rstd);
         const double next_go = partials_with_next ? hints.next_a[j] : 0.0;
@@ -46,7 +51,7 @@ cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double
                                    : sumsF64<kFromInput>(n, hints.next_a, hints.next_b, weight, next);
 }
 
-const Kernels<double> kF64Kernels{{sumsF64<false>, applyF64<false>}, {sumsF64<true>, applyF64<true>}};
+const Kernels<double, double> kF64Kernels{{sumsF64<false>, applyF64<false>}, {sumsF64<true>, applyF64<true>}};
 
 // Which rows' terms a row's elementwise pass adds to the weight-gradient partials.
 enum class PartialRows { this_row, with_next, none };
@@ -112,13 +117,6 @@ class CpuDescriptor final : public Descriptor {
         C *weight_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         C *weight_scratch = weight_copy + dim;
         C *bias_scratch = weight_scratch + (info.has_grad_weight ? blocks * dim : 0);
-        const C *weight_c = cpu::computeVector(dim, weight, info.weight_stride, weight_copy);
-        const cpu::BlockPartials<C> weight_block_partials(blocks, dim, info.has_grad_weight ? grad_weight : nullptr,
-                                                          info.grad_weight_stride, weight_scratch);
-        const cpu::BlockPartials<C> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
-                                                        info.grad_bias_stride, bias_scratch);
-        const Kernels<T> &all_kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
-        const FormKernels<T> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
         auto statisticsOf = [&](size_t row) {
             const S scale = row_scale[info.row_scale.offset(row)];
             if constexpr (kFromInput) {
@@ -136,33 +134,49 @@ class CpuDescriptor final : public Descriptor {
             if ((row - first) % 2 == 1) return PartialRows::none;
             return reduce_next && row + 1 < end ? PartialRows::with_next : PartialRows::this_row;
         };
+        // The kernels write both gradients one way: a single row rounds into both only if both are contiguous.
+        const bool single_row = info.rows == 1 && (!info.has_grad_weight || info.grad_weight_stride == 1) &&
+                                (!info.has_grad_bias || info.grad_bias_stride == 1);
 
-        cpu::runRows(
-            plan_, chunk_sums,
-            [&](size_t row, size_t begin, size_t n) {
-                return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
-                                    row_input + info.row_input.offset(row) + begin, weight_c + begin,
-                                    kFromInput ? statisticsOf(row) : RowStatistics<C>{}); // xhat: not read
-            },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
-                const PartialRows partial_rows = partialRows(block, row, reduce_next);
-                const bool skip_partials = partial_rows == PartialRows::none;
-                // The next row's statistics where this pass reduces it (reduce_next: it exists); xhat reads none.
-                const RowStatistics<C> next = kFromInput && reduce_next ? statisticsOf(row + 1) : RowStatistics<C>{};
-                return kernels.apply(n, statisticsOf(row), next,
-                                     static_cast<C>(total.first / static_cast<double>(dim)),
-                                     static_cast<C>(total.second / static_cast<double>(dim)),
-                                     grad_output + info.grad_output.offset(row) + begin,
-                                     row_input + info.row_input.offset(row) + begin, weight_c + begin,
-                                     grad_input + info.grad_input.offset(row) + begin,
-                                     skip_partials ? nullptr : weight_block_partials.at(block, begin),
-                                     skip_partials ? nullptr : bias_block_partials.at(block, begin),
-                                     partial_rows == PartialRows::with_next, row == plan_.blocks.begin(block),
-                                     plan_.hints(row, begin, reduce_next, grad_output, info.grad_output, row_input,
-                                                 info.row_input));
-            });
-        weight_block_partials.finish(grad_weight, info.grad_weight_stride);
-        bias_block_partials.finish(grad_bias, info.grad_bias_stride);
+        cpu::withKernelVector(dim, weight, info.weight_stride, weight_copy, [&](const auto *weight_k) {
+            using K = std::remove_const_t<std::remove_pointer_t<decltype(weight_k)>>;
+            const cpu::BlockPartials<C, K> weight_block_partials(
+                blocks, dim, info.has_grad_weight ? grad_weight : nullptr, info.grad_weight_stride, single_row,
+                weight_scratch);
+            const cpu::BlockPartials<C, K> bias_block_partials(blocks, dim, info.has_grad_bias ? grad_bias : nullptr,
+                                                               info.grad_bias_stride, single_row, bias_scratch);
+            const Kernels<T, K> &all_kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
+            const FormKernels<T, K> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
+            cpu::runRows(
+                plan_, chunk_sums,
+                [&](size_t row, size_t begin, size_t n) {
+                    return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
+                                        row_input + info.row_input.offset(row) + begin, weight_k + begin,
+                                        kFromInput ? statisticsOf(row) : RowStatistics<C>{}); // xhat: not read
+                },
+                [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
+                    const PartialRows partial_rows = partialRows(block, row, reduce_next);
+                    const bool skip_partials = partial_rows == PartialRows::none;
+                    // The next row's statistics where this pass reduces it (reduce_next: it exists); xhat reads none.
+                    const RowStatistics<C> next =
+                        kFromInput && reduce_next ? statisticsOf(row + 1) : RowStatistics<C>{};
+                    return kernels.apply(n, statisticsOf(row), next,
+                                         static_cast<C>(total.first / static_cast<double>(dim)),
+                                         static_cast<C>(total.second / static_cast<double>(dim)),
+                                         grad_output + info.grad_output.offset(row) + begin,
+                                         row_input + info.row_input.offset(row) + begin, weight_k + begin,
+                                         grad_input + info.grad_input.offset(row) + begin,
+                                         skip_partials ? cpu::GradientTerms<C, K>{}
+                                                       : weight_block_partials.at(block, begin),
+                                         skip_partials ? cpu::GradientTerms<C, K>{}
+                                                       : bias_block_partials.at(block, begin),
+                                         partial_rows == PartialRows::with_next, row == plan_.blocks.begin(block),
+                                         plan_.hints(row, begin, reduce_next, grad_output, info.grad_output,
+                                                     row_input, info.row_input));
+                });
+            weight_block_partials.finish(grad_weight, info.grad_weight_stride);
+            bias_block_partials.finish(grad_bias, info.grad_bias_stride);
+        });
     }
 
     cpu::RowPlan plan_;

@@ -4,6 +4,7 @@
 #include "devices/cpu/simd.h"
 
 #include <tuple>
+#include <type_traits>
 
 namespace op::layer_norm_backward {
 namespace {
@@ -11,8 +12,8 @@ namespace {
 using simd::f32v;
 
 // The reduction of one row: sums of g and g*xhat with g = grad_output*weight, xhat formed from the row input.
-template <bool kFromInput, typename T>
-auto rowSums(size_t n, const T *grad_output, const T *row_input, const float *weight, RowStatistics<float> row) {
+template <bool kFromInput, typename T, typename W>
+auto rowSums(size_t n, const T *grad_output, const T *row_input, const W *weight, RowStatistics<float> row) {
     const f32v mean_v = simd::splat(row.mean), rstd_v = simd::splat(row.rstd);
     return simd::RowSums(
         n,
@@ -22,14 +23,14 @@ auto rowSums(size_t n, const T *grad_output, const T *row_input, const float *we
             sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
         },
         [=](size_t j, float &sum_g, float &sum_g_xhat) {
-            float g = cpu::toFloat(grad_output[j]) * weight[j];
+            float g = cpu::toFloat(grad_output[j]) * cpu::toFloat(weight[j]);
             sum_g += g;
             sum_g_xhat += g * standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd);
         });
 }
 
-template <bool kFromInput, typename T>
-cpu::PairSums sums(size_t n, const T *grad_output, const T *row_input, const float *weight, RowStatistics<float> row) {
+template <bool kFromInput, typename T, typename W>
+cpu::PairSums sums(size_t n, const T *grad_output, const T *row_input, const W *weight, RowStatistics<float> row) {
     return rowSums<kFromInput>(n, grad_output, row_input, weight, row).finish();
 }
 
@@ -45,17 +46,17 @@ auto arraysIf(Arrays *...arrays) {
 
 // kWithNext: the partials also take the next row's terms (hints.next_a/next_b, read from the caches where this
 // pass reduces that row), so long rows move their partials once per two rows.
-// kStarts: the row is its block's first, and writes the partials rather than adding to them.
-template <bool kFromInput, typename T, bool kWeight, bool kBias, bool kWithNext, bool kStarts>
+// kStarts: the row is its block's first, and writes the partials (F32, or the rounded gradients P) rather than
+// adding to them.
+template <bool kFromInput, typename T, typename W, typename P, bool kWeight, bool kBias, bool kWithNext, bool kStarts>
 cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
-                       const T *grad_output, const T *row_input, const float *weight, T *grad_input,
-                       float *weight_partial, float *bias_partial, const cpu::RowHints<T> &hints) {
+                       const T *grad_output, const T *row_input, const W *weight, T *grad_input, P *weight_partial,
+                       P *bias_partial, const cpu::RowHints<T> &hints) {
     const f32v inv_std_v = simd::splat(row.rstd), mean_g_v = simd::splat(mean_g),
                mean_g_xhat_v = simd::splat(mean_g_xhat);
     const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
     // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
-    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const float *weight_at,
-                    auto *...rest) {
+    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at, auto *...rest) {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
         // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v go = simd::load(go_at), xh = standardized<kFromInput>(simd::load(in_at), mean_v, inv_std_v),
@@ -98,53 +99,60 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
     return next_sums;
 }
 
-template <bool kFromInput, typename T>
+template <bool kFromInput, typename T, typename W>
 cpu::PairSums apply(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
-                    const T *grad_output, const T *row_input, const float *weight, T *grad_input,
-                    float *weight_partial, float *bias_partial, bool partials_with_next, bool starts,
-                    const cpu::RowHints<T> &hints) {
-    auto run = [&](auto with_next, auto starts_tag) {
+                    const T *grad_output, const T *row_input, const W *weight, T *grad_input,
+                    cpu::GradientTerms<float, W> weight_terms, cpu::GradientTerms<float, W> bias_terms,
+                    bool partials_with_next, bool starts, const cpu::RowHints<T> &hints) {
+    // P: where the terms go, F32 partials or the rounded gradients.
+    auto run = [&](auto with_next, auto starts_tag, auto *weight_to, auto *bias_to) {
         constexpr bool kWithNext = decltype(with_next)::value, kStarts = decltype(starts_tag)::value;
+        using P = std::remove_pointer_t<decltype(weight_to)>;
         auto call = [&](auto kernel) {
-            return kernel(n, row, next, mean_g, mean_g_xhat, grad_output, row_input, weight, grad_input,
-                          weight_partial, bias_partial, hints);
+            return kernel(n, row, next, mean_g, mean_g_xhat, grad_output, row_input, weight, grad_input, weight_to,
+                          bias_to, hints);
         };
-        if (weight_partial != nullptr && bias_partial != nullptr) {
-            return call(applyRow<kFromInput, T, true, true, kWithNext, kStarts>);
+        if (weight_to != nullptr && bias_to != nullptr) {
+            return call(applyRow<kFromInput, T, W, P, true, true, kWithNext, kStarts>);
         }
-        if (weight_partial != nullptr) return call(applyRow<kFromInput, T, true, false, kWithNext, kStarts>);
-        if (bias_partial != nullptr) return call(applyRow<kFromInput, T, false, true, kWithNext, kStarts>);
+        if (weight_to != nullptr) return call(applyRow<kFromInput, T, W, P, true, false, kWithNext, kStarts>);
+        if (bias_to != nullptr) return call(applyRow<kFromInput, T, W, P, false, true, kWithNext, kStarts>);
         // No partials: nothing to take from the next row, nothing to start.
-        return call(applyRow<kFromInput, T, false, false, false, false>);
+        return call(applyRow<kFromInput, T, W, P, false, false, false, false>);
     };
-    if (partials_with_next) {
-        return starts ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+    if (weight_terms.gradient != nullptr || bias_terms.gradient != nullptr) { // a single row: never with_next
+        return run(std::false_type{}, std::true_type{}, weight_terms.gradient, bias_terms.gradient);
     }
-    return starts ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
+    float *weight_partial = weight_terms.partial, *bias_partial = bias_terms.partial;
+    if (partials_with_next) {
+        return starts ? run(std::true_type{}, std::true_type{}, weight_partial, bias_partial)
+                      : run(std::true_type{}, std::false_type{}, weight_partial, bias_partial);
+    }
+    return starts ? run(std::false_type{}, std::true_type{}, weight_partial, bias_partial)
+                  : run(std::false_type{}, std::false_type{}, weight_partial, bias_partial);
 }
 
-template <typename T>
-const Kernels<T> &table() {
-    static const Kernels<T> table{{sums<false, T>, apply<false, T>}, {sums<true, T>, apply<true, T>}};
+template <typename T, typename W>
+const Kernels<T, W> &table() {
+    static const Kernels<T, W> table{{sums<false, T, W>, apply<false, T, W>}, {sums<true, T, W>, apply<true, T, W>}};
     return table;
 }
 
 } // namespace
 } // namespace op::layer_norm_backward
 
-// This ISA's tables: CPU_ISA names a cpu::Isa value.
+// This ISA's tables: CPU_ISA names a cpu::Isa value. 16-bit data reads F32 weights or weights of its own type.
 namespace cpu {
 using op::layer_norm_backward::Kernels;
-template <>
-const Kernels<float> &isaTable<Isa::CPU_ISA, Kernels<float>>() {
-    return op::layer_norm_backward::table<float>();
-}
-template <>
-const Kernels<f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t>>() {
-    return op::layer_norm_backward::table<f16_t>();
-}
-template <>
-const Kernels<bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t>>() {
-    return op::layer_norm_backward::table<bf16_t>();
-}
+#define LAYER_NORM_BACKWARD_ISA_TABLE(T, W)                                                                            \
+    template <>                                                                                                        \
+    const Kernels<T, W> &isaTable<Isa::CPU_ISA, Kernels<T, W>>() {                                                     \
+        return op::layer_norm_backward::table<T, W>();                                                                 \
+    }
+LAYER_NORM_BACKWARD_ISA_TABLE(float, float)
+LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, float)
+LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, f16_t)
+LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, float)
+LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, bf16_t)
+#undef LAYER_NORM_BACKWARD_ISA_TABLE
 } // namespace cpu

@@ -6,6 +6,7 @@
 #include "devices/cpu/half.h"
 #include "devices/cpu/isa.h"
 #include "devices/cpu/reduce.h"
+#include "devices/cpu/row_driver.h"
 #include "devices/cpu/row_hints.h"
 #include "devices/cpu/types.h"
 
@@ -31,26 +32,29 @@ inline V standardized(V row_input, S mean, S rstd) {
     }
 }
 
-// The kernels of one form, whose row input is xhat or the forward's input.
-template <typename T>
+// The kernels of one form, whose row input is xhat or the forward's input. T: the data type; W: the weight as the
+// kernels read it (T's compute type C, or T itself), and the type of the gradients they write straight
+// (cpu::GradientTerms).
+template <typename T, typename W>
 struct FormKernels {
     using C = cpu::ComputeOf<T>;
     // {sum of g, sum of g*xhat} with g = grad_output*weight over [0, n), in fixed 4096-element chunks.
-    cpu::PairSums (*sums)(size_t n, const T *grad_output, const T *row_input, const C *weight, RowStatistics<C> row);
-    // grad_input = (g - mean_g - xhat*mean_g_xhat) * row.rstd, weight_partial += grad_output*xhat,
-    // bias_partial += grad_output over [0, n) (a NULL partial: that gradient is not wanted); with
-    // partials_with_next, the partials take the next row's terms too, added to this row's first (needs
-    // hints.next_a/next_b); with starts, the partials are not read: each is +0.0 plus its terms, the bits of
-    // adding them to a zeroed partial. grad_input may be grad_output. Returns what sums gives for
-    // hints.next_a/next_b and the statistics `next` ({} if NULL), reduced in the same pass.
+    cpu::PairSums (*sums)(size_t n, const T *grad_output, const T *row_input, const W *weight, RowStatistics<C> row);
+    // grad_input = (g - mean_g - xhat*mean_g_xhat) * row.rstd over [0, n), grad_output*xhat into weight_terms and
+    // grad_output into bias_terms (no terms: that gradient is not wanted; both go to partials or both to rounded
+    // gradients). A partial adds them; with partials_with_next it takes the next row's terms too, added to this
+    // row's first (needs hints.next_a/next_b); with starts it is not read: +0.0 plus the terms, the bits of adding
+    // them to a zeroed partial. grad_input may be grad_output. Returns what sums gives for hints.next_a/next_b and
+    // the statistics `next` ({} if NULL), reduced in the same pass.
     cpu::PairSums (*apply)(size_t n, RowStatistics<C> row, RowStatistics<C> next, C mean_g, C mean_g_xhat,
-                           const T *grad_output, const T *row_input, const C *weight, T *grad_input, C *weight_partial,
-                           C *bias_partial, bool partials_with_next, bool starts, const cpu::RowHints<T> &hints);
+                           const T *grad_output, const T *row_input, const W *weight, T *grad_input,
+                           cpu::GradientTerms<C, W> weight_terms, cpu::GradientTerms<C, W> bias_terms,
+                           bool partials_with_next, bool starts, const cpu::RowHints<T> &hints);
 };
 
-template <typename T>
+template <typename T, typename W>
 struct Kernels {
-    FormKernels<T> xhat, from_input;
+    FormKernels<T, W> xhat, from_input;
 };
 
 } // namespace op::layer_norm_backward

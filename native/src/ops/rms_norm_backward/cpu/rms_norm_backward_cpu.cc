@@ -9,6 +9,7 @@
 #include "rms_norm_backward_simd.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace op::rms_norm_backward {
 namespace {
@@ -24,7 +25,9 @@ cpu::PairSums sumsF64(size_t n, const double *grad_y, const double *x, const dou
 }
 
 cpu::PairSums applyF64(size_t n, double r, double x_coef, const double *grad_y, const double *x, const double *w,
-                       double *grad_x, double *partial, bool starts, const cpu::RowHints<double> &hints) {
+                       double *grad_x, cpu::GradientTerms<double, double> grad_w_terms, bool starts,
+                       const cpu::RowHints<double> &hints) {
+    double *partial = grad_w_terms.partial; // an F64 gradient is never rounded: no `gradient`
     for (size_t j = 0; j < n; ++j) {
         const double gy = grad_y[j], xj = x[j];
         if (partial != nullptr) partial[j] = (starts ? 0.0 : partial[j]) + gy * xj * r;
@@ -33,7 +36,7 @@ cpu::PairSums applyF64(size_t n, double r, double x_coef, const double *grad_y, 
     return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, w);
 }
 
-const Kernels<double> kF64Kernels{sumsF64, applyF64};
+const Kernels<double, double> kF64Kernels{sumsF64, applyF64};
 
 class CpuDescriptor final : public Descriptor {
   public:
@@ -77,33 +80,35 @@ class CpuDescriptor final : public Descriptor {
         }
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
-        const C *w_c = cpu::computeVector(dim, w, info.w_stride, w_copy);
-        const cpu::BlockPartials<C> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
-                                                   info.grad_w_stride, w_copy + dim);
-        const Kernels<T> &kernels = cpu::kernelsFor<Kernels, T>(kF64Kernels);
         // Saved rstd is F32, or F64 for F64 data (the Ex dtype rule).
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
         };
-
-        cpu::runRows(
-            plan_, chunk_sums,
-            [&](size_t row, size_t begin, size_t n) {
-                return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
-                                    w_c + begin);
-            },
-            [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
-                // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
-                const double r = info.has_rstd ? saved_rstd(row)
-                                               : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
-                const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
-                return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
-                                     x + info.x.offset(row) + begin, w_c + begin,
-                                     grad_x + info.grad_x.offset(row) + begin,
-                                     block_partials.at(block, begin), row == plan_.blocks.begin(block),
-                                     plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
-            });
-        block_partials.finish(grad_w, info.grad_w_stride);
+        cpu::withKernelVector(dim, w, info.w_stride, w_copy, [&](const auto *w_k) {
+            using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
+            const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
+                                                          info.grad_w_stride, info.rows == 1, w_copy + dim);
+            const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
+            cpu::runRows(
+                plan_, chunk_sums,
+                [&](size_t row, size_t begin, size_t n) {
+                    return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
+                                        w_k + begin);
+                },
+                [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
+                    // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
+                    const double r = info.has_rstd
+                                         ? saved_rstd(row)
+                                         : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
+                    const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
+                    return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
+                                         x + info.x.offset(row) + begin, w_k + begin,
+                                         grad_x + info.grad_x.offset(row) + begin, block_partials.at(block, begin),
+                                         row == plan_.blocks.begin(block),
+                                         plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
+                });
+            block_partials.finish(grad_w, info.grad_w_stride);
+        });
     }
 
     cpu::RowPlan plan_;

@@ -9,8 +9,8 @@ namespace {
 using simd::f32v;
 
 // The reduction of one row: sums of x^2 and grad_y*w*x.
-template <typename T>
-auto rowSums(size_t n, const T *grad_y, const T *x, const float *w) {
+template <typename T, typename W>
+auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
     return simd::RowSums(
         n,
         [=](size_t j, f32v &sum_squares, f32v &sum_gwx) {
@@ -21,22 +21,23 @@ auto rowSums(size_t n, const T *grad_y, const T *x, const float *w) {
         [=](size_t j, float &sum_squares, float &sum_gwx) {
             float xj = cpu::toFloat(x[j]);
             sum_squares += xj * xj;
-            sum_gwx += cpu::toFloat(grad_y[j]) * w[j] * xj;
+            sum_gwx += cpu::toFloat(grad_y[j]) * cpu::toFloat(w[j]) * xj;
         });
 }
 
-template <typename T>
-cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const float *w) {
+template <typename T, typename W>
+cpu::PairSums sums(size_t n, const T *grad_y, const T *x, const W *w) {
     return rowSums(n, grad_y, x, w).finish();
 }
 
-// The elementwise pass; kStarts: the row is its block's first, and writes the partial rather than adding to it.
-template <bool kStarts, typename T, typename SideWork>
-void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
-               float *partial, bool stream_output, SideWork &&side_work) {
+// The elementwise pass; kStarts: the row is its block's first, and writes the partial (F32, or the rounded
+// gradient itself) rather than adding to it.
+template <bool kStarts, typename T, typename W, typename P, typename SideWork>
+void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, const W *w, T *grad_x, P *partial,
+               bool stream_output, SideWork &&side_work) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
     // partial_at: grad_w's partial, if wanted.
-    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const float *w_at, auto *...partial_at) {
+    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const W *w_at, auto *...partial_at) {
         // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
         // behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v gy = simd::load(gy_at), xj = simd::load(x_at), wj = simd::load(w_at);
@@ -50,14 +51,18 @@ void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, con
     }
 }
 
-template <typename T>
-cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const float *w, T *grad_x,
-                    float *partial, bool starts, const cpu::RowHints<T> &hints) {
+template <typename T, typename W>
+cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x, const W *w, T *grad_x,
+                    cpu::GradientTerms<float, W> grad_w_terms, bool starts, const cpu::RowHints<T> &hints) {
     auto run = [&](auto &&side_work) {
-        if (starts) {
-            applyPass<true>(n, r, x_coef, grad_y, x, w, grad_x, partial, hints.stream_output, side_work);
+        if (grad_w_terms.gradient != nullptr) {
+            applyPass<true>(n, r, x_coef, grad_y, x, w, grad_x, grad_w_terms.gradient, hints.stream_output,
+                            side_work);
+        } else if (starts) {
+            applyPass<true>(n, r, x_coef, grad_y, x, w, grad_x, grad_w_terms.partial, hints.stream_output, side_work);
         } else {
-            applyPass<false>(n, r, x_coef, grad_y, x, w, grad_x, partial, hints.stream_output, side_work);
+            applyPass<false>(n, r, x_coef, grad_y, x, w, grad_x, grad_w_terms.partial, hints.stream_output,
+                             side_work);
         }
     };
     const cpu::PairSums next_sums = simd::passAlongside(
@@ -66,28 +71,27 @@ cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x
     return next_sums;
 }
 
-template <typename T>
-const Kernels<T> &table() {
-    static const Kernels<T> table{sums<T>, apply<T>};
+template <typename T, typename W>
+const Kernels<T, W> &table() {
+    static const Kernels<T, W> table{sums<T, W>, apply<T, W>};
     return table;
 }
 
 } // namespace
 } // namespace op::rms_norm_backward
 
-// This ISA's tables: CPU_ISA names a cpu::Isa value.
+// This ISA's tables: CPU_ISA names a cpu::Isa value. 16-bit data reads F32 weights or weights of its own type.
 namespace cpu {
 using op::rms_norm_backward::Kernels;
-template <>
-const Kernels<float> &isaTable<Isa::CPU_ISA, Kernels<float>>() {
-    return op::rms_norm_backward::table<float>();
-}
-template <>
-const Kernels<f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t>>() {
-    return op::rms_norm_backward::table<f16_t>();
-}
-template <>
-const Kernels<bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t>>() {
-    return op::rms_norm_backward::table<bf16_t>();
-}
+#define RMS_NORM_BACKWARD_ISA_TABLE(T, W)                                                                              \
+    template <>                                                                                                        \
+    const Kernels<T, W> &isaTable<Isa::CPU_ISA, Kernels<T, W>>() {                                                     \
+        return op::rms_norm_backward::table<T, W>();                                                                   \
+    }
+RMS_NORM_BACKWARD_ISA_TABLE(float, float)
+RMS_NORM_BACKWARD_ISA_TABLE(f16_t, float)
+RMS_NORM_BACKWARD_ISA_TABLE(f16_t, f16_t)
+RMS_NORM_BACKWARD_ISA_TABLE(bf16_t, float)
+RMS_NORM_BACKWARD_ISA_TABLE(bf16_t, bf16_t)
+#undef RMS_NORM_BACKWARD_ISA_TABLE
 } // namespace cpu

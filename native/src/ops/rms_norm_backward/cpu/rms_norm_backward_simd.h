@@ -6,6 +6,7 @@
 #include "devices/cpu/half.h"
 #include "devices/cpu/isa.h"
 #include "devices/cpu/reduce.h"
+#include "devices/cpu/row_driver.h"
 #include "devices/cpu/row_hints.h"
 #include "devices/cpu/types.h"
 
@@ -13,16 +14,19 @@
 
 namespace op::rms_norm_backward {
 
-template <typename T>
+// T: the data type; W: the weight as the kernels read it (T's compute type C, or T itself), and the type of a
+// gradient they write straight (cpu::GradientTerms).
+template <typename T, typename W>
 struct Kernels {
     using C = cpu::ComputeOf<T>;
     // {sum of x^2, sum of grad_y*w*x} over [0, n), in fixed 4096-element chunks.
-    cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const C *w);
-    // grad_x = r*grad_y*w - x_coef*x and partial += grad_y*x*r over [0, n) (partial NULL: grad_w not wanted; with
-    // starts, the partial is not read: partial = +0.0 + grad_y*x*r, the bits of adding to a zeroed partial);
-    // grad_x may be grad_y. Returns what sums gives for hints.next_a/next_b ({} if NULL), reduced in the same pass.
-    cpu::PairSums (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const C *w, T *grad_x, C *partial,
-                           bool starts, const cpu::RowHints<T> &hints);
+    cpu::PairSums (*sums)(size_t n, const T *grad_y, const T *x, const W *w);
+    // grad_x = r*grad_y*w - x_coef*x over [0, n), and grad_y*x*r into grad_w_terms: added to its partial, or with
+    // starts written to it unread (+0.0 + grad_y*x*r, the bits of adding to a zeroed partial), or rounded into its
+    // gradient (no terms: grad_w not wanted); grad_x may be grad_y. Returns what sums gives for
+    // hints.next_a/next_b ({} if NULL), reduced in the same pass.
+    cpu::PairSums (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const W *w, T *grad_x,
+                           cpu::GradientTerms<C, W> grad_w_terms, bool starts, const cpu::RowHints<T> &hints);
 };
 
 } // namespace op::rms_norm_backward
