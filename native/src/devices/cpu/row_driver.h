@@ -37,6 +37,16 @@ constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
 constexpr size_t kSliceAlignment = 64;
 
+// A 16-bit weight is read as stored, widened as each vector is loaded, by ops of at most this many rows of at
+// least this many elements; others widen it once into an F32 copy. For few long rows the copy is a large share of
+// the traffic: written once, then read by every pass at twice the weight's size (BF16 1x1048576 spent half its
+// time on it and on rounding its gradient back; read as stored, 0.29-0.42 of the time, and 0.81-0.88 at 4-64
+// rows of 16384-262144). Over many rows the copy costs little and the conversion per vector is paid on each row:
+// 4096x4096 BF16 LayerNorm took 1.08-1.12x as long on the ISA paths that round BF16 in software, and rows of
+// 512-2048 (whose copy stays in L1) 1.02-1.21x on every path (2 threads, AMD EPYC).
+constexpr size_t kMaxRowsReadingWeightAsStored = 64;
+constexpr size_t kMinDimReadingWeightAsStored = 4096;
+
 inline size_t maxRowBlocks(size_t dim) {
     const size_t partial_bytes = dim * sizeof(float);
     if (partial_bytes * kMaxRowBlocks <= kPartialBytes) return kMaxRowBlocks;
@@ -68,6 +78,11 @@ struct RowPlan {
           chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes) {}
+
+    // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
+    bool readsWeightAsStored() const {
+        return rows <= kMaxRowsReadingWeightAsStored && dim >= kMinDimReadingWeightAsStored;
+    }
 
     // Whether the column schedule may run these rows: cached, and few enough to keep their sums.
     bool sliced() const { return cached && rows <= kMaxSlicedRows; }

@@ -70,19 +70,12 @@ void widenVector(size_t n, const W *src, ptrdiff_t stride, C *dst) {
     }, threadsFor(n));
 }
 
-// 16-bit parameter vectors of at least this many elements are read by the kernels as they are, widened as each
-// vector is loaded: a widening pass would write, then read again on every row, an F32 copy twice their size
-// (single rows of a million elements spent half their time on it and on its rounding back). Shorter ones are
-// widened once: their copy stays in L1 beside the row, and the conversion per vector costs more on each row.
-// Measured (BF16, 2 threads, LayerNorm and RMSNorm): read as they are, rows of 4096 and longer took 0.29-0.42 of
-// the time (single rows) and 0.81-0.93 (16-4096 rows); rows of 512-2048 took 1.02-1.21.
-constexpr size_t kParametersReadAsStored = 4096;
-
 // body(vector) with the parameter vector as the kernels read it: src itself where it is contiguous and F32 or F64,
-// or 16-bit and long (kParametersReadAsStored); else widened into `copy` (C elements) as widenVector does.
+// or 16-bit where `sixteen_bit_as_stored` (the kernels widen it as they load each vector); else widened into
+// `copy` (C elements) as widenVector does.
 template <typename W, typename C, typename Body>
-void withKernelVector(size_t n, const W *src, ptrdiff_t stride, C *copy, Body &&body) {
-    if (src != nullptr && stride == 1 && (std::is_same_v<W, C> || n >= kParametersReadAsStored)) {
+void withKernelVector(size_t n, const W *src, ptrdiff_t stride, bool sixteen_bit_as_stored, C *copy, Body &&body) {
+    if (src != nullptr && stride == 1 && (std::is_same_v<W, C> || sixteen_bit_as_stored)) {
         body(src);
         return;
     }

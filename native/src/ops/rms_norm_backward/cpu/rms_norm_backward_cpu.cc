@@ -84,7 +84,7 @@ class CpuDescriptor final : public Descriptor {
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
         };
-        cpu::withKernelVector(dim, w, info.w_stride, w_copy, [&](const auto *w_k) {
+        cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
                                                           info.grad_w_stride, info.rows == 1, w_copy + dim);
