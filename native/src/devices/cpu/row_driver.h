@@ -40,9 +40,9 @@ constexpr size_t kSliceAlignment = 64;
 // A 16-bit weight is read as stored, widened as each vector is loaded, by ops of at most this many rows of at
 // least this many elements; others widen it once into an F32 copy. For few long rows the copy is a large share of
 // the traffic: written once, then read by every pass at twice the weight's size (BF16 1x1048576 spent half its
-// time on it and on rounding its gradient back; read as stored, 0.29-0.42 of the time, and 0.81-0.88 at 4-64
+// time on it and on rounding its gradient back; read as stored, 0.29-0.42 of the time, and 0.81-0.95 at 4-64
 // rows of 16384-262144). Over many rows the copy costs little and the conversion per vector is paid on each row:
-// 4096x4096 BF16 LayerNorm took 1.08-1.12x as long on the ISA paths that round BF16 in software, and rows of
+// 4096x4096 BF16 LayerNorm took 1.06-1.16x as long on the ISA paths that round BF16 in software, and rows of
 // 512-2048 (whose copy stays in L1) 1.02-1.21x on every path (2 threads, AMD EPYC).
 constexpr size_t kMaxRowsReadingWeightAsStored = 64;
 constexpr size_t kMinDimReadingWeightAsStored = 4096;
@@ -227,7 +227,8 @@ class BlockPartials {
 
     // Where block `block`'s terms of the elements from `begin` go.
     GradientTerms<C, K> at(size_t block, size_t begin) const {
-        return {data_ == nullptr ? nullptr : data_ + block * dim_ + begin, rounded_ == nullptr ? nullptr : rounded_ + begin};
+        return {data_ == nullptr ? nullptr : data_ + block * dim_ + begin,
+                rounded_ == nullptr ? nullptr : rounded_ + begin};
     }
 
     template <typename W>

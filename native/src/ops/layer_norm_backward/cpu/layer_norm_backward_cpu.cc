@@ -138,7 +138,8 @@ class CpuDescriptor final : public Descriptor {
         const bool single_row = info.rows == 1 && (!info.has_grad_weight || info.grad_weight_stride == 1) &&
                                 (!info.has_grad_bias || info.grad_bias_stride == 1);
 
-        cpu::withKernelVector(dim, weight, info.weight_stride, plan_.readsWeightAsStored(), weight_copy, [&](const auto *weight_k) {
+        const bool as_stored = plan_.readsWeightAsStored();
+        cpu::withKernelVector(dim, weight, info.weight_stride, as_stored, weight_copy, [&](const auto *weight_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(weight_k)>>;
             const cpu::BlockPartials<C, K> weight_block_partials(
                 blocks, dim, info.has_grad_weight ? grad_weight : nullptr, info.grad_weight_stride, single_row,
