@@ -3,6 +3,7 @@ and each case's fractions are taken against the copy of its own rounds, so a mem
 run on a shared machine does not drift the fractions."""
 
 import argparse
+import collections
 import statistics
 import types
 
@@ -42,8 +43,29 @@ def test_rounds_time_each_in_turn_right_after_an_untimed_call_of_itself(monkeypa
 
     medians = timing.interleaved_medians(fake_runs(clock, log, durations), repeats=3, min_seconds=0)
 
-    assert log == ["copy", "copy", "ours", "ours", "torch", "torch"] * 3
+    names = list(durations)
+    assert log == [names[index] for order in timing.balanced_orders(3)[:3] for index in order for _ in range(2)]
     assert medians == [pytest.approx(0.020), pytest.approx(0.002), pytest.approx(0.005)]
+
+
+@pytest.mark.parametrize("count", range(1, 8))
+def test_balanced_orders_put_each_run_right_after_each_other_equally_often(count):
+    orders = timing.balanced_orders(count)
+    assert all(sorted(order) == list(range(count)) for order in orders)
+    followers = collections.Counter((a, b) for order in orders for a, b in zip(order, order[1:]))
+    assert set(followers) == {(a, b) for a in range(count) for b in range(count) if a != b}
+    assert len(set(followers.values())) <= 1, followers
+
+
+def test_no_run_comes_right_after_the_same_run_in_every_round(monkeypatch):
+    """The fixed order copy, ours, torch put ours behind the copy in every round."""
+    clock, log = FakeClock(), []
+    monkeypatch.setattr(timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    durations = {name: [0.001] * 100 for name in ("copy", "ours", "torch", "onednn")}
+    timing.interleaved_medians(fake_runs(clock, log, durations), repeats=8, min_seconds=0)
+    calls = log[::2]  # one entry per pair of calls
+    behind_copy = collections.Counter(b for a, b in zip(calls, calls[1:]) if a == "copy")
+    assert sorted(behind_copy) == ["onednn", "ours", "torch"] and max(behind_copy.values()) < 8, behind_copy
 
 
 def test_rounds_go_on_until_each_has_run_min_seconds_and_stop_at_twenty_times_repeats(monkeypatch):
@@ -53,11 +75,11 @@ def test_rounds_go_on_until_each_has_run_min_seconds_and_stop_at_twenty_times_re
 
     timing.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=0.0055)
     # ours, the faster, sets the count: 6 timed rounds of 1 ms reach 5.5 ms.
-    assert log == ["copy", "copy", "ours", "ours"] * 6
+    assert log == ["copy", "copy", "ours", "ours", "ours", "ours", "copy", "copy"] * 3
 
     log.clear()
     timing.interleaved_medians(fake_runs(clock, log, durations), repeats=2, min_seconds=10)
-    assert log == ["copy", "copy", "ours", "ours"] * 40
+    assert len(log) == 4 * 40 and log.count("ours") == 2 * 40
 
 
 def test_run_sets_each_case_against_its_own_copy(monkeypatch):

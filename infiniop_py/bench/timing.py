@@ -22,17 +22,33 @@ def median_seconds(run, repeats, min_seconds=0.2):
     return statistics.median(times)
 
 
+def balanced_orders(count):
+    """Orders of `count` runs (a Williams design) in which each run comes right after each other run equally
+    often: twice in 2 x count orders where count is odd, once in count orders where it is even."""
+    zigzag = [0]
+    for step in range(1, count):  # 0, 1, n-1, 2, n-2, ...: consecutive differences hit every nonzero residue
+        zigzag.append((step + 1) // 2 if step % 2 else count - step // 2)
+    orders = [[(place + shift) % count for place in zigzag] for shift in range(count)]
+    return orders + [order[::-1] for order in orders] if count % 2 and count > 1 else orders
+
+
 def interleaved_medians(runs, repeats, min_seconds=0.05):
     """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
     times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
     the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
-    the caches cold). All get the same rounds: at least `repeats`, and more until each has run min_seconds in all
-    (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets
-    the count, so min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one."""
+    the caches cold). The rounds go through balanced_orders, so each run follows each other run equally often:
+    on the project's VM a call behind the copy took up to twice as long as behind another op, however often it
+    ran itself first, and one fixed order had charged that to whichever came right after the copy. All get the
+    same rounds: at least `repeats`, and more until each has run min_seconds in all (at most 20 x repeats
+    rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets the count, so
+    min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one. The order
+    depends only on the round, so processes running the same rounds call the same runs together."""
     times = [[] for _ in runs]
     totals = [0.0] * len(runs)
+    orders = balanced_orders(len(runs))
     while len(times[0]) < repeats or min(totals) < min_seconds:
-        for index, run in enumerate(runs):
+        for index in orders[len(times[0]) % len(orders)]:
+            run = runs[index]
             run()
             begin = time.perf_counter()
             run()
