@@ -40,6 +40,11 @@ namespace simd {
 // (steps, side work, the callers' lambdas): GCC left calls per vector there, which cost AVX2 up to 4x. AVX-512
 // code needs no flattening (GCC inlines it all) and keeps the code it was tuned with.
 #define SIMD_INLINE inline __attribute__((always_inline))
+// The same for a lambda that a pass calls per vector (after its parameter list). GCC's inlining is budgeted per
+// file: when the row ops' files gained their 16-bit-weight kernels, the AVX-512 build left the next row's
+// reduction as a call per vector in the F32-weight kernels it had inlined before (LayerNorm BF16 4096x4096, BF16
+// rounded in software: 1.10x as long).
+#define SIMD_LAMBDA_INLINE __attribute__((always_inline))
 #if defined(__AVX512F__)
 #define SIMD_FLATTEN
 #else

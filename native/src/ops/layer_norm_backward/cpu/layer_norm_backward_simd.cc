@@ -17,7 +17,7 @@ auto rowSums(size_t n, const T *grad_output, const T *row_input, const W *weight
     const f32v mean_v = simd::splat(row.mean), rstd_v = simd::splat(row.rstd);
     return simd::RowSums(
         n,
-        [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) {
+        [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) SIMD_LAMBDA_INLINE {
             f32v g = simd::load(grad_output + j) * simd::load(weight + j);
             sum_g += g;
             sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
@@ -56,7 +56,8 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
                mean_g_xhat_v = simd::splat(mean_g_xhat);
     const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
     // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
-    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at, auto *...rest) {
+    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at,
+                    auto *...rest) SIMD_LAMBDA_INLINE {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
         // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v go = simd::load(go_at), xh = standardized<kFromInput>(simd::load(in_at), mean_v, inv_std_v),

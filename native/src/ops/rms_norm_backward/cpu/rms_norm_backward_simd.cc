@@ -13,7 +13,7 @@ template <typename T, typename W>
 auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
     return simd::RowSums(
         n,
-        [=](size_t j, f32v &sum_squares, f32v &sum_gwx) {
+        [=](size_t j, f32v &sum_squares, f32v &sum_gwx) SIMD_LAMBDA_INLINE {
             f32v xj = simd::load(x + j);
             sum_squares += xj * xj;
             sum_gwx += simd::load(grad_y + j) * simd::load(w + j) * xj;
@@ -37,7 +37,8 @@ void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, con
                bool stream_output, SideWork &&side_work) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
     // partial_at: grad_w's partial, if wanted.
-    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const W *w_at, auto *...partial_at) {
+    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const W *w_at,
+                    auto *...partial_at) SIMD_LAMBDA_INLINE {
         // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
         // behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
         const f32v gy = simd::load(gy_at), xj = simd::load(x_at), wj = simd::load(w_at);
