@@ -233,9 +233,41 @@ def test_a_single_rows_gradients_rounded_straight_have_the_bits_of_summed_partia
             outputs = (np.empty((1, dim), dtype), np.zeros(dim, dtype), gradient())
             inputs, make = (grad_out, w, row_input, np.array([1.25], dtype)), ip.LayerNormBackward
         with ip.Handle("cpu") as handle, make(handle, *outputs, *inputs) as operator:
-            operator(*outputs, *inputs)
+            # The workspace is sized by the layout (no weight copy or partials where these go unused): exactly
+            # that much, then guard bytes the call must leave alone.
+            size, guard = operator.workspace_size, 4096
+            workspace = np.full(size + guard, 0xA5, np.uint8)
+            operator(*outputs, *inputs, workspace=workspace[:size])
+            assert (workspace[size:] == 0xA5).all(), "the call wrote past its workspace"
         return [np.ascontiguousarray(output).tobytes() for output in outputs]
 
     straight = run()
     assert run(strided_gradient=True) == straight
     assert run(strided_weight=True) == straight
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+@pytest.mark.parametrize("dtype", (np.float32, BF16, F16), ids=str)
+def test_a_single_rows_workspace_holds_no_parameter_vector_it_leaves_unused(op, dtype):
+    """A single long row reads a contiguous weight as stored and its gradients take their terms themselves
+    (F32 in place, 16-bit rounded straight), so its workspace is the chunk sums only; a strided weight needs its
+    copy back."""
+    import infiniop_py as ip
+
+    dim = 1 << 18
+    row, vector = (lambda: np.zeros((1, dim), dtype)), (lambda: np.zeros(dim, dtype))  # noqa: E731
+    strided_vector = np.zeros(2 * dim, dtype)[::2]
+
+    def workspace_size(weight):
+        with ip.Handle("cpu") as handle:
+            if op == "rms_norm":
+                operator = ip.RMSNormBackward(handle, row(), vector(), row(), row(), weight)
+            else:
+                operator = ip.LayerNormBackward(handle, row(), vector(), vector(), row(), weight, row(),
+                                                np.ones(1, dtype))
+            with operator:
+                return operator.workspace_size
+
+    vector_bytes = dim * 4  # one parameter vector in F32
+    assert workspace_size(vector()) < vector_bytes // 16
+    assert workspace_size(strided_vector) >= vector_bytes

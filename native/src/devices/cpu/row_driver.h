@@ -205,6 +205,13 @@ struct GradientTerms {
 // one (`single_row`) and the kernels write that type, takes the row's terms rounded (single rows of a million
 // elements spent a quarter of their time writing, reading and rounding an F32 partial). Else the partials take
 // `blocks` rows of `dim` at `scratch`, and finish() sums them into the gradient.
+// The same rule without the types, for sizing the workspace: whether a wanted gradient's partials take `blocks`
+// rows at `scratch`. of_compute_type: the gradient is C; rounded_straight: it is what the kernels read the weight
+// as (K, 16-bit), and its op has a single row.
+inline bool partialsInScratch(size_t blocks, ptrdiff_t stride, bool of_compute_type, bool rounded_straight) {
+    return blocks != 1 || stride != 1 || !(of_compute_type || rounded_straight);
+}
+
 template <typename C, typename K>
 class BlockPartials {
   public:
@@ -212,16 +219,14 @@ class BlockPartials {
     BlockPartials(size_t blocks, size_t dim, W *gradient, ptrdiff_t stride, bool single_row, C *scratch)
         : blocks_(blocks), dim_(dim) {
         if (gradient == nullptr) return;
-        data_ = scratch;
-        if (blocks != 1 || stride != 1) return;
-        if constexpr (std::is_same_v<W, C>) {
+        constexpr bool kOfComputeType = std::is_same_v<W, C>, kRoundable = !kOfComputeType && std::is_same_v<W, K>;
+        if (partialsInScratch(blocks, stride, kOfComputeType, kRoundable && single_row)) {
+            data_ = scratch;
+        } else if constexpr (kOfComputeType) {
             data_ = gradient;
             in_gradient_ = true;
-        } else if constexpr (std::is_same_v<W, K>) {
-            if (single_row) {
-                data_ = nullptr;
-                rounded_ = gradient;
-            }
+        } else if constexpr (kRoundable) {
+            rounded_ = gradient;
         }
     }
 

@@ -70,12 +70,17 @@ void widenVector(size_t n, const W *src, ptrdiff_t stride, C *dst) {
     }, threadsFor(n));
 }
 
-// body(vector) with the parameter vector as the kernels read it: src itself where it is contiguous and F32 or F64,
-// or 16-bit where `sixteen_bit_as_stored` (the kernels widen it as they load each vector); else widened into
-// `copy` (C elements) as widenVector does.
+// Whether the kernels read a parameter vector as the caller stores it: present, contiguous, and of the compute
+// type or 16-bit with `sixteen_bit_as_stored`. Else withKernelVector widens it into a copy in the workspace.
+inline bool readAsStored(bool present, ptrdiff_t stride, bool of_compute_type, bool sixteen_bit_as_stored) {
+    return present && stride == 1 && (of_compute_type || sixteen_bit_as_stored);
+}
+
+// body(vector) with the parameter vector as the kernels read it (readAsStored): src itself, the kernels widening
+// a 16-bit one as they load each vector; else widened into `copy` (C elements) as widenVector does.
 template <typename W, typename C, typename Body>
 void withKernelVector(size_t n, const W *src, ptrdiff_t stride, bool sixteen_bit_as_stored, C *copy, Body &&body) {
-    if (src != nullptr && stride == 1 && (std::is_same_v<W, C> || sixteen_bit_as_stored)) {
+    if (readAsStored(src != nullptr, stride, std::is_same_v<W, C>, sixteen_bit_as_stored)) {
         body(src);
         return;
     }

@@ -60,7 +60,7 @@ class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
-          workspace_(workspaceOf(info, plan_)) {}
+          space_(parameterSpaceOf(info, plan_)), workspace_(workspaceOf(info, plan_, space_)) {}
 
     size_t workspaceSize() const override { return workspace_.value(); }
     bool workspaceOverflows() const override { return workspace_.overflowed(); }
@@ -92,15 +92,38 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
-    // Chunk sums, weight in the compute type, then per row block one partial of length L per wanted gradient. No
+    // Which parameter vectors take workspace, from the layout alone (so that the size and the run agree): the
+    // weight in the compute type unless the kernels read it as stored, and the row blocks' partials of each wanted
+    // gradient that keeps them there (cpu::BlockPartials).
+    struct ParameterSpace {
+        bool single_row; // the kernels write both gradients one way: rounded straight only if both are contiguous
+        bool weight_copy, weight_partials, bias_partials;
+    };
+    static ParameterSpace parameterSpaceOf(const Info &info, const cpu::RowPlan &plan) {
+        const bool of_compute_type =
+            info.parameter_dtype == (info.dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32);
+        const bool as_stored =
+            cpu::readAsStored(info.has_weight, info.weight_stride, of_compute_type, plan.readsWeightAsStored());
+        const bool single_row = info.rows == 1 && (!info.has_grad_weight || info.grad_weight_stride == 1) &&
+                                (!info.has_grad_bias || info.grad_bias_stride == 1);
+        const bool rounded_straight = !of_compute_type && as_stored && single_row;
+        auto inScratch = [&](bool wanted, ptrdiff_t stride) {
+            return wanted && cpu::partialsInScratch(plan.blocks.count, stride, of_compute_type, rounded_straight);
+        };
+        return {single_row, !as_stored, inScratch(info.has_grad_weight, info.grad_weight_stride),
+                inScratch(info.has_grad_bias, info.grad_bias_stride)};
+    }
+
+    // Chunk sums, then the parameter space: weight, then per row block one partial of length L per gradient. No
     // rows: none (the run only zeroes the gradients).
-    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan) {
+    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
         const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
-        const size_t partials = (info.has_grad_weight ? 1 : 0) + (info.has_grad_bias ? 1 : 0);
-        return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
-                                       (infini::CheckedSize(1) + infini::CheckedSize(partials) * plan.blocks.count) *
-                                           info.dim * compute);
+        const size_t partials = (space.weight_partials ? 1 : 0) + (space.bias_partials ? 1 : 0);
+        return cpu::withAlignmentSlack(
+            infini::CheckedSize(plan.scratchBytes()) +
+            (infini::CheckedSize(space.weight_copy ? 1 : 0) + infini::CheckedSize(partials) * plan.blocks.count) *
+                info.dim * compute);
     }
 
     template <bool kFromInput, typename T, typename W, typename S>
@@ -115,8 +138,8 @@ class CpuDescriptor final : public Descriptor {
         }
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *weight_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
-        C *weight_scratch = weight_copy + dim;
-        C *bias_scratch = weight_scratch + (info.has_grad_weight ? blocks * dim : 0);
+        C *weight_scratch = weight_copy + (space_.weight_copy ? dim : 0);
+        C *bias_scratch = weight_scratch + (space_.weight_partials ? blocks * dim : 0);
         auto statisticsOf = [&](size_t row) {
             const S scale = row_scale[info.row_scale.offset(row)];
             if constexpr (kFromInput) {
@@ -134,10 +157,7 @@ class CpuDescriptor final : public Descriptor {
             if ((row - first) % 2 == 1) return PartialRows::none;
             return reduce_next && row + 1 < end ? PartialRows::with_next : PartialRows::this_row;
         };
-        // The kernels write both gradients one way: a single row rounds into both only if both are contiguous.
-        const bool single_row = info.rows == 1 && (!info.has_grad_weight || info.grad_weight_stride == 1) &&
-                                (!info.has_grad_bias || info.grad_bias_stride == 1);
-
+        const bool single_row = space_.single_row;
         const bool as_stored = plan_.readsWeightAsStored();
         cpu::withKernelVector(dim, weight, info.weight_stride, as_stored, weight_copy, [&](const auto *weight_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(weight_k)>>;
@@ -181,6 +201,7 @@ class CpuDescriptor final : public Descriptor {
     }
 
     cpu::RowPlan plan_;
+    ParameterSpace space_;
     infini::CheckedSize workspace_;
 };
 

@@ -42,7 +42,7 @@ class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
-          workspace_(workspaceOf(info, plan_)) {}
+          space_(parameterSpaceOf(info, plan_)), workspace_(workspaceOf(info, plan_, space_)) {}
 
     size_t workspaceSize() const override { return workspace_.value(); }
     bool workspaceOverflows() const override { return workspace_.overflowed(); }
@@ -59,13 +59,29 @@ class CpuDescriptor final : public Descriptor {
     }
 
   private:
-    // Chunk sums, w in the compute type, then one grad_w partial of length D per row block (if grad_w is wanted).
-    // No rows: none (the run only zeroes grad_w).
-    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan) {
+    // Which parameter vectors take workspace, from the layout alone (so that the size and the run agree): w in the
+    // compute type unless the kernels read it as stored, and the row blocks' grad_w partials unless grad_w takes
+    // them itself (cpu::BlockPartials).
+    struct ParameterSpace {
+        bool w_copy, partials;
+    };
+    static ParameterSpace parameterSpaceOf(const Info &info, const cpu::RowPlan &plan) {
+        const bool of_compute_type =
+            info.weight_dtype == (info.dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32);
+        const bool as_stored = cpu::readAsStored(true, info.w_stride, of_compute_type, plan.readsWeightAsStored());
+        const bool rounded_straight = !of_compute_type && as_stored && info.rows == 1;
+        return {!as_stored, info.has_grad_w && cpu::partialsInScratch(plan.blocks.count, info.grad_w_stride,
+                                                                      of_compute_type, rounded_straight)};
+    }
+
+    // Chunk sums, then the parameter space: w, then one grad_w partial of length D per row block. No rows: none
+    // (the run only zeroes grad_w).
+    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
         const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
         return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
-                                       (infini::CheckedSize(1) + (info.has_grad_w ? plan.blocks.count : 0)) *
+                                       (infini::CheckedSize(space.w_copy ? 1 : 0) +
+                                        infini::CheckedSize(space.partials ? plan.blocks.count : 0)) *
                                            info.dim * compute);
     }
 
@@ -87,7 +103,8 @@ class CpuDescriptor final : public Descriptor {
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
-                                                          info.grad_w_stride, info.rows == 1, w_copy + dim);
+                                                          info.grad_w_stride, info.rows == 1,
+                                                          w_copy + (space_.w_copy ? dim : 0));
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
             cpu::runRows(
                 plan_, chunk_sums,
@@ -112,6 +129,7 @@ class CpuDescriptor final : public Descriptor {
     }
 
     cpu::RowPlan plan_;
+    ParameterSpace space_;
     infini::CheckedSize workspace_;
 };
 
