@@ -84,11 +84,13 @@ def test_an_empty_batch_beside_a_huge_broadcast_parameter_runs(body):
 
 
 OVERFLOW_CASES = {
-    # Descriptors only (no memory behind them): their CPU workspace would need more than 2^64 bytes.
+    # Descriptors only (no memory behind them): their CPU workspace would need more than 2^64 bytes. A single row
+    # would read a contiguous weight as stored and round its gradients straight, needing neither an F32 weight
+    # copy nor partials; a broadcast weight needs both.
     "rms_norm": "infiniop_py.RMSNormBackward(handle, (S, 'float16'), (W, 'float16'), (S, 'float16'), "
-                "(S, 'float16'), (W, 'float16'))",
+                "(S, 'float16'), broadcast(W[0]))",
     "layer_norm": "infiniop_py.LayerNormBackward(handle, (S, 'float16'), (W, 'float16'), (W, 'float16'), "
-                  "(S, 'float16'), (W, 'float16'), (S, 'float16'), ((1,), 'float16'))",
+                  "(S, 'float16'), broadcast(W[0]), (S, 'float16'), ((1,), 'float16'))",
     "batch_norm": "infiniop_py.BatchNormBackward(handle, (B, 'float16'), (V, 'float16'), (V, 'float16'), "
                   "(B, 'float16'), (B, 'float16'), (V, 'float16'), (V, 'float16'), (V, 'float16'))",
 }
