@@ -196,6 +196,13 @@ struct GradientTerms {
     W *gradient = nullptr; // or, for a 16-bit gradient of a single row, rounded straight into the gradient
 };
 
+// BlockPartials' rule (below) without the types, for sizing the workspace: whether a wanted gradient's partials
+// take `blocks` rows at `scratch`. of_compute_type: the gradient is C; rounded_straight: it is what the kernels
+// read the weight as (K, 16-bit), and its op has a single row.
+inline bool partialsInScratch(size_t blocks, ptrdiff_t stride, bool of_compute_type, bool rounded_straight) {
+    return blocks != 1 || stride != 1 || !(of_compute_type || rounded_straight);
+}
+
 // The row-block partials of one weight gradient W, for kernels that read the parameters as K (W itself, or the
 // compute type C). Nothing zeroes them: each block's first row writes them (the kernels' `starts`: +0.0 plus the
 // row's terms, the bits of adding them to zeros), which every schedule does over all columns before the block's
@@ -205,13 +212,6 @@ struct GradientTerms {
 // one (`single_row`) and the kernels write that type, takes the row's terms rounded (single rows of a million
 // elements spent a quarter of their time writing, reading and rounding an F32 partial). Else the partials take
 // `blocks` rows of `dim` at `scratch`, and finish() sums them into the gradient.
-// The same rule without the types, for sizing the workspace: whether a wanted gradient's partials take `blocks`
-// rows at `scratch`. of_compute_type: the gradient is C; rounded_straight: it is what the kernels read the weight
-// as (K, 16-bit), and its op has a single row.
-inline bool partialsInScratch(size_t blocks, ptrdiff_t stride, bool of_compute_type, bool rounded_straight) {
-    return blocks != 1 || stride != 1 || !(of_compute_type || rounded_straight);
-}
-
 template <typename C, typename K>
 class BlockPartials {
   public:

@@ -100,8 +100,7 @@ class CpuDescriptor final : public Descriptor {
         bool weight_copy, weight_partials, bias_partials;
     };
     static ParameterSpace parameterSpaceOf(const Info &info, const cpu::RowPlan &plan) {
-        const bool of_compute_type =
-            info.parameter_dtype == (info.dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32);
+        const bool of_compute_type = info.parameter_dtype == cpu::computeDtypeOf(info.dtype);
         const bool as_stored =
             cpu::readAsStored(info.has_weight, info.weight_stride, of_compute_type, plan.readsWeightAsStored());
         const bool single_row = info.rows == 1 && (!info.has_grad_weight || info.grad_weight_stride == 1) &&
@@ -118,7 +117,7 @@ class CpuDescriptor final : public Descriptor {
     // rows: none (the run only zeroes the gradients).
     static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
-        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        const size_t compute = cpu::computeSizeOf(info.dtype);
         const size_t partials = (space.weight_partials ? 1 : 0) + (space.bias_partials ? 1 : 0);
         return cpu::withAlignmentSlack(
             infini::CheckedSize(plan.scratchBytes()) +

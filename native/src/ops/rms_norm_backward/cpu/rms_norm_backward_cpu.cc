@@ -66,8 +66,7 @@ class CpuDescriptor final : public Descriptor {
         bool w_copy, partials;
     };
     static ParameterSpace parameterSpaceOf(const Info &info, const cpu::RowPlan &plan) {
-        const bool of_compute_type =
-            info.weight_dtype == (info.dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32);
+        const bool of_compute_type = info.weight_dtype == cpu::computeDtypeOf(info.dtype);
         const bool as_stored = cpu::readAsStored(true, info.w_stride, of_compute_type, plan.readsWeightAsStored());
         const bool rounded_straight = !of_compute_type && as_stored && info.rows == 1;
         return {!as_stored, info.has_grad_w && cpu::partialsInScratch(plan.blocks.count, info.grad_w_stride,
@@ -78,7 +77,7 @@ class CpuDescriptor final : public Descriptor {
     // (the run only zeroes grad_w).
     static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
-        const size_t compute = info.dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float);
+        const size_t compute = cpu::computeSizeOf(info.dtype);
         return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
                                        (infini::CheckedSize(space.w_copy ? 1 : 0) +
                                         infini::CheckedSize(space.partials ? plan.blocks.count : 0)) *
