@@ -116,8 +116,13 @@ SIMD_INLINE f32v load(const cpu::bf16_t *p) {
     std::memcpy(&v, &wide, sizeof v);
     return v;
 #elif defined(__AVX2__)
-    auto widen = [](const cpu::bf16_t *eight) {
-        return (__m256)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(eight))), 16);
+    // Eight BF16 into the top halves of eight F32 lanes with one shuffle of a broadcast load (the broadcast is
+    // done by the load unit), not a zero-extension and a shift: BF16 on AVX2 is bound by the vector ALUs.
+    const __m256i to_top_halves = _mm256_setr_epi8(-1, -1, 0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7,
+                                                   -1, -1, 8, 9, -1, -1, 10, 11, -1, -1, 12, 13, -1, -1, 14, 15);
+    auto widen = [&](const cpu::bf16_t *eight) {
+        const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i *>(eight));
+        return (__m256)_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(bits), to_top_halves);
     };
     return joinHalves(widen(p), widen(p + 8));
 #else
@@ -154,8 +159,7 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
     for (__m256i &bits : wide) {
         __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
         __m256i rounded = _mm256_add_epi32(bits, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)); // ties to even
-        __m256i is_nan = _mm256_cmpgt_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff)),
-                                            _mm256_set1_epi32(0x7f800000));
+        __m256i is_nan = (__m256i)_mm256_cmp_ps((__m256)bits, (__m256)bits, _CMP_UNORD_Q); // one compare, not two ops
         __m256i quiet = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000)); // keep NaN a quiet NaN
         bits = _mm256_srli_epi32(_mm256_blendv_epi8(rounded, quiet, is_nan), 16);
     }
