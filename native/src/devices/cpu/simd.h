@@ -153,7 +153,18 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
     // One instruction instead of ten; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
     __m256bh narrowed = _mm512_cvtneps_pbh((__m512)v);
     std::memcpy(&half, &narrowed, sizeof half);
-#elif defined(__AVX2__) && !defined(__AVX512F__)
+#elif defined(__AVX512F__)
+    const __m512i bits = (__m512i)v;
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb)); // ties to even
+    const __mmask16 is_nan = _mm512_cmp_ps_mask((__m512)v, (__m512)v, _CMP_UNORD_Q);
+    rounded = _mm512_mask_or_epi32(rounded, is_nan, bits, _mm512_set1_epi32(0x00400000)); // NaN stays quiet
+    // The top halves (odd words) to 16 words in one permute; vpmovdw after a shift is three ops on Intel.
+    const __m512i odd_words = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x001f001d, 0x001b0019, 0x00170015,
+                                               0x00130011, 0x000f000d, 0x000b0009, 0x00070005, 0x00030001);
+    const __m256i narrowed = _mm512_castsi512_si256(_mm512_permutexvar_epi16(odd_words, rounded));
+    std::memcpy(&half, &narrowed, sizeof half);
+#elif defined(__AVX2__)
     // GCC scalarizes comparisons of 16 lanes on 8-lane hardware, so work on the two halves.
     __m256i wide[2] = {(__m256i)lowHalf(v), (__m256i)highHalf(v)};
     for (__m256i &bits : wide) {
@@ -172,12 +183,7 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
     // A select by mask, not `is_nan ? a : b`, which GCC scalarizes where 16 lanes are wider than the hardware.
     u32v is_nan = (u32v)((i32v)(bits & 0x7fffffffu) > 0x7f800000);
     u32v result = (((bits | 0x00400000u) & is_nan) | (rounded & ~is_nan)) >> 16; // keep NaN a quiet NaN
-#if defined(__AVX512F__)
-    __m256i narrowed = _mm512_cvtepi32_epi16((__m512i)result);
-    std::memcpy(&half, &narrowed, sizeof half);
-#else
     half = __builtin_convertvector(result, u16v);
-#endif
 #endif
     return half;
 }
