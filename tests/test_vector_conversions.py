@@ -1,7 +1,7 @@
 """The vector conversions of each CPU ISA path agree with the scalar ones bit for bit: BF16 / F16 -> F32 on every
-16-bit pattern, and F32 -> BF16 / F16 rounding, NaNs and ties included (tests/native/vector_conversions.cc). Through the operators this cannot be checked fully: their
-arithmetic quiets every NaN before it is rounded, so a path that let a signaling NaN round to infinity would
-pass every operator test."""
+16-bit pattern, and F32 -> BF16 / F16 rounding, NaNs and ties included (tests/native/vector_conversions.cc).
+Through the operators the rounding cannot be checked fully: their arithmetic quiets every NaN before it is
+rounded, so a path that let a signaling NaN round to infinity would pass every operator test."""
 
 import os
 import pathlib

@@ -35,7 +35,8 @@ size_t wideningMismatches(const char *name) {
         for (size_t lane = 0; lane < simd::kWidth; ++lane) {
             const float expected = cpu::toFloat(stored[lane]);
             if (!sameFloat(widened[lane], expected)) {
-                if (count < 8) std::printf("%s: 0x%04x -> %a, scalar %a\n", name, stored[lane].bits, widened[lane], expected);
+                if (count < 8)
+                    std::printf("%s: 0x%04x -> %a, scalar %a\n", name, stored[lane].bits, widened[lane], expected);
                 ++count;
             }
         }
@@ -79,6 +80,7 @@ int main() {
     std::printf("%zu widening mismatches in 65536 values per dtype\n", widening);
     const size_t narrowing = narrowingMismatches<cpu::bf16_t>("bf16", bf16_subnormals_are_zero) +
                              narrowingMismatches<cpu::f16_t>("f16", false);
-    std::printf("%zu narrowing mismatches in %u values per dtype\n", narrowing, 0x10000u * static_cast<unsigned>(kLows));
+    std::printf("%zu narrowing mismatches in %u values per dtype\n", narrowing,
+                0x10000u * static_cast<unsigned>(kLows));
     return widening == 0 && narrowing == 0 ? 0 : 1;
 }

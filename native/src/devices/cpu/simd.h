@@ -150,7 +150,7 @@ SIMD_INLINE f32v load(const cpu::f16_t *p) {
 SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
     u16v half;
 #if defined(__AVX512BF16__)
-    // One instruction instead of ten; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
+    // One instruction instead of seven; like every AVX512-BF16 conversion, it flushes F32 subnormals to zero.
     __m256bh narrowed = _mm512_cvtneps_pbh((__m512)v);
     std::memcpy(&half, &narrowed, sizeof half);
 #elif defined(__AVX512F__)

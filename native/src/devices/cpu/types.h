@@ -16,11 +16,10 @@ namespace cpu {
 template <typename T>
 using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// ComputeOf as a dtype and its size, for descriptors that size a workspace before any T is known.
+// ComputeOf as a dtype, for descriptors that size a workspace before any T is known.
 inline infiniDtype_t computeDtypeOf(infiniDtype_t dtype) {
     return dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32;
 }
-inline size_t computeSizeOf(infiniDtype_t dtype) { return dtype == INFINI_DTYPE_F64 ? sizeof(double) : sizeof(float); }
 
 // body(T{}, W{}): T the activations' type, W the parameters' (T, or float for F16/BF16 with F32 parameters).
 template <typename Body>

@@ -117,7 +117,7 @@ class CpuDescriptor final : public Descriptor {
     // rows: none (the run only zeroes the gradients).
     static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
-        const size_t compute = cpu::computeSizeOf(info.dtype);
+        const size_t compute = infini::dtypeSize(cpu::computeDtypeOf(info.dtype));
         const size_t partials = (space.weight_partials ? 1 : 0) + (space.bias_partials ? 1 : 0);
         return cpu::withAlignmentSlack(
             infini::CheckedSize(plan.scratchBytes()) +

@@ -77,7 +77,7 @@ class CpuDescriptor final : public Descriptor {
     // (the run only zeroes grad_w).
     static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, const ParameterSpace &space) {
         if (info.rows == 0) return 0;
-        const size_t compute = cpu::computeSizeOf(info.dtype);
+        const size_t compute = infini::dtypeSize(cpu::computeDtypeOf(info.dtype));
         return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
                                        (infini::CheckedSize(space.w_copy ? 1 : 0) +
                                         infini::CheckedSize(space.partials ? plan.blocks.count : 0)) *
