@@ -7,6 +7,7 @@
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
 #define INFINI_DEVICES_CPU_ROW_DRIVER_H
 
+#include "isa.h"
 #include "parallel.h"
 #include "reduce.h"
 #include "row_hints.h"
@@ -37,13 +38,17 @@ constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
 constexpr size_t kSliceAlignment = 64;
 
-// A 16-bit weight is read as stored, widened as each vector is loaded, by ops of at most this many rows of at
-// least this many elements; others widen it once into an F32 copy. For few long rows the copy is a large share of
-// the traffic: written once, then read by every pass at twice the weight's size (BF16 1x1048576 spent half its
-// time on it and on rounding its gradient back; read as stored, 0.29-0.42 of the time, and 0.81-0.95 at 4-64
-// rows of 16384-262144). Over many rows the copy costs little and the conversion per vector is paid on each row:
-// 4096x4096 BF16 LayerNorm took 1.06-1.16x as long on the ISA paths that round BF16 in software, and rows of
-// 512-2048 (whose copy stays in L1) 1.02-1.21x on every path (2 threads, AMD EPYC).
+// A 16-bit weight is read as stored, widened as each vector is loaded, by ops of rows of at least
+// kMinDimReadingWeightAsStored elements: on the AVX-512 paths at any number of rows, on the others at most
+// kMaxRowsReadingWeightAsStored rows. Others widen it once into an F32 copy. For few long rows the copy is a
+// large share of the traffic: written once, then read by every pass at twice the weight's size (BF16 1x1048576
+// spent half its time on it and on rounding its gradient back; read as stored, 0.29-0.42 of the time, and
+// 0.81-0.95 at 4-64 rows of 16384-262144). Over many rows, AVX-512 still gains from the smaller weight
+// (2026-11-26, 2 threads, AMD EPYC, A/B in alternating processes: LayerNorm BF16 8192x4096 0.75 of the time, F16
+// 0.77, 256x65536 0.83, 4096x4096 0.93, RMSNorm BF16 1024x16384 0.82; with BF16 rounded in software 0.97-0.99),
+// while AVX2, bound by its vector ALUs, pays the widening on every row (LayerNorm BF16 4096x4096 1.12x as long).
+// Rows of 512-2048, whose copy stays in L1, took 1.02-1.21x as long as stored on every path (measured before
+// 2026-11-26).
 constexpr size_t kMaxRowsReadingWeightAsStored = 64;
 constexpr size_t kMinDimReadingWeightAsStored = 4096;
 
@@ -81,7 +86,8 @@ struct RowPlan {
 
     // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
     bool readsWeightAsStored() const {
-        return rows <= kMaxRowsReadingWeightAsStored && dim >= kMinDimReadingWeightAsStored;
+        return dim >= kMinDimReadingWeightAsStored &&
+               (rows <= kMaxRowsReadingWeightAsStored || selectedIsa() >= Isa::avx512);
     }
 
     // Whether the column schedule may run these rows: cached, and few enough to keep their sums.
