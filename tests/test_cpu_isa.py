@@ -25,3 +25,36 @@ def test_numeric_suites_pass_on_each_isa(isa):
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout.splitlines()[-1]
+
+
+_ISA_PROBE = """
+import hashlib, numpy as np, infiniop_py as ip
+rng = np.random.default_rng(3)
+x, grad_y, w = (rng.standard_normal(shape, dtype=np.float32) for shape in ((64, 1000), (64, 1000), (1000,)))
+print(hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes() for o in ip.rms_norm_backward(grad_y, x, w))).hexdigest())
+"""
+
+
+def _probe(isa):
+    env = dict(os.environ)
+    env.pop("INFINIOP_CPU_ISA", None)
+    if isa is not None:
+        env["INFINIOP_CPU_ISA"] = isa
+    result = subprocess.run([sys.executable, "-c", _ISA_PROBE], env=env, cwd=TESTS.parent, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip(), result.stderr
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")
+def test_an_unknown_or_empty_isa_name_keeps_the_best_kernels():
+    best, quiet = _probe(None)
+    generic, _ = _probe("generic")
+    if generic == best:
+        pytest.skip("this CPU's best kernels give the probe the generic kernels' bits: nothing to tell apart")
+    misspelt, warning = _probe("AVX2")
+    assert misspelt == best  # not the generic kernels, which a misspelt name used to select
+    assert "INFINIOP_CPU_ISA=AVX2 is not avx512bf16, avx512, avx2 or generic" in warning
+    empty, no_warning = _probe("")
+    assert empty == best
+    assert "INFINIOP_CPU_ISA" not in no_warning + quiet

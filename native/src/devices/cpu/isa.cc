@@ -1,5 +1,6 @@
 #include "isa.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,10 +23,14 @@ Isa supportedIsa() {
 
 Isa requestedIsa() {
     const char *name = std::getenv("INFINIOP_CPU_ISA");
-    if (name == nullptr || std::strcmp(name, "avx512bf16") == 0) return Isa::avx512bf16;
+    if (name == nullptr || *name == '\0' || std::strcmp(name, "avx512bf16") == 0) return Isa::avx512bf16;
     if (std::strcmp(name, "avx512") == 0) return Isa::avx512;
     if (std::strcmp(name, "avx2") == 0) return Isa::avx2;
-    return Isa::generic;
+    if (std::strcmp(name, "generic") == 0) return Isa::generic;
+    // A misspelt name must not quietly select the scalar kernels, several times slower than the others.
+    std::fprintf(stderr, "infiniop: INFINIOP_CPU_ISA=%s is not avx512bf16, avx512, avx2 or generic; using the best "
+                         "ISA the CPU has\n", name);
+    return Isa::avx512bf16;
 }
 
 } // namespace

@@ -8,7 +8,8 @@ namespace cpu {
 enum class Isa { generic, avx2, avx512, avx512bf16 };
 
 // The best ISA this CPU supports; INFINIOP_CPU_ISA=generic|avx2|avx512|avx512bf16 asks for a lower one (for testing
-// every path on one machine); asking for more than the CPU has gives what it has.
+// every path on one machine); asking for more than the CPU has gives what it has. Empty is unset; any other value
+// is reported on stderr and ignored.
 Isa selectedIsa();
 
 // A table of kernel functions compiled for one ISA: each *_simd.cc file, built once per ISA, specializes
