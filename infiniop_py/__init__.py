@@ -30,12 +30,29 @@ def include_dir():
     bundled = os.path.join(here, "include")
     return bundled if os.path.isdir(bundled) else os.path.join(os.path.dirname(here), "native", "include")
 
+
+def cpu_isa():
+    """The instruction set of this process's CPU kernels: "avx512bf16", "avx512", "avx2" or "generic" (the best
+    the CPU has, or the lower one ``INFINIOP_CPU_ISA`` names), or None where the loaded library cannot say (an
+    InfiniCore install has no ``infiniopGetCpuIsaEx``). Loads the library."""
+    from ._ffi import ffi, libraries
+    from .errors import check
+
+    try:
+        query = libraries().op.infiniopGetCpuIsaEx
+    except AttributeError:
+        return None
+    name = ffi.new("const char **")
+    check(query(name), "infiniopGetCpuIsaEx")
+    return ffi.string(name[0]).decode()
+
+
 __all__ = [
     "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
     "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
     "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
     "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
-    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "include_dir",
+    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa", "include_dir",
     "layer_norm_backward", "library_path", "rms_norm_backward",
 ]

@@ -106,6 +106,9 @@ typedef struct InfiniopHandle *infiniopHandle_t;
 infiniStatus_t infiniopCreateHandle(infiniopHandle_t *handle_ptr);
 infiniStatus_t infiniopDestroyHandle(infiniopHandle_t handle);
 
+/* infiniop/cpu_isa.h */
+infiniStatus_t infiniopGetCpuIsaEx(const char **name);
+
 /* infiniop/tensor_descriptor.h */
 typedef struct InfiniopTensorDescriptor *infiniopTensorDescriptor_t;
 

@@ -8,7 +8,7 @@ import time
 import ml_dtypes
 import numpy as np
 
-from . import reference
+from . import cpu_isa, reference
 from ._device_memory import DeviceArray
 from ._ffi import LibraryNotFoundError, library_path, libraries
 from .batch_norm_backward import BatchNormBackward
@@ -61,7 +61,9 @@ def smoke(device, device_id, seed):
         print(f"infiniop-py smoke: device {device}:{device_id} is not available: {error}")
         return 2
     rng = np.random.default_rng(seed)
-    print(f"infiniop-py smoke on {device}:{device_id}, library {library_path()}")
+    isa = cpu_isa() if device == "cpu" else None
+    kernels = f" (CPU kernels {isa})" if isa else ""
+    print(f"infiniop-py smoke on {device}:{device_id}{kernels}, library {library_path()}")
     row = "{:<20} {:<9} {:<14} {:>13} {:>10}  {:<6} {:>10}"
     print(row.format("op", "dtype", "shape", "max rel error", "tolerance", "result", "time"))
     failures = 0

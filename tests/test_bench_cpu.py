@@ -4,11 +4,16 @@ run on a shared machine does not drift the fractions."""
 
 import argparse
 import collections
+import os
+import platform
 import statistics
+import subprocess
+import sys
 import types
 
 import pytest
 
+import infiniop_py
 from infiniop_py.bench import cpu as bench, timing
 
 
@@ -192,12 +197,26 @@ def test_python_overheads_time_both_ways_of_calling_each_op(monkeypatch):
     assert len(calls) == 2 * 2 * 2 * 2  # rounds x ops x ways x (the call, then the native call)
 
 
-def test_the_machine_line_says_when_the_cpu_kernels_were_capped_at_a_lower_isa(monkeypatch):
-    monkeypatch.delenv("INFINIOP_CPU_ISA", raising=False)
-    best = bench.machine_description()
-    assert "INFINIOP_CPU_ISA" not in best
-    monkeypatch.setenv("INFINIOP_CPU_ISA", "avx2")
-    assert bench.machine_description() == best + ", kernels capped at INFINIOP_CPU_ISA=avx2"
+def _machine_line(isa_variable):
+    """bench's machine line in a new process (the library picks its ISA once per process)."""
+    env = dict(os.environ)
+    env.pop("INFINIOP_CPU_ISA", None)
+    if isa_variable is not None:
+        env["INFINIOP_CPU_ISA"] = isa_variable
+    code = "from infiniop_py.bench import timing; print(timing.machine_description())"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip()
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")
+def test_the_machine_line_names_the_isa_the_cpu_kernels_ran_with():
+    best = _machine_line(None)
+    assert best.endswith(f", CPU kernels {infiniop_py.cpu_isa()}")
+    description = best.rsplit(", CPU kernels ", 1)[0]
+    assert _machine_line("generic") == description + ", CPU kernels generic (INFINIOP_CPU_ISA=generic)"
+    # A misspelt name is ignored by the library, so the line keeps the best ISA and shows what was asked.
+    assert _machine_line("AVX2") == best + " (INFINIOP_CPU_ISA=AVX2)"
 
 
 def test_plot_draws_every_reference_that_was_timed(tmp_path, monkeypatch):

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import infiniop_py
+
 from _helpers import OPS
 
 OP_NAMES = tuple(case.name for case in OPS)
@@ -29,6 +31,8 @@ def test_smoke_passes_every_op_and_dtype():
     assert {(row[0], row[1]) for row in rows} == {(op, dtype) for op in OP_NAMES
                                                   for dtype in ("float32", "float16", "bfloat16")}
     assert len(rows) == 9 and all("PASS" in row for row in rows), result.stdout
+    # The first line says which kernels ran: the ISA changes the CPU's speed severalfold.
+    assert f"(CPU kernels {infiniop_py.cpu_isa()})" in result.stdout.splitlines()[0], result.stdout
 
 
 def nvidia_gpu_present():

@@ -58,3 +58,43 @@ def test_an_unknown_or_empty_isa_name_keeps_the_best_kernels():
     empty, no_warning = _probe("")
     assert empty == best
     assert "INFINIOP_CPU_ISA" not in no_warning + quiet
+
+
+def _expected_best_isa():
+    """The best ISA of this CPU from its /proc/cpuinfo flags (the library's rule, written out independently)."""
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next(line for line in cpuinfo if line.startswith("flags")).split(":", 1)[1].split()
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= set(flags):
+        return "avx512bf16" if "avx512_bf16" in flags else "avx512"
+    if {"avx2", "fma", "f16c"} <= set(flags):
+        return "avx2"
+    return "generic"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/cpuinfo") or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the ISA variants are built on x86-64 only; the expected ISA is read from /proc/cpuinfo")
+def test_cpu_isa_reports_the_isa_the_kernels_run_with():
+    order = ["generic", "avx2", "avx512", "avx512bf16"]
+    best = _expected_best_isa()
+
+    def reported(isa):
+        env = dict(os.environ)
+        env.pop("INFINIOP_CPU_ISA", None)
+        if isa is not None:
+            env["INFINIOP_CPU_ISA"] = isa
+        result = subprocess.run([sys.executable, "-c", "import infiniop_py as ip; print(ip.cpu_isa())"], env=env,
+                                cwd=TESTS.parent, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout.strip()
+
+    assert reported(None) == best
+    assert reported("AVX2") == best  # misspelt: ignored
+    for isa in order:  # asking for more than the CPU has gives what it has
+        assert reported(isa) == order[min(order.index(isa), order.index(best))]
+
+
+def test_cpu_isa_query_rejects_a_null_name():
+    from infiniop_py._ffi import ffi, libraries
+    from infiniop_py.errors import NullPointerError
+
+    assert libraries().op.infiniopGetCpuIsaEx(ffi.NULL) == NullPointerError.status

@@ -7,6 +7,8 @@ import statistics
 import sys
 import time
 
+import infiniop_py
+
 
 def median_seconds(run, repeats, min_seconds=0.2):
     """Median wall time of run() over at least `repeats` calls (after one warm-up call)."""
@@ -92,6 +94,10 @@ def machine_description():
     except OSError:
         pass
     description = f"{model}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.machine()}"
-    # A forced lower ISA changes the CPU kernels' speed severalfold: a table must say it was not the best path.
+    # The ISA changes the CPU kernels' speed severalfold: a table says which one ran, as the library chose it (the
+    # environment variable alone can be misspelt, which the library ignores).
+    isa = infiniop_py.cpu_isa()
+    if isa is None:
+        return description
     forced_isa = os.environ.get("INFINIOP_CPU_ISA")
-    return f"{description}, kernels capped at INFINIOP_CPU_ISA={forced_isa}" if forced_isa else description
+    return f"{description}, CPU kernels {isa}" + (f" (INFINIOP_CPU_ISA={forced_isa})" if forced_isa else "")

@@ -3,6 +3,7 @@
 #define INFINIOP_H
 
 #include "infiniop/handle.h"
+#include "infiniop/cpu_isa.h"
 #include "infiniop/tensor_descriptor.h"
 #include "infiniop/operator_descriptor.h"
 #include "infiniop/ops/rms_norm_backward.h"

@@ -7,6 +7,14 @@
 namespace cpu {
 namespace {
 
+struct IsaName {
+    const char *name;
+    Isa isa;
+};
+// The names INFINIOP_CPU_ISA takes and infiniopGetCpuIsaEx gives.
+constexpr IsaName kIsaNames[] = {
+    {"avx512bf16", Isa::avx512bf16}, {"avx512", Isa::avx512}, {"avx2", Isa::avx2}, {"generic", Isa::generic}};
+
 Isa supportedIsa() {
 #if defined(__x86_64__) && defined(INFINI_CPU_MULTI_ISA)
     __builtin_cpu_init();
@@ -23,10 +31,10 @@ Isa supportedIsa() {
 
 Isa requestedIsa() {
     const char *name = std::getenv("INFINIOP_CPU_ISA");
-    if (name == nullptr || *name == '\0' || std::strcmp(name, "avx512bf16") == 0) return Isa::avx512bf16;
-    if (std::strcmp(name, "avx512") == 0) return Isa::avx512;
-    if (std::strcmp(name, "avx2") == 0) return Isa::avx2;
-    if (std::strcmp(name, "generic") == 0) return Isa::generic;
+    if (name == nullptr || *name == '\0') return Isa::avx512bf16;
+    for (const IsaName &known : kIsaNames) {
+        if (std::strcmp(name, known.name) == 0) return known.isa;
+    }
     // A misspelt name must not quietly select the scalar kernels, several times slower than the others.
     std::fprintf(stderr, "infiniop: INFINIOP_CPU_ISA=%s is not avx512bf16, avx512, avx2 or generic; using the best "
                          "ISA the CPU has\n", name);
@@ -41,6 +49,13 @@ Isa selectedIsa() {
         return requested < supported ? requested : supported;
     }();
     return isa;
+}
+
+const char *isaName(Isa isa) {
+    for (const IsaName &known : kIsaNames) {
+        if (known.isa == isa) return known.name;
+    }
+    return "generic";
 }
 
 } // namespace cpu

@@ -12,6 +12,9 @@ enum class Isa { generic, avx2, avx512, avx512bf16 };
 // is reported on stderr and ignored.
 Isa selectedIsa();
 
+// The name INFINIOP_CPU_ISA takes for it ("avx512bf16", ...), a static string.
+const char *isaName(Isa isa);
+
 // A table of kernel functions compiled for one ISA: each *_simd.cc file, built once per ISA, specializes
 // this for its own ISA (x86-64 builds all four; other machines only generic).
 template <Isa isa, typename Table>
