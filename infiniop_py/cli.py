@@ -2,6 +2,7 @@
 reference (exit 0: all pass; 1: a failure; 2: no such device); ``bench`` times them (the bench sub-package)."""
 
 import argparse
+import os
 import sys
 import time
 
@@ -89,6 +90,18 @@ def smoke(device, device_id, seed):
 
 
 def main(argv=None):
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # here, so that a closed pipe is met inside the try, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`infiniop-py smoke | head`): stop quietly. Pointing stdout at /dev/null keeps
+        # Python's own flush at exit from raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv):
     parser = argparse.ArgumentParser(
         prog="infiniop-py", description="RMSNorm, LayerNorm and BatchNorm backward (InfiniCore's C ABI): check and time.")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -35,6 +35,16 @@ def test_smoke_passes_every_op_and_dtype():
     assert f"(CPU kernels {infiniop_py.cpu_isa()})" in result.stdout.splitlines()[0], result.stdout
 
 
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    process = subprocess.Popen([sys.executable, "-m", "infiniop_py", "smoke"], env=env, cwd=REPO_ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # before the first line: as `infiniop-py smoke | head -0` would
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 1
+    assert b"Traceback" not in stderr and b"Exception ignored" not in stderr, stderr.decode()
+
+
 def nvidia_gpu_present():
     return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
 
