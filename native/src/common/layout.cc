@@ -54,7 +54,7 @@ infiniStatus_t checkNormDtypesEx(std::initializer_list<Tensor> activations, std:
     for (Tensor t : parameters) {
         if (t != nullptr && t->dtype != parameter_dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
     }
-    const infiniDtype_t statistic_dtype = dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32;
+    const infiniDtype_t statistic_dtype = statisticsDtypeOf(dtype);
     for (Tensor t : statistics) {
         if (t != nullptr && t->dtype != statistic_dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
     }

@@ -14,6 +14,11 @@ using Tensor = const InfiniopTensorDescriptor *;
 // NULL entries after the first (an absent grad_bias) are skipped.
 infiniStatus_t checkSameNormFloat(std::initializer_list<Tensor> tensors);
 
+// The dtype of the statistics (saved mean, rstd, invstd; BatchNorm's per-channel sums): F32, or F64 for F64 dT.
+inline infiniDtype_t statisticsDtypeOf(infiniDtype_t dtype) {
+    return dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32;
+}
+
 // The dtype rule of the ...Ex create functions; NULL entries (absent optional tensors) are skipped.
 // activations share dT in {F16, BF16, F32, F64}; parameters share dT or, for F16/BF16 dT, F32;
 // statistics are F32, or F64 for F64 dT.

@@ -82,7 +82,7 @@ struct Info {
         auto strideOf = [](infini::Tensor vector) { return vector != nullptr ? vector->strides[0] : 0; };
         *info = Info{dtype,
                      infini::dtypeOfFirst({weight, grad_weight, grad_bias, running_mean, running_var}, dtype),
-                     dtype == INFINI_DTYPE_F64 ? INFINI_DTYPE_F64 : INFINI_DTYPE_F32,
+                     infini::statisticsDtypeOf(dtype),
                      grad_input->shape[0],
                      channels,
                      infini::countOf(grad_input, 2, ndim),
