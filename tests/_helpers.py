@@ -638,3 +638,21 @@ def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None
         return op.infiniopBatchNormBackwardEx(descriptor, pointer(workspace), size[0], *pointers, ffi.NULL)
     finally:
         assert op.infiniopDestroyBatchNormBackwardDescriptor(descriptor) == SUCCESS
+
+
+def run_python_with_isa(code, isa):
+    """(stdout stripped, stderr) of `python -c code` in a new process with INFINIOP_CPU_ISA=isa (None: unset),
+    from the repository root: the library picks its ISA once per process."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("INFINIOP_CPU_ISA", None)
+    if isa is not None:
+        env["INFINIOP_CPU_ISA"] = isa
+    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=pathlib.Path(__file__).resolve().parent.parent,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout.strip(), result.stderr

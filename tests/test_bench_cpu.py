@@ -4,17 +4,15 @@ run on a shared machine does not drift the fractions."""
 
 import argparse
 import collections
-import os
 import platform
 import statistics
-import subprocess
-import sys
 import types
 
 import pytest
 
 import infiniop_py
 from infiniop_py.bench import cpu as bench, timing
+from _helpers import run_python_with_isa
 
 
 class FakeClock:
@@ -199,14 +197,8 @@ def test_python_overheads_time_both_ways_of_calling_each_op(monkeypatch):
 
 def _machine_line(isa_variable):
     """bench's machine line in a new process (the library picks its ISA once per process)."""
-    env = dict(os.environ)
-    env.pop("INFINIOP_CPU_ISA", None)
-    if isa_variable is not None:
-        env["INFINIOP_CPU_ISA"] = isa_variable
-    code = "from infiniop_py.bench import timing; print(timing.machine_description())"
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout.strip()
+    return run_python_with_isa("from infiniop_py.bench import timing; print(timing.machine_description())",
+                               isa_variable)[0]
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from _helpers import run_python_with_isa
+
 TESTS = pathlib.Path(__file__).parent
 NUMERIC_SUITES = ["test_memory_paths.py", "test_rms_norm_backward.py", "test_layer_norm_backward.py", "test_batch_norm_backward.py",
                   "test_batch_norm_backward_ex.py", "test_non_finite.py"]
@@ -36,14 +38,7 @@ print(hashlib.sha256(b"".join(np.ascontiguousarray(o).tobytes() for o in ip.rms_
 
 
 def _probe(isa):
-    env = dict(os.environ)
-    env.pop("INFINIOP_CPU_ISA", None)
-    if isa is not None:
-        env["INFINIOP_CPU_ISA"] = isa
-    result = subprocess.run([sys.executable, "-c", _ISA_PROBE], env=env, cwd=TESTS.parent, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout.strip(), result.stderr
+    return run_python_with_isa(_ISA_PROBE, isa)
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the ISA variants are built on x86-64 only")
@@ -78,14 +73,7 @@ def test_cpu_isa_reports_the_isa_the_kernels_run_with():
     best = _expected_best_isa()
 
     def reported(isa):
-        env = dict(os.environ)
-        env.pop("INFINIOP_CPU_ISA", None)
-        if isa is not None:
-            env["INFINIOP_CPU_ISA"] = isa
-        result = subprocess.run([sys.executable, "-c", "import infiniop_py as ip; print(ip.cpu_isa())"], env=env,
-                                cwd=TESTS.parent, capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr[-2000:]
-        return result.stdout.strip()
+        return run_python_with_isa("import infiniop_py as ip; print(ip.cpu_isa())", isa)[0]
 
     assert reported(None) == best
     assert reported("AVX2") == best  # misspelt: ignored
