@@ -1,5 +1,6 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the
-forward is PyTorch's own kernel, the backward this library's (through torch.ops.infiniop)."""
+forward is PyTorch's own kernel, the backward this library's: through plain autograd Functions in eager mode, through
+the custom ops torch.ops.infiniop where torch.compile traces (ops.py)."""
 
 import math
 import numbers
@@ -7,9 +8,17 @@ from typing import List, Optional
 
 import torch
 
-from . import ops  # noqa: F401  (registers torch.ops.infiniop)
+from . import ops
 
 Tensor = torch.Tensor
+
+
+def _forward(name, *args):
+    """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward and
+    backward as a plain autograd Function, which costs less per call (ops.EAGER)."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.infiniop, name)(*args)
+    return ops.EAGER[name].apply(*args)
 
 
 def _shape_list(normalized_shape):
@@ -22,13 +31,13 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
              eps: Optional[float] = None) -> Tensor:
     """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None:
     torch.finfo(input.dtype).eps)."""
-    return torch.ops.infiniop.rms_norm(input, _shape_list(normalized_shape), weight, eps)[0]
+    return _forward("rms_norm", input, _shape_list(normalized_shape), weight, eps)[0]
 
 
 def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
-    return torch.ops.infiniop.layer_norm(input, _shape_list(normalized_shape), weight, bias, eps)[0]
+    return _forward("layer_norm", input, _shape_list(normalized_shape), weight, bias, eps)[0]
 
 
 def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optional[Tensor],
@@ -39,8 +48,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
     if training:
         _require_more_than_one_value_per_channel(input)
-    output, _, _, new_mean, new_var = torch.ops.infiniop.batch_norm(input, weight, bias, running_mean, running_var,
-                                                                    training, momentum, eps)
+    output, _, _, new_mean, new_var = _forward("batch_norm", input, weight, bias, running_mean, running_var,
+                                               training, momentum, eps)
     if training and running_mean is not None and running_var is not None:
         with torch.no_grad():
             running_mean.copy_(new_mean)

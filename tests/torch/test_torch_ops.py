@@ -1,5 +1,6 @@
 """The custom ops under torch.ops.infiniop: torch.library's own checks (schema, fake implementation, autograd
-registration, AOT dispatch), gradcheck in float64, gradients only where needed, and the import rule."""
+registration, AOT dispatch), gradcheck in float64, gradients only where needed, the eager path against the custom
+ops, and the import rule."""
 
 import subprocess
 import sys
@@ -93,6 +94,50 @@ def test_only_needed_gradients_are_computed(monkeypatch):
     grad_input, grad_weight, grad_bias = asked[-1]
     assert grad_weight is not None and grad_bias is None
     assert weight.grad is not None and bias.grad is None and x.grad is None
+
+
+def _functional_call(op, x, weight, bias, running):
+    if op == "rms_norm":
+        return ipt.rms_norm(x, [x.shape[-1]], weight)
+    if op == "layer_norm":
+        return ipt.layer_norm(x, [x.shape[-1]], weight, bias)
+    return ipt.batch_norm(x, *running, weight, bias, training=True)
+
+
+def _forward_backward(op, dtype):
+    """(grad_fn's name, output, running statistics, gradients of x, weight and bias) of one functional call."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 4, 10, generator=g).to(dtype).requires_grad_()
+    size = 4 if op == "batch_norm" else 10
+    weight, bias = (torch.randn(size, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    running = (torch.zeros(size, dtype=dtype), torch.ones(size, dtype=dtype))
+    output = _functional_call(op, x, weight, bias, running)
+    output.backward(torch.randn(output.shape, generator=g).to(dtype))
+    gradients = (x.grad, weight.grad) if op == "rms_norm" else (x.grad, weight.grad, bias.grad)  # RMSNorm: no bias
+    return type(output.grad_fn).__name__, output, running, gradients
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("op", ("rms_norm", "layer_norm", "batch_norm"))
+def test_the_eager_path_gives_the_custom_ops_bits(op, dtype, monkeypatch):
+    """Outside torch.compile the functionals run plain autograd Functions (ops.EAGER, which cost less per call);
+    where torch.compile traces they run the custom ops. Both give the same outputs, running statistics and
+    gradients, bit for bit."""
+    eager_name, *eager = _forward_backward(op, dtype)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    custom_op_name, *custom_op = _forward_backward(op, dtype)
+    assert "Function" in eager_name and f"infiniop_{op}" in custom_op_name, (eager_name, custom_op_name)
+    for a, b in zip(torch.utils._pytree.tree_leaves(eager), torch.utils._pytree.tree_leaves(custom_op)):
+        assert a is not None and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("op", ("rms_norm", "layer_norm", "batch_norm"))
+def test_double_backward_is_refused(op):
+    x = torch.randn(6, 4, 10, requires_grad=True)
+    running = (torch.zeros(4), torch.ones(4))
+    (grad,) = torch.autograd.grad(_functional_call(op, x, None, None, running).square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        grad.sum().backward()
 
 
 def test_the_base_package_does_not_import_torch():
