@@ -12,6 +12,9 @@ from .timing import interleaved_medians, machine_description
 BATCH_TOKENS, WIDTH = (8, 512), 1024  # (batch, sequence) of the row-norm cases
 IMAGES = (32, 64, 56, 56)  # (N, C, H, W) of the BatchNorm cases: ResNet's first stage
 DTYPES = ("float32", "bfloat16")
+# Rounds go on until each side has run this long: a module's step takes a few ms and its time moves with the VM's
+# memory phases, so the default 0.05 s (7 rounds) let one run's ratio move by 10% or more.
+MIN_SECONDS = 1.0
 
 
 def _models(torch):
@@ -78,7 +81,7 @@ def _compare(torch, make, shape, dtype, repeats, device):
     x = torch.randn(shape, device=device).requires_grad_()
     autocast = dtype == "bfloat16"
     torch_s, ours_s = interleaved_medians(
-        [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats)
+        [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats, MIN_SECONDS)
     return {"dtype": dtype, "shape": list(shape), "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s,
             "speedup": torch_s / ours_s}
 
