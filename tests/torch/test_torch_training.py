@@ -1,5 +1,6 @@
-"""Training with the drop-in norms: small models trained for 20 steps after replace_norms follow torch's losses,
-under autocast too, and torch.compile(fullgraph=True) traces them whole, forward and backward."""
+"""Training with the drop-in norms: at each of 20 steps of training small models after replace_norms, the losses,
+gradients and running statistics are torch's, under autocast too; and torch.compile(fullgraph=True) traces them
+whole, forward and backward."""
 
 import copy
 
@@ -55,47 +56,59 @@ def _data(model_class, steps, generator):
             for _ in range(steps)]
 
 
-def _train(model, data, autocast=False):
-    """Losses of STEPS steps of SGD with momentum, and the final state. (Adam would turn the rounding noise of
-    gradients that are zero in exact arithmetic, e.g. attention's key bias, into full steps of either sign.)"""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for inputs, labels in data:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            loss = torch.nn.functional.cross_entropy(model(inputs), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-    return losses, model.state_dict()
+def _loss_and_gradients(model, inputs, labels, autocast):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    loss.backward()
+    return loss.item()
+
+
+def _max_difference(actual, expected):
+    """max |actual - expected| relative to max |expected| (at least 1)."""
+    scale = max(float(expected.abs().max()), 1.0)
+    return float((actual.double() - expected.double()).abs().max()) / scale
 
 
 @pytest.mark.parametrize("model_class, autocast, bound", [
-    (TransformerBlock, False, 1e-4), (ConvNet, False, 1e-4),
-    (TransformerBlock, True, 3e-2), (ConvNet, True, 3e-2),
+    (TransformerBlock, False, 1e-5), (ConvNet, False, 1e-5),
+    (TransformerBlock, True, 2e-3), (ConvNet, True, 2e-3),
 ], ids=["transformer-f32", "convnet-f32", "transformer-autocast-bf16", "convnet-autocast-bf16"])
 def test_training_follows_torch(model_class, autocast, bound, monkeypatch):
+    """STEPS steps of SGD with momentum along torch's own run: at each, the model with the library's norms,
+    given torch's weights and running statistics, gives torch's loss, gradients and new running statistics.
+
+    Step by step, not two runs side by side: these models are chaotic enough that rounding alone moves a
+    20-step run by 1e-4 to 3e-2 (F32 against F64, or torch's F32 on one thread against two), so two runs
+    agree closely only where ours rounds bit for bit as torch's build does on that machine. (SGD, not Adam,
+    which would turn the rounding noise of gradients that are zero in exact arithmetic, e.g. attention's key
+    bias, into full steps of either sign.)"""
     torch.manual_seed(0)
     theirs = model_class()
     ours = copy.deepcopy(theirs)
     assert ipt.replace_norms(ours) == 3
-    data = _data(model_class, STEPS, torch.Generator().manual_seed(1))
+    optimizer = torch.optim.SGD(theirs.parameters(), lr=0.05, momentum=0.9)
     calls = []
     for name in ("rms_norm_backward", "layer_norm_backward", "batch_norm_backward"):
         real = getattr(infiniop_py, name)
         monkeypatch.setattr(infiniop_py, name, lambda *a, _real=real, _name=name, **k: calls.append(_name) or _real(*a, **k))
-    expected, expected_state = _train(theirs, data, autocast)
-    actual, actual_state = _train(ours, data, autocast)
+    losses = []
+    for step, (inputs, labels) in enumerate(_data(model_class, STEPS, torch.Generator().manual_seed(1))):
+        ours.load_state_dict(theirs.state_dict())
+        actual = _loss_and_gradients(ours, inputs, labels, autocast)
+        expected = _loss_and_gradients(theirs, inputs, labels, autocast)
+        assert abs(actual - expected) <= bound * abs(expected), f"step {step}: loss {actual} against {expected}"
+        for (name, a), (_, e) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
+            assert _max_difference(a.grad, e.grad) <= bound, f"step {step}: gradient of {name}"
+        for (name, a), (_, e) in zip(ours.named_buffers(), theirs.named_buffers(), strict=True):
+            if e.is_floating_point():
+                assert _max_difference(a, e) <= bound, f"step {step}: {name}"
+            else:
+                assert torch.equal(a, e), f"step {step}: {name}"
+        optimizer.step()
+        losses.append(expected)
     assert len(calls) == STEPS * 3, "every norm's backward ran through the library"
-    for step, (a, e) in enumerate(zip(actual, expected)):
-        assert abs(a - e) <= bound * abs(e), f"step {step}: loss {a} against torch's {e}"
-    assert expected[-1] < expected[0]  # it trains at all
-    for name, value in expected_state.items():
-        if value.is_floating_point():
-            scale = max(float(value.abs().max()), 1.0)
-            assert float((actual_state[name] - value).abs().max()) <= 20 * bound * scale, name
-        else:
-            assert torch.equal(actual_state[name], value), name
+    assert losses[-1] < losses[0]  # it trains at all
 
 
 class AllNorms(torch.nn.Module):
