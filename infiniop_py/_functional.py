@@ -196,9 +196,6 @@ def run_checked(signature, inputs, out, options, wanted):
     signature.options' order; ``wanted``: per output, whether it is computed. A layout the native op refuses
     as strided runs on packed copies (see _launch_packed).
     """
-    outputs = _known_layouts.run_torch(signature, inputs, out, options, wanted)
-    if outputs is not None:
-        return outputs
     out_given, input_arrays, option_values = out is not None, inputs, options
     operator_class, output_names = signature.operator_class, signature.outputs
     inputs = dict(zip(signature.inputs, input_arrays))

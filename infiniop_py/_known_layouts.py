@@ -15,8 +15,8 @@ The whole path costs a few microseconds, most of it one ffi.from_buffer per arra
 to be cheap: see compile_run.
 
 Contiguous torch CPU tensors (torch.Tensor, nn.Parameter) get entries of their own, under the same kind of key,
-after a checked run on them; run_torch takes their pointers, checking per call the device and the contiguity,
-which the key does not hold.
+after a checked run on them; the same compiled path looks them up with the key it built (a miss among the numpy
+entries) and takes their pointers, checking per call the device and the contiguity, which the key does not hold.
 """
 
 import functools
@@ -34,7 +34,7 @@ CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has 
 
 _lock = threading.Lock()  # serializes writers; readers use dict.get, which is atomic
 _runners = {}  # key -> run(out, pointers) of one known layout of numpy arrays
-_torch_runners = {}  # the same for torch CPU tensors (see run_torch)
+_torch_runners = {}  # the same for contiguous torch CPU tensors (see _torch_pointers)
 
 
 def _layout(array):
@@ -75,29 +75,39 @@ def compile_run(op, output_count, input_count, checked_run):
     source = f"""
 def run(inputs, out, options, wanted):
     {", ".join(inputs)}, = inputs
-    runner = None
+    runner = pointers = None
     try:
         if out is None:
-            runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
+            call_key = (op, options, wanted, True, {layouts(inputs)})
+            runner = get_runner(call_key)
             if runner is not None:
                 pointers = [{pointers(inputs, False)}]
+            elif torch_runners:
+                runner = torch_runners.get(call_key)
+                if runner is not None:
+                    pointers = torch_pointers(({", ".join(inputs)},), 0)
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
-            runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
+            call_key = (op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)})
+            runner = get_runner(call_key)
             if runner is not None:
                 pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
-    # Not numpy-like, an unhashable dtype or shape, or a buffer ffi.from_buffer refuses (strided: not
-    # C-contiguous; a read-only output; not a buffer).
-    except (AttributeError, BufferError, TypeError, ValueError):
-        runner = None
-    if runner is not None:
+            elif torch_runners:
+                runner = torch_runners.get(call_key)
+                if runner is not None:
+                    pointers = torch_pointers(({", ".join(outputs + inputs)},), {output_count})
+    # Not numpy-like, an unhashable dtype or shape, a buffer ffi.from_buffer refuses (strided: not
+    # C-contiguous; a read-only output; not a buffer), or a torch attribute that raises.
+    except (AttributeError, BufferError, TypeError, ValueError, RuntimeError):
+        pointers = None
+    if pointers is not None:
         outputs = runner(out, pointers)
         if outputs is not None:
             return outputs
     return checked_run(op, inputs, out, options, wanted)
 """
     namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
-                 "null": ffi.NULL}
+                 "null": ffi.NULL, "torch_runners": _torch_runners, "torch_pointers": _torch_pointers}
     exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
     return namespace["run"]
 
@@ -130,27 +140,17 @@ def remember(op, options, wanted, out_given, out, inputs, operator):
         runners[call_key] = runner
 
 
-def run_torch(op, inputs, out, options, wanted):
-    """The outputs of a functional call on contiguous torch CPU tensors of a known layout, without converting or
-    checking them again; None where the checked path must run it. A loop, not compiled straight-line code like
-    numpy's path: reading a tensor's attributes costs more than the loop."""
-    if not _torch_runners:
-        return None
-    try:
-        runner = _torch_runners.get(key(op, options, wanted, out, inputs))
-        if runner is None:
+def _torch_pointers(arrays, output_count):
+    """The data pointers of a known torch layout's arrays (ffi.NULL for absent ones), or None where one is not a
+    contiguous torch CPU tensor that may be passed as it is: the key holds neither the device nor the strides,
+    so torch_cpu_pointer checks both, per call."""
+    pointers = []
+    for index, array in enumerate(arrays):
+        pointer = ffi.NULL if array is None else torch_cpu_pointer(array, index < output_count)
+        if pointer is None:
             return None
-        pointers = []
-        outputs = len(out or ())
-        for index, array in enumerate((*(out or ()), *inputs)):
-            # The key holds neither the device nor the strides: torch_cpu_pointer checks both.
-            pointer = ffi.NULL if array is None else torch_cpu_pointer(array, index < outputs)
-            if pointer is None:
-                return None
-            pointers.append(pointer)
-    except (AttributeError, RuntimeError, TypeError):  # not torch-like; an unhashable attribute
-        return None
-    return runner(out, pointers)
+        pointers.append(pointer)
+    return pointers
 
 
 def _runner(operator, new_outputs, pointer_of):

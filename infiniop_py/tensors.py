@@ -86,15 +86,24 @@ def _from_device_array(array, name):
     )
 
 
+_VOID_POINTER = ffi.typeof("void *")  # cffi parses a type given as a string on every cast
+_torch_types = ()  # (torch.Tensor, torch.nn.Parameter) once torch is loaded
+
+
 def torch_cpu_pointer(tensor, writable=False):
     """The data pointer of a contiguous torch CPU tensor (torch.Tensor or nn.Parameter, not other subclasses),
     else None: the fast paths take these without a TensorRef. None too for what the checked path must decide
     (as_tensor): a tensor with the negative bit, and an output (``writable``) that requires grad."""
-    torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
-    if (torch is None or type(tensor) not in (torch.Tensor, torch.nn.Parameter) or not tensor.is_cpu
-            or not tensor.is_contiguous() or tensor.is_neg() or (writable and tensor.requires_grad)):
+    global _torch_types
+    if type(tensor) not in _torch_types:
+        torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
+        if torch is None or _torch_types:
+            return None
+        _torch_types = (torch.Tensor, torch.nn.Parameter)
+        return torch_cpu_pointer(tensor, writable)
+    if not tensor.is_cpu or not tensor.is_contiguous() or tensor.is_neg() or (writable and tensor.requires_grad):
         return None
-    return ffi.cast("void *", tensor.data_ptr())
+    return ffi.cast(_VOID_POINTER, tensor.data_ptr())
 
 
 def _is_torch_tensor(obj):
