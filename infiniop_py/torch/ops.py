@@ -21,7 +21,7 @@ Tensor = torch.Tensor
 
 def _statistics_dtype(dtype):
     """What PyTorch's forwards save mean / rstd / invstd in: F64 for F64 data, else F32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
+    return torch.float64 if dtype is torch.float64 else torch.float32
 
 
 def _statistics(tensor, input, shape=None):
@@ -29,8 +29,19 @@ def _statistics(tensor, input, shape=None):
     below save them so, but for BatchNorm with 16-bit parameters, whose 16-bit statistics are widened here."""
     if tensor is None:
         return None
-    tensor = tensor.to(_statistics_dtype(input.dtype))
-    return tensor if shape is None else tensor.reshape(shape)
+    # Each step is skipped where it has nothing to do: a tensor call (.to, .reshape) costs a microsecond or two
+    # even then, several per backward, and the forwards' statistics are input.shape[:-k] + (1,) * k, which the
+    # usual k = 1 squeezes to ``shape`` at half reshape's cost.
+    dtype = _statistics_dtype(input.dtype)
+    if tensor.dtype is not dtype:
+        tensor = tensor.to(dtype)
+    if shape is None or tensor.shape == shape:
+        return tensor
+    if tensor.dim() == len(shape) + 1:
+        squeezed = tensor.squeeze(-1)
+        if squeezed.shape == shape:
+            return squeezed
+    return tensor.reshape(shape)
 
 
 def _absent(like):
@@ -90,7 +101,7 @@ def _layer_norm_backward_body(grad_out: Tensor, input: Tensor, normalized_shape:
     dtype of grad_bias."""
     leading = _leading(input, normalized_shape)
     grad_input = torch.empty_like(input, memory_format=torch.contiguous_format)
-    grad_weight, grad_bias = _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask)
+    grad_weight, grad_bias = _layer_norm_parameter_gradients(weight, bias, output_mask)
     _layer_norm_kernel(grad_out.contiguous(), input.contiguous(), _statistics(mean, input, leading),
                        _statistics(rstd, input, leading),
                        weight, (grad_input, grad_weight, grad_bias))
@@ -103,12 +114,16 @@ layer_norm_backward = torch.library.custom_op("infiniop::layer_norm_backward", _
                                                mutates_args=())
 
 
-def _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask):
+def _layer_norm_parameter_gradients(weight, bias, output_mask):
     """Fresh grad_weight and grad_bias (None where not wanted), in the parameters' dtype."""
-    parameter_dtype = next((p.dtype for p in (weight, bias) if p is not None), input.dtype)
-    def fresh(wanted):
-        return input.new_empty(tuple(normalized_shape), dtype=parameter_dtype) if wanted else None
-    return fresh(bool(output_mask[1]) and weight is not None), fresh(bool(output_mask[2]) and bias is not None)
+    parameter = weight if weight is not None else bias  # both gradients take the first parameter's dtype
+    return (_fresh_like(parameter) if output_mask[1] and weight is not None else None,
+            _fresh_like(parameter) if output_mask[2] and bias is not None else None)
+
+
+def _fresh_like(parameter):
+    """An empty contiguous tensor of the parameter's dtype and shape (empty_like costs half of new_empty)."""
+    return torch.empty_like(parameter, memory_format=torch.contiguous_format)
 
 
 def _layer_norm_kernel(grad_out, input, mean, rstd, weight, out):
@@ -118,7 +133,7 @@ def _layer_norm_kernel(grad_out, input, mean, rstd, weight, out):
 
 @layer_norm_backward.register_fake
 def _(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
-    grad_weight, grad_bias = _layer_norm_parameter_gradients(input, normalized_shape, weight, bias, output_mask)
+    grad_weight, grad_bias = _layer_norm_parameter_gradients(weight, bias, output_mask)
     return (torch.empty_like(input, memory_format=torch.contiguous_format) if output_mask[0] else _absent(input),
             _absent(input) if grad_weight is None else grad_weight,
             _absent(input) if grad_bias is None else grad_bias)
@@ -157,10 +172,14 @@ def _batch_grad_input(input):
 
 def _batch_norm_parameter_gradients(input, weight, running_mean, output_mask):
     """Fresh grad_weight and grad_bias of shape (C,) (None where not wanted), in the parameters' dtype."""
-    parameter_dtype = next((p.dtype for p in (weight, running_mean) if p is not None), input.dtype)
+    parameter = weight if weight is not None else running_mean
     def fresh(wanted):
-        return input.new_empty((input.shape[1],), dtype=parameter_dtype) if wanted else None
-    return fresh(bool(output_mask[1]) and weight is not None), fresh(bool(output_mask[2]))
+        if not wanted:
+            return None
+        if parameter is not None and parameter.dim() == 1:
+            return _fresh_like(parameter)
+        return input.new_empty((input.shape[1],), dtype=input.dtype if parameter is None else parameter.dtype)
+    return fresh(output_mask[1] and weight is not None), fresh(output_mask[2])
 
 
 @batch_norm_backward.register_fake
@@ -182,12 +201,6 @@ def _f32_parameters(input, *parameters):
     if input.dtype not in (torch.float16, torch.bfloat16):
         return parameters
     return tuple(None if parameter is None else parameter.float() for parameter in parameters)
-
-
-def _gradients(ctx, names, computed):
-    """The backward op's outputs as autograd wants them: None for an input that does not need one."""
-    return tuple(computed[name] if name in computed and ctx.needs_input_grad[index] else None
-                 for index, name in enumerate(names))
 
 
 @torch.library.custom_op("infiniop::rms_norm", mutates_args=())
@@ -213,10 +226,10 @@ def _rms_norm_setup(ctx, inputs, output):
 
 def _rms_norm_backward(ctx, grad_output, _grad_rstd):
     input, rstd, weight = ctx.saved_tensors
+    wanted = ctx.needs_input_grad  # (input, normalized_shape, weight, eps)
     grad_input, grad_weight = (_rms_norm_backward_body if _eager(ctx) else rms_norm_backward)(
-        grad_output, input, ctx.normalized_shape, rstd, weight, [ctx.needs_input_grad[0], ctx.needs_input_grad[2]])
-    return _gradients(ctx, ("input", "normalized_shape", "weight", "eps"),
-                      {"input": grad_input, "weight": grad_weight})
+        grad_output, input, ctx.normalized_shape, rstd, weight, [wanted[0], wanted[2]])
+    return grad_input if wanted[0] else None, None, grad_weight if wanted[2] else None, None
 
 
 rms_norm.register_autograd(_rms_norm_backward, setup_context=_rms_norm_setup)
@@ -246,11 +259,11 @@ def _layer_norm_setup(ctx, inputs, output):
 
 def _layer_norm_backward(ctx, grad_output, _grad_mean, _grad_rstd):
     input, mean, rstd, weight, bias = ctx.saved_tensors
-    wanted = [ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3]]
+    wanted = ctx.needs_input_grad  # (input, normalized_shape, weight, bias, eps)
     grad_input, grad_weight, grad_bias = (_layer_norm_backward_body if _eager(ctx) else layer_norm_backward)(
-        grad_output, input, ctx.normalized_shape, mean, rstd, weight, bias, wanted)
-    return _gradients(ctx, ("input", "normalized_shape", "weight", "bias", "eps"),
-                      {"input": grad_input, "weight": grad_weight, "bias": grad_bias})
+        grad_output, input, ctx.normalized_shape, mean, rstd, weight, bias, [wanted[0], wanted[2], wanted[3]])
+    return (grad_input if wanted[0] else None, None, grad_weight if wanted[2] else None,
+            grad_bias if wanted[3] else None, None)
 
 
 layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_setup)
@@ -291,12 +304,12 @@ def _batch_norm_setup(ctx, inputs, output):
 
 def _batch_norm_backward(ctx, grad_output, *_grads_of_statistics):
     input, weight, running_mean, running_var, save_mean, save_invstd = ctx.saved_tensors
-    wanted = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]]
+    wanted = ctx.needs_input_grad  # (input, weight, bias, running_mean, running_var, training, momentum, eps)
     grad_input, grad_weight, grad_bias = (_batch_norm_backward_body if _eager(ctx) else batch_norm_backward)(
         grad_output, input, weight, running_mean, running_var, save_mean, save_invstd, ctx.training, ctx.eps,
-        wanted)
-    return _gradients(ctx, ("input", "weight", "bias", "running_mean", "running_var", "training", "momentum", "eps"),
-                      {"input": grad_input, "weight": grad_weight, "bias": grad_bias})
+        list(wanted[:3]))
+    return (grad_input if wanted[0] else None, grad_weight if wanted[1] else None, grad_bias if wanted[2] else None,
+            None, None, None, None, None)
 
 
 batch_norm.register_autograd(_batch_norm_backward, setup_context=_batch_norm_setup)
@@ -323,9 +336,13 @@ def _eager_function(name, forward, setup_context, backward):
         output = forward(*inputs)
         setup_context(ctx, inputs, output)
         return output
+    refusing = torch.autograd.function.once_differentiable(backward)
+    def backward_once(ctx, *grads):
+        # The engine runs a backward with grad mode on only for create_graph=True; otherwise nothing it computes
+        # is recorded, and once_differentiable's no_grad block and checks (5 us a call) have nothing to refuse.
+        return refusing(ctx, *grads) if torch.is_grad_enabled() else backward(ctx, *grads)
     return type(name, (torch.autograd.Function,), {
-        "forward": staticmethod(forward_and_setup),
-        "backward": staticmethod(torch.autograd.function.once_differentiable(backward))})
+        "forward": staticmethod(forward_and_setup), "backward": staticmethod(backward_once)})
 
 
 EAGER = {
