@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from _torch_helpers import torch
+from _torch_helpers import error, torch
 
 import infiniop_py
 import infiniop_py.torch as ipt
@@ -64,12 +64,6 @@ def _loss_and_gradients(model, inputs, labels, autocast):
     return loss.item()
 
 
-def _max_difference(actual, expected):
-    """max |actual - expected| relative to max |expected| (at least 1)."""
-    scale = max(float(expected.abs().max()), 1.0)
-    return float((actual.double() - expected.double()).abs().max()) / scale
-
-
 @pytest.mark.parametrize("model_class, autocast, bound", [
     (TransformerBlock, False, 1e-5), (ConvNet, False, 1e-5),
     (TransformerBlock, True, 2e-3), (ConvNet, True, 2e-3),
@@ -99,10 +93,10 @@ def test_training_follows_torch(model_class, autocast, bound, monkeypatch):
         expected = _loss_and_gradients(theirs, inputs, labels, autocast)
         assert abs(actual - expected) <= bound * abs(expected), f"step {step}: loss {actual} against {expected}"
         for (name, a), (_, e) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
-            assert _max_difference(a.grad, e.grad) <= bound, f"step {step}: gradient of {name}"
+            assert error(a.grad, e.grad, scale=1.0) <= bound, f"step {step}: gradient of {name}"
         for (name, a), (_, e) in zip(ours.named_buffers(), theirs.named_buffers(), strict=True):
             if e.is_floating_point():
-                assert _max_difference(a, e) <= bound, f"step {step}: {name}"
+                assert error(a, e, scale=1.0) <= bound, f"step {step}: {name}"
             else:
                 assert torch.equal(a, e), f"step {step}: {name}"
         optimizer.step()
