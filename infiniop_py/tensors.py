@@ -95,13 +95,13 @@ def torch_cpu_pointer(tensor, writable=False):
     else None: the fast paths take these without a TensorRef. None too for what the checked path must decide
     (as_tensor): a tensor with the negative bit, and an output (``writable``) that requires grad."""
     global _torch_types
-    if type(tensor) not in _torch_types:
+    if not _torch_types:
         torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
-        if torch is None or _torch_types:
+        if torch is None:
             return None
         _torch_types = (torch.Tensor, torch.nn.Parameter)
-        return torch_cpu_pointer(tensor, writable)
-    if not tensor.is_cpu or not tensor.is_contiguous() or tensor.is_neg() or (writable and tensor.requires_grad):
+    if (type(tensor) not in _torch_types or not tensor.is_cpu or not tensor.is_contiguous() or tensor.is_neg()
+            or (writable and tensor.requires_grad)):
         return None
     return ffi.cast(_VOID_POINTER, tensor.data_ptr())
 
