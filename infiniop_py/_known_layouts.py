@@ -75,27 +75,23 @@ def compile_run(op, output_count, input_count, checked_run):
     source = f"""
 def run(inputs, out, options, wanted):
     {", ".join(inputs)}, = inputs
-    runner = pointers = None
+    runner = pointers = call_key = None
     try:
         if out is None:
             call_key = (op, options, wanted, True, {layouts(inputs)})
             runner = get_runner(call_key)
             if runner is not None:
                 pointers = [{pointers(inputs, False)}]
-            elif torch_runners:
-                runner = torch_runners.get(call_key)
-                if runner is not None:
-                    pointers = torch_pointers(({", ".join(inputs)},), 0)
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
             call_key = (op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)})
             runner = get_runner(call_key)
             if runner is not None:
                 pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
-            elif torch_runners:
-                runner = torch_runners.get(call_key)
-                if runner is not None:
-                    pointers = torch_pointers(({", ".join(outputs + inputs)},), {output_count})
+        if runner is None and torch_runners and call_key is not None:
+            runner = torch_runners.get(call_key)
+            if runner is not None:
+                pointers = torch_pointers(inputs, 0) if out is None else torch_pointers((*out, *inputs), {output_count})
     # Not numpy-like, an unhashable dtype or shape, a buffer ffi.from_buffer refuses (strided: not
     # C-contiguous; a read-only output; not a buffer), or a torch attribute that raises.
     except (AttributeError, BufferError, TypeError, ValueError, RuntimeError):
