@@ -52,8 +52,9 @@ namespace simd {
 #endif
 // passAlongside on AVX2 inlines the next row's reduction whole, constructor and finish included (RMSNorm BF16
 // 4096x4096 and 256x65536 took 1.3x as long without, LayerNorm 1.02-1.05x; one thread, 2026-11-27). The generic
-// build ran 1.12x slower with it and AVX-512 code keeps what it was tuned with.
-#if defined(__AVX__) && !defined(__AVX512F__)
+// build ran 1.12x slower with it and AVX-512 code keeps what it was tuned with. Not under AddressSanitizer: GCC
+// 12 then took over 37 minutes for LayerNorm's AVX2 file alone (the same code, only less inlined).
+#if defined(__AVX__) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)
 #define SIMD_ALONGSIDE_FLATTEN __attribute__((flatten))
 #else
 #define SIMD_ALONGSIDE_FLATTEN
