@@ -52,9 +52,8 @@ namespace simd {
 #endif
 // passAlongside on AVX2 inlines the next row's reduction whole, constructor and finish included (RMSNorm BF16
 // 4096x4096 and 256x65536 took 1.3x as long without, LayerNorm 1.02-1.05x; one thread, 2026-11-27). The generic
-// build ran 1.12x slower with it and AVX-512 code keeps what it was tuned with. Not under AddressSanitizer: GCC
-// 12 then took over 37 minutes for LayerNorm's AVX2 file alone (the same code, only less inlined).
-#if defined(__AVX__) && !defined(__AVX512F__) && !defined(__SANITIZE_ADDRESS__)
+// build ran 1.12x slower with it and AVX-512 code keeps what it was tuned with.
+#if defined(__AVX__) && !defined(__AVX512F__)
 #define SIMD_ALONGSIDE_FLATTEN __attribute__((flatten))
 #else
 #define SIMD_ALONGSIDE_FLATTEN
@@ -465,7 +464,8 @@ class RowFetch {
 // Runs a row's elementwise pass, pass(side_work), with the side work its hints ask for: reducing the next row
 // (row_sums_of(a, b) gives that row's RowSums) and fetching the one after. Returns the next row's sums ({} if none).
 template <typename T, typename RowSumsOf, typename Pass>
-SIMD_ALONGSIDE_FLATTEN inline cpu::PairSums passAlongside(const cpu::RowHints<T> &hints, RowSumsOf &&row_sums_of, Pass &&pass) {
+SIMD_ALONGSIDE_FLATTEN inline cpu::PairSums passAlongside(const cpu::RowHints<T> &hints, RowSumsOf &&row_sums_of,
+                                                           Pass &&pass) {
     if (hints.next_a == nullptr) {
         pass(NoSideWork{});
         return {};
