@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import infiniop_py
+from _helpers import relative_error
 
 torch = pytest.importorskip("torch", reason="torch is not installed: PyTorch's modules are the reference here")
 
@@ -84,8 +85,7 @@ def core(infini_root):
 
 
 def assert_close(actual, expected, dtype, what):
-    actual, expected = actual.double(), expected.double()
-    error = float((actual - expected).abs().max()) / max(float(expected.abs().max()), 1e-30)
+    error = relative_error(actual.double().numpy(), expected.double().numpy())
     assert error <= TOLERANCE[dtype], f"{what}: {error:.3g} > {TOLERANCE[dtype]}"
 
 

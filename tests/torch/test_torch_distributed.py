@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from _torch_helpers import torch
+from _torch_helpers import error, torch
 
 import infiniop_py.torch as ipt
 
@@ -65,9 +65,8 @@ def ranks(request, tmp_path_factory):
 
 
 def _close(actual, expected, bound, what):
-    actual, expected = actual.double(), expected.double()
-    error = float((actual - expected).abs().max()) / max(float(expected.abs().max()), 1e-30)
-    assert error <= bound, f"{what}: {error:.3g} > {bound}"
+    relative = error(actual, expected)
+    assert relative <= bound, f"{what}: {relative:.3g} > {bound}"
 
 
 BOUNDS = {"float64": 1e-12, "float32": 2e-5, "bfloat16": 1.6e-2}
