@@ -56,7 +56,9 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
                mean_g_xhat_v = simd::splat(mean_g_xhat);
     const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
     // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
-    auto step = [&](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at,
+    // The coefficients by value: captured by reference, AVX2 code loaded each one's address and then the vector
+    // at every use (by value, 0.79-0.93x the time of BF16 and F16 rows in the caches; AVX-512 level).
+    auto step = [=](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at,
                     auto *...rest) SIMD_LAMBDA_INLINE {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
         // load behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).

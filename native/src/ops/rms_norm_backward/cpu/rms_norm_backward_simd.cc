@@ -36,8 +36,8 @@ template <bool kStarts, typename T, typename W, typename P, typename SideWork>
 void applyPass(size_t n, float r, float x_coef, const T *grad_y, const T *x, const W *w, T *grad_x, P *partial,
                bool stream_output, SideWork &&side_work) {
     const f32v r_v = simd::splat(r), x_coef_v = simd::splat(x_coef);
-    // partial_at: grad_w's partial, if wanted.
-    auto step = [&](auto stream, T *out, const auto *gy_at, const auto *x_at, const W *w_at,
+    // partial_at: grad_w's partial, if wanted. The coefficients by value, as in LayerNorm's step.
+    auto step = [=](auto stream, T *out, const auto *gy_at, const auto *x_at, const W *w_at,
                     auto *...partial_at) SIMD_LAMBDA_INLINE {
         // Every load before the first store: w and the partial often lie a multiple of 4 KiB apart, and a load
         // behind a store to the same offset in its 4 KiB page waits for that store (4K aliasing).
