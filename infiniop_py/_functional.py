@@ -7,6 +7,7 @@ import numpy as np
 
 from . import dtypes
 from . import _host_memory, _known_layouts, _layout
+from ._device_memory import DeviceArray
 from ._layout import TensorSpec, contiguous_strides, significant_strides
 from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError
 from .handle import Handle
@@ -55,21 +56,20 @@ def cached_operator(operator_class, refs, options):
 
 
 def new_output(like, shape, like_name, dtype=None):
-    """An empty C-contiguous output with ``like``'s dtype (or the dtype code ``dtype``), of the same kind and
-    device as ``like``."""
+    """An empty C-contiguous output with ``like``'s dtype (or the dtype code ``dtype``) on ``like``'s device: a
+    torch tensor, cupy array or numpy array for one of those, else a DeviceArray."""
     numpy_dtype = dtypes.to_numpy(like.dtype if dtype is None else dtype, like_name)
     if _library_of(like.owner) == "torch":
         import torch
         return like.owner.new_empty(shape, dtype=getattr(torch, numpy_dtype.name))
-    if hasattr(like.owner, "new_empty"):  # DeviceArray: same device
-        return type(like.owner)(shape, numpy_dtype, like.owner.device, like.owner.device_id)
     if _library_of(like.owner) == "cupy":
         import cupy
         with cupy.cuda.Device(like.device_id):
             return cupy.empty(shape, dtype=numpy_dtype)
-    if like.device != "cpu":
-        raise TypeError(f"{like_name}: cannot allocate outputs on {like.device} for "
-                        f"{type(like.owner).__name__}; pass out=")
+    if isinstance(like.owner, DeviceArray) or like.device != "cpu":
+        # Ours (on any device), or a device array of a library this package cannot allocate with (any
+        # other __cuda_array_interface__ producer): a DeviceArray on the same device.
+        return DeviceArray(shape, numpy_dtype, like.device, like.device_id)
     return _host_memory.empty(shape, numpy_dtype)
 
 

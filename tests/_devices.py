@@ -9,6 +9,7 @@ numpy arrays they came from, so the checks after a call are the same on every de
 import ctypes
 import functools
 
+import infiniop_py
 import ml_dtypes
 import numpy as np
 import pytest
@@ -59,8 +60,8 @@ def _host_bytes(address, nbytes):
 
 
 class CudaArrayView:
-    """A strided view of torch device bytes, seen through __cuda_array_interface__ (torch refuses negative strides).
-    ``new_empty`` lets the functional API allocate outputs like it, as it does for torch tensors."""
+    """A strided view of torch device bytes, seen through __cuda_array_interface__ (torch refuses negative strides):
+    a device array of a library the package does not know, so outputs allocated like it are DeviceArrays."""
 
     def __init__(self, storage, byte_offset, shape, byte_strides, dtype):
         self.storage, self.byte_offset = storage, byte_offset
@@ -70,10 +71,6 @@ class CudaArrayView:
     def __cuda_array_interface__(self):
         return {"version": 3, "shape": self.shape, "typestr": self.dtype.str, "strides": self.byte_strides,
                 "data": (self.storage.data_ptr() + self.byte_offset, False), "stream": None}
-
-    def new_empty(self, shape):
-        import torch
-        return torch.empty(shape, dtype=_torch_dtype(self.dtype), device=self.storage.device)
 
 
 def _torch_dtype(dtype):
@@ -166,8 +163,10 @@ class DeviceData:
             return device_array
         import torch
 
-        assert device_array.is_cuda, "outputs are allocated on the device"
         torch.cuda.synchronize()
+        if isinstance(device_array, infiniop_py.DeviceArray):  # made like a CudaArrayView (no torch tensor)
+            return device_array.to_numpy()
+        assert device_array.is_cuda, "outputs are allocated on the device"
         return _dense_to_numpy(device_array)
 
 
@@ -181,14 +180,15 @@ def _dense_to_numpy(tensor):
 
 
 def call_on(device, function, *inputs, out=None, **keywords):
-    """``function(*inputs, out=out, **keywords)`` run on ``device`` with numpy ``inputs``, ``out`` and array-valued
-    ``keywords`` (None passes as None); returns numpy arrays: ``out`` itself (written back) when given, else fresh
-    ones (None for an output not computed)."""
+    """``function(*inputs, out=out, **keywords)`` run on ``device`` with the numpy arrays among ``inputs``, ``out``
+    and ``keywords`` put there (other values, None or a count, pass as they are); returns numpy arrays: ``out``
+    itself (written back) when given, else fresh ones (None for an output not computed)."""
     data = DeviceData(device)
-    device_inputs = [None if array is None else data.put(array) for array in inputs]
+    device_inputs = [data.put(value) if isinstance(value, np.ndarray) else value for value in inputs]
     device_keywords = {name: data.put(value) if isinstance(value, np.ndarray) else value
                        for name, value in keywords.items()}
-    device_out = None if out is None else tuple(data.put(array, output=True) for array in out)
+    device_out = None if out is None else tuple(None if array is None else data.put(array, output=True)
+                                                for array in out)
     results = function(*device_inputs, out=device_out, **device_keywords)
     if out is None:
         return tuple(data.fetch(result) for result in results)

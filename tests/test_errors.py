@@ -123,15 +123,13 @@ LAYOUT_CASES = [pytest.param(*c, id=f"{c[0].name}: {c[1]}") for c in layout_case
 
 # Where the Ex create (which the operator classes use when the library has it) accepts more than the seed's:
 # F64, any rank for RMS/LN, ranks 2..5 for BN, and an input_std_deviation of lower rank (more dims
-# normalized, so the vectors no longer fit). Devices other than the CPU implement only the seed's features
-# (F64 is not one).
+# normalized, so the vectors no longer fit). The CUDA backend implements every Ex feature, as the CPU's does.
 EX_VERDICTS = {
     **{(op, description): (SUCCESS, None) for op in ("rms_norm_backward", "layer_norm_backward")
        for description in ("all float64", "rank 1", "rank 4")},
     **{("batch_norm_backward", description): (SUCCESS, None) for description in ("all float64", "rank 2", "rank 4")},
     ("layer_norm_backward", "input_std_deviation (4,)"): (BAD_TENSOR_SHAPE, "weight"),
 }
-NOT_IMPLEMENTED = 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -139,15 +137,13 @@ NOT_IMPLEMENTED = 2
 def test_python_operator_raises_typed_error_naming_the_tensor(device_handle, case, description, specs, expected,
                                                               named):
     expected, named = EX_VERDICTS.get((case.name, description), (expected, named))
-    if device_handle.device != "cpu" and expected == SUCCESS and description == "all float64":
-        expected, named = NOT_IMPLEMENTED, None
     if expected == SUCCESS:
         case.operator_class()(device_handle, *specs).close()
         return
     with pytest.raises(errors.error_for_status(expected)) as raised:
         case.operator_class()(device_handle, *specs)
     assert raised.value.status == expected
-    if named is not None:  # a layout error (NOT_IMPLEMENTED is a device's limit, not the caller's value)
+    if named is not None:  # a layout error
         assert isinstance(raised.value, ValueError)
         assert named in str(raised.value)
 

@@ -102,6 +102,28 @@ def test_cupy_inputs_get_cupy_outputs_on_their_device_and_cupy_stream(monkeypatc
     assert int(ffi.cast("uintptr_t", _stream_pointer(stream))) == 0x5000
 
 
+def test_other_device_arrays_get_device_array_outputs_on_their_device(monkeypatch):
+    """A device array of a library the package cannot allocate with (numba's, say): the outputs are DeviceArrays
+    on its device, not objects built from the array's own type."""
+    made = []
+
+    class Stop(Exception):
+        pass
+
+    class RecordedDeviceArray:
+        def __init__(self, shape, dtype, device, device_id=0):
+            made.append((tuple(shape), np.dtype(dtype), device, device_id))
+            if len(made) == 2:
+                raise Stop  # before anything runs
+
+    monkeypatch.setattr(_functional, "DeviceArray", RecordedDeviceArray)
+    inputs = [FakeCudaArray((4, 8), np.float16, device_id=1), FakeCudaArray((4, 8), np.float16, device_id=1),
+              FakeCudaArray((8,), np.float16, device_id=1)]
+    with pytest.raises(Stop):
+        infiniop_py.rms_norm_backward(*inputs)
+    assert made == [((4, 8), np.dtype(np.float16), "nvidia", 1), ((8,), np.dtype(np.float16), "nvidia", 1)]
+
+
 class _Recorder:
     def __init__(self, devices, index):
         devices.append(index)

@@ -107,8 +107,10 @@ def run(name, outs, ins, pad=0, stream=ffi.NULL, repeat=1, aliases=None):
     return results if repeat > 1 else results[0]
 
 
-def rel_err(a, ref):
-    scale = max(np.abs(ref).max(), 1e-30)
+def rel_err(a, ref, terms=0.0):
+    """max|a - ref| over the scale: max|ref|, or ``terms``, the size of the terms that cancel in ref where that is
+    larger (a row of one element: grad_x is exactly 0, and any F32 kernel leaves rounding noise of that size)."""
+    scale = max(np.abs(ref).max(), terms, 1e-30)
     return np.abs(a.astype(np.float64) - ref).max() / scale
 
 
@@ -131,7 +133,9 @@ def rms_case(dt, shape):
 def test_rms_norm(dt, shape):
     (gy, x, w), (ref_gx, ref_gw) = rms_case(dt, shape)
     gx, gw = run("RMSNorm", [np.empty_like(gy), np.empty(shape[-1], dt)], [gy, x, w])
-    assert rel_err(gx, ref_gx) < TOLERANCE[np.dtype(dt)]
+    G, X, W = (a.astype(np.float64) for a in (gy, x, w))
+    terms = np.abs(G * W / np.sqrt((X * X).mean(-1, keepdims=True))).max()
+    assert rel_err(gx, ref_gx, terms) < TOLERANCE[np.dtype(dt)]
     assert rel_err(gw, ref_gw) < TOLERANCE[np.dtype(dt)]
 
 
