@@ -196,8 +196,8 @@ def _(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd
 
 def _f32_parameters(input, *parameters):
     """For F16/BF16 data, the parameters in F32: PyTorch's kernels then take their mixed-precision path, which
-    saves the statistics in F32 (with 16-bit parameters LayerNorm saves them in 16 bits). The conversion is
-    exact, and the output the same (tested)."""
+    saves the statistics in F32 (with 16-bit parameters LayerNorm saves them in 16 bits on the CPU). The
+    conversion is exact, and the output the same (tested)."""
     if input.dtype not in (torch.float16, torch.bfloat16):
         return parameters
     return tuple(None if parameter is None else parameter.float() for parameter in parameters)
@@ -212,7 +212,22 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 
 
 def _rms_norm_forward(input, normalized_shape, weight, eps):
+    if weight is not None and weight.dtype != input.dtype and input.device.type != "cpu":
+        return _rms_norm_composite(input, normalized_shape, weight, eps)
+    # On the CPU the fused kernel takes mixed dtypes, with the composite's bits (tested) at its speed.
     return torch.ops.aten._fused_rms_norm(input, normalized_shape, weight, eps)
+
+
+def _rms_norm_composite(input, normalized_shape, weight, eps):
+    """What torch.nn.functional.rms_norm runs when the weight's dtype is not the input's (it warns that it cannot
+    use the fused kernel, which on CUDA refuses them in torch 2.11): the input in F32 (F64 for F64), one
+    rounding at the end (on an H200 with torch 2.11, bit for bit torch's)."""
+    compute = torch.float64 if input.dtype == torch.float64 else torch.float32
+    upcast = input.to(compute)
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    eps = torch.finfo(compute).eps if eps is None else eps
+    rstd = torch.rsqrt(upcast.pow(2).mean(dims, keepdim=True) + eps)
+    return (upcast * rstd * weight).to(input.dtype), rstd
 
 
 rms_norm.register_fake(_rms_norm_forward)  # ATen's kernels have fake implementations of their own
@@ -244,7 +259,8 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
 
 
 def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
-    weight, bias = _f32_parameters(input, weight, bias)
+    if input.device.type == "cpu":  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
+        weight, bias = _f32_parameters(input, weight, bias)  # parameters of another dtype than the data's
     return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 

@@ -158,3 +158,20 @@ def test_functional_signatures_are_torchs():
         theirs = inspect.signature(getattr(torch.nn.functional, name))
         assert list(ours.parameters) == list(theirs.parameters), name
         assert [p.default for p in ours.parameters.values()] == [p.default for p in theirs.parameters.values()], name
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+@pytest.mark.parametrize("shape, normalized, eps", [((6, 40, 96), [96], None), ((3, 5, 7, 33), [7, 33], 1e-5)])
+def test_rms_norm_composite_is_torchs_mixed_dtype_forward(dtype, shape, normalized, eps):
+    """The forward the custom op runs off the CPU for 16-bit data with F32 weights: torch.nn.functional.rms_norm's
+    own (its composite path, which the CPU takes too) bit for bit, and the fused kernel's rstd."""
+    from infiniop_py.torch import ops
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(shape, generator=g) * 2 + 0.5).to(dtype)
+    w = torch.randn(normalized, generator=g)
+    output, rstd = ops._rms_norm_composite(x, normalized, w, eps)
+    assert output.dtype == dtype and torch.equal(output, torch.nn.functional.rms_norm(x, normalized, w, eps))
+    fused_rstd = torch.ops.aten._fused_rms_norm(x, normalized, w, eps)[1]
+    assert rstd.dtype == fused_rstd.dtype and rstd.shape == fused_rstd.shape
+    torch.testing.assert_close(rstd, fused_rstd, rtol=2e-7, atol=0)
