@@ -150,3 +150,11 @@ def test_sync_batch_norm_without_a_process_group_is_batch_norm():
     converted = ipt.SyncBatchNorm.convert_sync_batchnorm(torch.nn.Sequential(torch.nn.BatchNorm1d(3)))
     assert type(converted[0]) is ipt.SyncBatchNorm
     assert list(converted.state_dict()) == list(torch.nn.Sequential(torch.nn.BatchNorm1d(3)).state_dict())
+
+
+def test_sync_batch_norm_constructor_is_torchs():
+    """The same parameters and buffers as torch.nn.SyncBatchNorm's for the same arguments, bias=False included."""
+    for arguments in ({}, {"bias": False}, {"affine": False}, {"track_running_stats": False}):
+        theirs, ours = torch.nn.SyncBatchNorm(5, **arguments), ipt.SyncBatchNorm(5, **arguments)
+        assert {name: value.shape for name, value in ours.state_dict().items()} == \
+            {name: value.shape for name, value in theirs.state_dict().items()}, arguments
