@@ -1,6 +1,8 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the
 forward is PyTorch's own kernel, the backward this library's: through plain autograd Functions in eager mode, through
-the custom ops torch.ops.infiniop where torch.compile traces (ops.py)."""
+the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under torch.func's transforms (grad, vmap,
+jacrev, functional_call with grad, ...) they are PyTorch's own functions: the backward kernels read plain memory,
+which functorch's wrapped and batched tensors do not have."""
 
 import math
 import numbers
@@ -21,6 +23,11 @@ def _forward(name, *args):
     return ops.EAGER[name].apply(*args)
 
 
+def _in_torch_func():
+    """Whether a torch.func transform is active (the check torch.autograd.Function.apply makes itself)."""
+    return torch._C._are_functorch_transforms_active()
+
+
 def _shape_list(normalized_shape):
     if isinstance(normalized_shape, numbers.Integral):
         return [int(normalized_shape)]
@@ -31,12 +38,16 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
              eps: Optional[float] = None) -> Tensor:
     """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None:
     torch.finfo(input.dtype).eps)."""
+    if _in_torch_func():
+        return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     return _forward("rms_norm", input, _shape_list(normalized_shape), weight, eps)[0]
 
 
 def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
+    if _in_torch_func():
+        return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     return _forward("layer_norm", input, _shape_list(normalized_shape), weight, bias, eps)[0]
 
 
@@ -46,6 +57,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
     statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
+    if _in_torch_func():
+        return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     if training:
         _require_more_than_one_value_per_channel(input)
     output, _, _, new_mean, new_var = _forward("batch_norm", input, weight, bias, running_mean, running_var,
