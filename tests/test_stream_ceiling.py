@@ -1,21 +1,12 @@
 """scripts/stream_ceiling.py builds its streaming loops and times them against torch's copy_ in the same rounds."""
 
-import importlib.util
 import os
-import pathlib
 import platform
 import shutil
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "stream_ceiling.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("stream_ceiling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _scripts import load_script
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the script's loops are x86-64 (SSE2)")
@@ -23,7 +14,7 @@ def test_every_loop_is_timed_and_set_against_the_torch_copy(capsys):
     pytest.importorskip("torch", reason="the reference copy is torch's copy_")
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("no C compiler (cc or $CC) to build the script's loops")
-    assert load_script().main(["--rounds", "2", "--mib", "4"]) == 0
+    assert load_script("stream_ceiling").main(["--rounds", "2", "--mib", "4"]) == 0
     table = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(table) if line.startswith("loop"))
     rows = {line[:24].strip(): line[24:].split() for line in table[header + 1:]}
@@ -35,7 +26,7 @@ def test_every_loop_is_timed_and_set_against_the_torch_copy(capsys):
 
 
 def test_it_refuses_other_machines(monkeypatch, capsys):
-    module = load_script()
+    module = load_script("stream_ceiling")
     monkeypatch.setattr(module.platform, "machine", lambda: "aarch64")
     assert module.main([]) == 2
     assert "x86-64 only" in capsys.readouterr().err

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""A/B timing of two builds of the library, or two ISA paths of one, on one benchmark case: the method behind the
+"A/B in alternating processes" numbers of docs/performance.md. On a shared VM a process's speed moves with the
+machine's phases, so A and B run in separate processes, alternating ABBA..., each on the same data (the
+benchmark's case, seeded), and each sample carries the copy bandwidth its process measured. It also says whether
+both sides' gradients have the same bits.
+
+    python scripts/ab.py A B --op layer_norm --dtype bfloat16 --shape 4096x4096 [--processes 6] [--calls 30]
+                         [--threads 2] [--after-copy] [--json]
+
+A and B: a directory holding libinfiniop.so (set as INFINIOP_PY_LIBRARY_DIR), or `installed` for the library the
+package finds itself, each optionally followed by `:ISA` (INFINIOP_CPU_ISA), e.g. `installed:avx2`. Without
+--after-copy the calls run back to back (the data in the caches where it fits); with it each timed call follows a
+256 MiB copy and one untimed call, as the benchmark's rounds do. Each process reports the median of its calls.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def _child(args):
+    """One process's sample: {median_s, min_s, copy_gbs, bits}."""
+    import numpy as np
+
+    import infiniop_py as ip
+    from infiniop_py.bench.cpu import COPY_BYTES, _torch, build_case, copy_call
+
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    copy, _ = copy_call(torch)
+    shape = tuple(int(size) for size in args.shape.split("x"))
+    with ip.Handle("cpu") as handle:
+        case, operator, run, _, _ = build_case(args.op, args.dtype, shape, handle, np.random.default_rng(0))
+        with operator:
+            run()
+            bits = hashlib.sha256(b"".join(np.ascontiguousarray(out).tobytes() for out in case.outputs)).hexdigest()
+            times = []
+            for _ in range(args.calls):
+                if args.after_copy:
+                    copy()
+                run()
+                begin = time.perf_counter()
+                run()
+                times.append(time.perf_counter() - begin)
+    copies = []
+    for _ in range(5):
+        begin = time.perf_counter()
+        copy()
+        copies.append(time.perf_counter() - begin)
+    return {"median_s": statistics.median(times), "min_s": min(times),
+            "copy_gbs": 2 * COPY_BYTES / statistics.median(copies) / 1e9, "bits": bits[:16]}
+
+
+def _environment(side, threads):
+    directory, _, isa = side.partition(":")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    for name in ("INFINIOP_PY_LIBRARY_DIR", "INFINIOP_CPU_ISA"):
+        env.pop(name, None)
+    if directory != "installed":
+        if not os.path.isfile(os.path.join(directory, "libinfiniop.so")):
+            raise SystemExit(f"{side}: no libinfiniop.so in {directory!r}")
+        env["INFINIOP_PY_LIBRARY_DIR"] = os.path.abspath(directory)
+    if isa:
+        env["INFINIOP_CPU_ISA"] = isa
+    return env
+
+
+def _sample(side, args):
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--op", args.op, "--dtype", args.dtype,
+               "--shape", args.shape, "--calls", str(args.calls), "--threads", str(args.threads)]
+    if args.after_copy:
+        command.append("--after-copy")
+    result = subprocess.run(command, env=_environment(side, args.threads), capture_output=True, text=True,
+                            timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"{side}: the timing process failed:\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def compare(args):
+    """{side: [samples]} in ABBA order, and the summary."""
+    sides = {"A": args.a, "B": args.b}
+    samples = {"A": [], "B": []}
+    for process in range(args.processes):
+        for name in ("AB" if process % 2 == 0 else "BA"):
+            samples[name].append(_sample(sides[name], args))
+    a, b = ([s["median_s"] for s in samples[name]] for name in "AB")
+    every = samples["A"] + samples["B"]
+    return {
+        "case": f"{args.op} {args.dtype} {args.shape}", "threads": args.threads, "after_copy": args.after_copy,
+        "sides": sides, "samples": samples,
+        "b_over_a_median": statistics.median(b) / statistics.median(a),
+        "b_over_a_min": min(b) / min(a),
+        "same_bits": len({s["bits"] for s in every}) == 1,
+        "copy_gbs": [min(s["copy_gbs"] for s in every), max(s["copy_gbs"] for s in every)],
+    }
+
+
+def format_report(report):
+    lines = [f"{report['case']}, {report['threads']} threads, "
+             f"{'each call after a 256 MiB copy' if report['after_copy'] else 'calls back to back'}"]
+    for name, side in report["sides"].items():
+        own = report["samples"][name]
+        lines.append(f"{name} {side}: ms per process " + " ".join(f"{s['median_s'] * 1e3:.3f}" for s in own)
+                     + " (copy GB/s " + " ".join(f"{s['copy_gbs']:.0f}" for s in own) + ")")
+    lines.append(f"B/A time: {report['b_over_a_median']:.3f} (medians), {report['b_over_a_min']:.3f} (minimums); "
+                 f"copy {report['copy_gbs'][0]:.0f}-{report['copy_gbs'][1]:.0f} GB/s; "
+                 f"{'same bits' if report['same_bits'] else 'DIFFERENT BITS'}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a", nargs="?")
+    parser.add_argument("b", nargs="?")
+    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"),
+                        required=True)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), required=True)
+    parser.add_argument("--shape", required=True, help="e.g. 4096x4096, or 256x64x4096 for batch_norm")
+    parser.add_argument("--processes", type=int, default=6, help="processes per side (default 6)")
+    parser.add_argument("--calls", type=int, default=30, help="timed calls per process (default 30)")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
+    parser.add_argument("--after-copy", action="store_true", help="each timed call after a 256 MiB copy")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child(args)))
+        return 0
+    if args.a is None or args.b is None:
+        parser.error("A and B are required")
+    report = compare(args)
+    print(json.dumps(report, indent=1) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

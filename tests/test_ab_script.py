@@ -1,0 +1,50 @@
+"""scripts/ab.py times two builds (or ISA paths) of the library on one case in alternating processes and says
+whether their gradients have the same bits."""
+
+import json
+
+import pytest
+
+from _scripts import load_script
+
+
+def test_one_library_against_itself(capsys):
+    arguments = ["installed", "installed", "--op", "rms_norm", "--dtype", "float32", "--shape", "8x96",
+                 "--processes", "2", "--calls", "3", "--threads", "1", "--after-copy", "--json"]
+    assert load_script("ab").main(arguments) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["case"] == "rms_norm float32 8x96" and report["after_copy"] is True
+    assert report["sides"] == {"A": "installed", "B": "installed"} and list(report["samples"]) == ["A", "B"]
+    for samples in report["samples"].values():
+        assert len(samples) == 2
+        for sample in samples:
+            assert 0 < sample["min_s"] <= sample["median_s"] and sample["copy_gbs"] > 0
+    assert report["b_over_a_median"] > 0 and report["b_over_a_min"] > 0
+    assert report["same_bits"], report["samples"]  # one library, the same seeded data: the same gradients
+
+
+def test_the_summary_and_different_bits(monkeypatch):
+    module = load_script("ab")
+    times = {"A": [2.0, 4.0, 3.0], "B": [1.0, 3.0, 1.5]}
+    order = []
+
+    def sample(side, args):
+        order.append(side)
+        return {"median_s": times[side][order.count(side) - 1], "min_s": 0.5,
+                "copy_gbs": 40.0 + len(order), "bits": "same" if side == "A" else "other"}
+
+    monkeypatch.setattr(module, "_sample", sample)
+    args = module.argparse.Namespace(a="A", b="B", processes=3, op="rms_norm", dtype="float32", shape="4x4",
+                                     threads=2, after_copy=False)
+    report = module.compare(args)
+    assert order == ["A", "B", "B", "A", "A", "B"]  # ABBA...: neither side always runs first
+    assert report["b_over_a_median"] == pytest.approx(1.5 / 3.0)
+    assert report["b_over_a_min"] == pytest.approx(1.0 / 2.0)
+    assert report["copy_gbs"] == [41.0, 46.0]
+    assert not report["same_bits"]
+    assert "DIFFERENT BITS" in module.format_report(report)
+
+
+def test_a_directory_without_the_library_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="no libinfiniop.so"):
+        load_script("ab")._environment(f"{tmp_path}:avx2", 2)
