@@ -10,6 +10,9 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 - ``RMSNorm``, ``LayerNorm``, ``BatchNorm1d/2d/3d``: subclasses of torch.nn's modules (same constructor,
   parameters, buffers and state_dict) whose forward is the functional above.
 - ``replace_norms(model)``: turns a model's torch norm modules into these, in place.
+- Under torch.func's transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) the
+  functionals and modules are torch.nn.functional's own functions: the kernels read plain memory, which
+  functorch's wrapped and batched tensors do not have. Double backward is refused (no backward of a backward).
 - ``SyncBatchNorm``: torch.nn.SyncBatchNorm over torch.distributed, on the CPU (gloo) as on GPUs, with the
   two-phase backward (see ``sync_batch_norm``).
 """
