@@ -23,7 +23,7 @@ def _functions():
     ]
 
 
-def _inputs(name, generator):
+def _inputs(generator):
     x = torch.randn(5, 4, 4, generator=generator, dtype=F64) * 1.5 + 0.3
     w = torch.randn(4, generator=generator, dtype=F64) * 0.5 + 1.0
     weights = torch.randn(x.shape, generator=generator, dtype=F64)  # makes the loss depend on every output
@@ -32,7 +32,7 @@ def _inputs(name, generator):
 
 @pytest.mark.parametrize("name, ours, theirs", _functions(), ids=[f[0] for f in _functions()])
 def test_grad_jacrev_and_jvp(name, ours, theirs):
-    x, w, weights = _inputs(name, torch.Generator().manual_seed(1))
+    x, w, weights = _inputs(torch.Generator().manual_seed(1))
     def loss(fn):
         return lambda x, w: (fn(x, w) * weights).sum()
     for transform in (lambda fn: torch.func.grad(loss(fn), argnums=(0, 1)),
