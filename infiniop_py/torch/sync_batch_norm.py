@@ -86,8 +86,8 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True,
                  process_group=None, device=None, dtype=None, *, bias=True):
-        # torch before 2.13 has no `bias` argument (an H200 image with torch 2.11 ran the suite): pass it only
-        # where it is not the default.
+        # torch before 2.12 has no `bias` argument (nor then has this class): pass it only where it is not the
+        # default.
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype,
                          **({} if bias else {"bias": False}))
         self.process_group = process_group

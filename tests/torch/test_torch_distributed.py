@@ -2,6 +2,7 @@
 an empty one among three), against one process on the whole batch. Each world size is started once, every check
 runs in it (distributed_worker.py), and a rank that hangs is killed."""
 
+import inspect
 import os
 import socket
 import subprocess
@@ -153,8 +154,14 @@ def test_sync_batch_norm_without_a_process_group_is_batch_norm():
 
 
 def test_sync_batch_norm_constructor_is_torchs():
-    """The same parameters and buffers as torch.nn.SyncBatchNorm's for the same arguments, bias=False included."""
+    """The same parameters and buffers as torch.nn.SyncBatchNorm's for the same arguments, bias=False included
+    (torch before 2.12 has no `bias` argument: then neither has ours)."""
+    torch_takes_bias = "bias" in inspect.signature(torch.nn.SyncBatchNorm).parameters
     for arguments in ({}, {"bias": False}, {"affine": False}, {"track_running_stats": False}):
+        if "bias" in arguments and not torch_takes_bias:
+            with pytest.raises(TypeError, match="bias"):
+                ipt.SyncBatchNorm(5, **arguments)
+            continue
         theirs, ours = torch.nn.SyncBatchNorm(5, **arguments), ipt.SyncBatchNorm(5, **arguments)
         assert {name: value.shape for name, value in ours.state_dict().items()} == \
             {name: value.shape for name, value in theirs.state_dict().items()}, arguments
