@@ -341,11 +341,11 @@ batch_norm.register_autograd(_batch_norm_backward, setup_context=_batch_norm_set
 # ------------------------------------------------------------------------------------------------- eager path
 # Outside torch.compile, infiniop_py.torch.functional runs each forward as a plain autograd Function with the
 # same forward (BatchNorm's writes the running statistics in place), setup_context and backward formula as the
-# custom op's registration above, whose backward calls the backward op's body directly. Inside a training step (LayerNorm module of 2x512x1024, 2 threads,
-# 2026-11-26) the custom op's autograd layer cost a fixed 0.1-0.2 ms per forward and the dispatch of the backward
-# op 0.25 ms per backward, enough to make the drop-in modules slower than torch's; a Function with a separate
-# setup_context cost 0.1 ms more per forward than this one, which sets up inside its forward. torch.compile
-# traces the custom ops, which it needs.
+# custom op's registration above, whose backward calls the backward op's body directly. Inside a training step
+# (LayerNorm module of 2x512x1024, 2 threads, 2026-11-26) the custom op's autograd layer cost a fixed 0.1-0.2 ms
+# per forward and the dispatch of the backward op 0.25 ms per backward, enough to make the drop-in modules slower
+# than torch's; a Function with a separate setup_context cost 0.1 ms more per forward than this one, which sets
+# up inside its forward. torch.compile traces the custom ops, which it needs.
 
 def _eager(ctx):
     """Whether ctx is the eager Function's (else the custom op's, which torch.compile may be tracing)."""
