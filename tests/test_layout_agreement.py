@@ -94,10 +94,12 @@ def test_python_validator_agrees_with_c(c_handle, case, data):
 
 @pytest.mark.parametrize("case", OPS, ids=str)
 def test_generator_reaches_every_verdict(case):
-    """The strategy above is only a check if it produces each verdict; sample it and see."""
+    """The strategy above is only a check if it produces each verdict; sample it and see. Derandomized: once, in a
+    whole-suite run, 250 random BatchNorm layouts gave no NULL_POINTER verdict (run alone: 6-35 in each of 80
+    samplings), so with random seeds this flaked."""
     seen = set()
 
-    @settings(max_examples=250, database=None)
+    @settings(max_examples=500, database=None, derandomize=True)
     @given(data=st.data())
     def sample(data):
         specs = data.draw(layouts(case))
