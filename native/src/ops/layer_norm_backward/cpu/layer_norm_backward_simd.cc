@@ -57,7 +57,7 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
     const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
     // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
     // The coefficients by value: captured by reference, AVX2 code loaded each one's address and then the vector
-    // at every use (by value, 0.79-0.93x the time of BF16 and F16 rows in the caches; AVX-512 level).
+    // at every use (by value, 0.80-0.93x the time of BF16 and F16 rows in the caches; AVX-512 level).
     auto step = [=](auto stream, T *out, const auto *go_at, const auto *in_at, const W *weight_at,
                     auto *...rest) SIMD_LAMBDA_INLINE {
         // Every load before the first store: weight and the partials often lie a multiple of 4 KiB apart, and a
