@@ -2,9 +2,11 @@
 step of norm-heavy models with torch's norms and after ``replace_norms``, and each drop-in module's forward +
 backward against torch's module, on the same data in one process, timed in interleaved rounds (bench/timing.py's
 interleaved_medians; on a GPU each step ends with a synchronization); ratios of medians. F32, and BF16
-activations with F32 parameters under autocast."""
+activations with F32 parameters under autocast. On glibc the process's malloc keeps freed memory from then on
+(keep_freed_memory)."""
 
 import copy
+import ctypes
 import statistics
 
 from .timing import interleaved_medians, machine_description
@@ -15,6 +17,23 @@ DTYPES = ("float32", "bfloat16")
 # Rounds go on until each side has run this long: a module's step takes a few ms and its time moves with the VM's
 # memory phases, so the default 0.05 s (7 rounds) let one run's ratio move by 10% or more.
 MIN_SECONDS = 1.0
+# glibc's malloc gives a step's freed activations (16-32 MiB each) back to the OS and the next step page-faults
+# them in again: about 7000 faults per LayerNorm module step, half of its time on this project's VM, and noise
+# that moved a module's ratio by 10% between runs. Tuned CPU training avoids that (PyTorch's tuning guide:
+# jemalloc or tcmalloc); glibc does with these mallopt settings, the same as MALLOC_TRIM_THRESHOLD_ and
+# MALLOC_MMAP_THRESHOLD_ in the environment.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+KEPT_BYTES = 1 << 30
+
+
+def keep_freed_memory():
+    """Make glibc's malloc keep up to KEPT_BYTES of freed memory and serve blocks below that from its heap; whether
+    it did (False where the C library's malloc is another, or a sanitizer's)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all([mallopt(option, KEPT_BYTES) == 1 for option in (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)])
 
 
 def _models(torch):
@@ -93,7 +112,8 @@ def run(repeats=7, dtypes=DTYPES, device="cpu"):
     device = torch.device(device)
     machine = torch.cuda.get_device_name(device) if device.type == "cuda" else machine_description()
     report = {"machine": machine, "threads": torch.get_num_threads(), "device": str(device),
-              "torch_version": torch.__version__, "models": [], "modules": []}
+              "torch_version": torch.__version__, "keeps_freed_memory": keep_freed_memory(),
+              "models": [], "modules": []}
     for kind, table in (("models", _models(torch)), ("modules", _modules(torch))):
         for name, (make, shape) in table.items():
             for dtype in dtypes:
@@ -104,7 +124,8 @@ def run(repeats=7, dtypes=DTYPES, device="cpu"):
 def format_table(report):
     lines = [f"machine: {report['machine']}; device: {report['device']}; threads: {report['threads']}; "
              f"torch {report['torch_version']}",
-             "one forward + backward, torch's norms vs replace_norms; bfloat16: autocast (F32 parameters)", ""]
+             "one forward + backward, torch's norms vs replace_norms; bfloat16: autocast (F32 parameters); malloc: "
+             + ("keeps freed memory (mallopt)" if report["keeps_freed_memory"] else "the C library's defaults"), ""]
     for kind, title in (("models", "model"), ("modules", "module")):
         lines += [f"| {title} | dtype | shape | torch ms | ours ms | speedup |", "|---|---|---|---:|---:|---:|"]
         for r in report[kind]:

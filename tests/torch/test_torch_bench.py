@@ -1,8 +1,14 @@
 """bench --training (infiniop_py/bench/training.py) on tiny shapes: every model and module is timed with torch's
 norms and with replace_norms, and the report says how many norms were replaced; bench --sync-batch-norm
-(bench/distributed.py) with its 2 gloo processes on a small batch."""
+(bench/distributed.py) with its 2 gloo processes on a small batch; and that the training bench's malloc setting
+keeps freed memory where it says it does."""
 
 import json
+import resource
+import subprocess
+import sys
+
+import pytest
 
 from _torch_helpers import torch  # noqa: F401  (skips without torch)
 
@@ -29,6 +35,45 @@ def test_training_benchmark_reports_every_model_and_module(monkeypatch, tmp_path
     assert all(r["replaced"] == 1 and r["torch_s"] > 0 and r["ours_s"] > 0 for r in modules.values())
     table = capsys.readouterr().out
     assert "median training-step speedup" in table and "| RMSNorm | bfloat16 | 2x3x16 |" in table
+    malloc = "keeps freed memory (mallopt)" if report["keeps_freed_memory"] else "the C library's defaults"
+    assert f"malloc: {malloc}" in table
+
+
+# In a fresh process (the setting is process-wide): the page faults of touching 64 MiB from malloc a second time,
+# after free. glibc serves 64 MiB from a fresh mmap each time by default (its dynamic threshold stops at 32 MiB),
+# so every page faults again; kept, the second block is the first one's memory.
+_SECOND_TOUCH_FAULTS = """
+import ctypes, resource, sys
+from infiniop_py.bench import training
+kept = training.keep_freed_memory() if sys.argv[1] == "keep" else None
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
+size = 64 << 20
+for touch in range(2):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    block = libc.malloc(size)
+    ctypes.memset(block, 1, size)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    libc.free(block)
+print(kept, faults)
+"""
+
+
+def _second_touch_faults(mode):
+    result = subprocess.run([sys.executable, "-c", _SECOND_TOUCH_FAULTS, mode], capture_output=True, text=True,
+                            timeout=120, check=True)
+    kept, faults = result.stdout.split()
+    return kept, int(faults)
+
+
+def test_keep_freed_memory_stops_the_page_faults_of_reused_blocks():
+    kept, faults_kept = _second_touch_faults("keep")
+    if kept != "True":
+        pytest.skip("this process's malloc is not glibc's own (another C library, or a sanitizer's): nothing to set")
+    _, faults_default = _second_touch_faults("default")
+    pages = (64 << 20) // resource.getpagesize()
+    assert faults_default > pages // 2, "glibc's default should map 64 MiB afresh"
+    assert faults_kept < pages // 100
 
 
 def test_sync_batch_norm_benchmark_times_each_step_on_two_processes(monkeypatch, tmp_path, capsys):
