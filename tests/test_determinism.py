@@ -246,6 +246,43 @@ def test_a_single_rows_gradients_rounded_straight_have_the_bits_of_summed_partia
     assert run(strided_weight=True) == straight
 
 
+# A single row's 16-bit bias gradient is grad_output's own bits, as +0.0 + go rounded back gives them: -0.0 made
+# +0.0, NaNs quiet with their payload, infinities and subnormals kept (on AVX512-BF16 too, whose rounding would
+# flush subnormals). The strided gradient takes the F32 partial instead, summed and rounded at the end.
+SPECIAL_BITS = {BF16: (0x8000, 0x0000, 0x7f81, 0xff81, 0x7fc3, 0x7f80, 0xff80, 0x0001, 0x8001, 0x3f80),
+                F16: (0x8000, 0x0000, 0x7c01, 0xfc01, 0x7e03, 0x7c00, 0xfc00, 0x0001, 0x8001, 0x3c00)}
+
+
+@pytest.mark.parametrize("dim", [4096 + 5, 1 << 18])
+@pytest.mark.parametrize("dtype", (BF16, F16), ids=str)
+def test_a_single_rows_bias_gradient_is_grad_output_plus_zero_at_special_values(dtype, dim):
+    import infiniop_py as ip
+
+    rng = np.random.default_rng(17)
+    data = lambda *dims: rng.standard_normal(dims).astype(np.float32).astype(dtype)  # noqa: E731
+    grad_out, row_input, weight, std = data(1, dim), data(1, dim), data(dim), np.array([1.25], dtype)
+    special = np.array(SPECIAL_BITS[dtype], np.uint16)
+    positions = np.concatenate([3 * np.arange(special.size) + 1, dim - 1 - np.arange(special.size)])  # the tail too
+    grad_out.view(np.uint16)[0, positions] = np.tile(special, 2)
+
+    def bias_gradient(strided):
+        grad_bias = np.zeros(2 * dim, dtype)[::2] if strided else np.zeros(dim, dtype)
+        outputs = (np.empty((1, dim), dtype), np.zeros(dim, dtype), grad_bias)
+        with ip.Handle("cpu") as handle, ip.LayerNormBackward(handle, *outputs, grad_out, weight, row_input,
+                                                              std) as operator:
+            operator(*outputs, grad_out, weight, row_input, std)
+        return np.ascontiguousarray(grad_bias).view(np.uint16)
+
+    straight = bias_gradient(strided=False)
+    assert (straight == bias_gradient(strided=True)).all()
+    quiet = 0x0040 if dtype == BF16 else 0x0200
+    expected = np.where(special == 0x8000, 0, special)
+    expected = np.where((special & 0x7fff) > (0x7f80 if dtype == BF16 else 0x7c00), expected | quiet, expected)
+    assert [hex(b) for b in straight[positions]] == [hex(b) for b in np.tile(expected, 2)]
+    plain = np.setdiff1d(np.arange(dim), positions)
+    assert (straight[plain] == grad_out.view(np.uint16)[0, plain]).all()
+
+
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
 @pytest.mark.parametrize("dtype", (np.float32, BF16, F16), ids=str)
 def test_a_single_rows_workspace_holds_no_parameter_vector_it_leaves_unused(op, dtype):

@@ -237,9 +237,42 @@ SIMD_INLINE void store(float *p, f32v v) {
 }
 
 template <typename T>
-SIMD_INLINE void store(T *p, f32v v) {
-    u16v bits = narrowBits(v, T{});
+SIMD_INLINE void storeBits(T *p, u16v bits) {
     std::memcpy(p, &bits, sizeof bits);
+}
+
+template <typename T>
+SIMD_INLINE void store(T *p, f32v v) {
+    storeBits(p, narrowBits(v, T{}));
+}
+
+// The bits of +0.0 + x rounded back to T, for the 16 values x of T at p: x itself, but -0.0 made +0.0 and a
+// signaling NaN quiet (its payload kept), as narrowBits of the F32 sum gives. Six integer ops on 16-bit lanes
+// where the round trip takes a widening, an addition and narrowBits.
+template <typename T>
+SIMD_INLINE u16v zeroPlusBits(const T *p) {
+    static_assert(std::is_same_v<T, cpu::bf16_t> || std::is_same_v<T, cpu::f16_t>, "16-bit types only");
+    constexpr int16_t kInfinity = std::is_same_v<T, cpu::bf16_t> ? 0x7f80 : 0x7c00;
+    constexpr int16_t kQuietBit = std::is_same_v<T, cpu::bf16_t> ? 0x0040 : 0x0200;
+    u16v result;
+#if defined(__AVX2__)
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    const __m256i negative_zero = _mm256_cmpeq_epi16(bits, _mm256_set1_epi16(INT16_MIN));
+    const __m256i nan = _mm256_cmpgt_epi16(_mm256_and_si256(bits, _mm256_set1_epi16(INT16_MAX)),
+                                           _mm256_set1_epi16(kInfinity));
+    const __m256i kept = _mm256_or_si256(_mm256_andnot_si256(negative_zero, bits),
+                                         _mm256_and_si256(nan, _mm256_set1_epi16(kQuietBit)));
+    std::memcpy(&result, &kept, sizeof result);
+#else
+    typedef int16_t i16v __attribute__((vector_size(32)));
+    i16v bits;
+    std::memcpy(&bits, p, sizeof bits);
+    constexpr int16_t kNegativeZero = INT16_MIN, kMagnitude = INT16_MAX;
+    const i16v negative_zero = bits == kNegativeZero, nan = (bits & kMagnitude) > kInfinity; // lanes of all ones
+    const i16v kept = (bits & ~negative_zero) | (nan & kQuietBit);
+    std::memcpy(&result, &kept, sizeof result);
+#endif
+    return result;
 }
 
 // Stores that bypass the caches, for a large output nobody reads again soon: a cached store first reads the
