@@ -61,15 +61,14 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     if training:
         _require_more_than_one_value_per_channel(input)
-    args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
-    if not torch.compiler.is_compiling():
-        return ops.EAGER["batch_norm"].apply(*args)[0]  # it updates the running statistics itself
-    output, _, _, new_mean, new_var = torch.ops.infiniop.batch_norm(*args)  # functional: the caller updates them
-    if training and running_mean is not None and running_var is not None:
+    outputs = _forward("batch_norm", input, weight, bias, running_mean, running_var, training, momentum, eps)
+    # The eager Function updates the running statistics itself; the custom op is functional (its outputs end with
+    # the new ones), so its caller copies them in.
+    if torch.compiler.is_compiling() and training and running_mean is not None and running_var is not None:
         with torch.no_grad():
-            running_mean.copy_(new_mean)
-            running_var.copy_(new_var)
-    return output
+            running_mean.copy_(outputs[3])
+            running_var.copy_(outputs[4])
+    return outputs[0]
 
 
 def _require_more_than_one_value_per_channel(input):
