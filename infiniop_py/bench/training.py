@@ -18,7 +18,7 @@ DTYPES = ("float32", "bfloat16")
 # memory phases, so the default 0.05 s (7 rounds) let one run's ratio move by 10% or more.
 MIN_SECONDS = 1.0
 # glibc's malloc gives a step's freed activations (16-32 MiB each) back to the OS and the next step page-faults
-# them in again: about 7000 faults per LayerNorm module step, half of its time on this project's VM, and noise
+# them in again: 7500-8700 faults per LayerNorm module step, half of its time on this project's VM, and noise
 # that moved a module's ratio by 10% between runs. Tuned CPU training avoids that (PyTorch's tuning guide:
 # jemalloc or tcmalloc); glibc does with these mallopt settings, the same as MALLOC_TRIM_THRESHOLD_ and
 # MALLOC_MMAP_THRESHOLD_ in the environment.
