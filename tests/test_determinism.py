@@ -19,9 +19,12 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
 # alone. Cached inputs (8 MiB or less) with too few blocks, of rows too short to split by chunks: every row's
 # sums, then the threads take column slices, the last with a scalar tail (20 rows of 5000: one block; 48 rows
 # of 2100: three blocks of 16 rows). A single row of 2^20 (cached): split at chunks, its 16-bit gradients rounded
-# straight from the row's terms. Each shape has work enough for 3 threads (cpu::threadsFor).
+# straight from the row's terms. Cached 16-bit rows whose blocks are capped by the size of their partials (240
+# rows of 4500: 14 blocks of up to 18 rows, not 15 of 16; in F32 over 8 MiB, so not cached). Each shape has work
+# enough for 3 threads (cpu::threadsFor).
 LONG_ROW_SHAPES = {"one split row": (1, 1 << 20), "split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
-                   "column slices": (20, 5000), "column slices, three blocks": (48, 2100)}
+                   "column slices": (20, 5000), "column slices, three blocks": (48, 2100),
+                   "cached blocks capped": (240, 4500)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 

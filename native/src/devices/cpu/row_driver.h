@@ -33,6 +33,13 @@ constexpr size_t kPartialBytes = size_t(2) << 20;
 // 256x4096 and 64x16384 25-30% faster; 16 MiB lost 5-10% at 512x4096.
 constexpr size_t kCachedInputBytes = size_t(8) << 20;
 constexpr size_t kCachedBlockRows = 16;
+// And their partials of one gradient take at most this much (or one block). Summing them reads every block's
+// partials on every thread's columns, half of them from the other core's cache with 2 threads: over 512 rows of
+// 4096, 32 blocks meant 1 MiB of partials against 8-12 MiB of data. Capped here (16 blocks at 4096, 2026-11-28,
+// 2 threads, A/B in alternating processes, back to back) RMSNorm BF16 512x4096 took 0.81 of the time, LayerNorm
+// BF16 0.89, F16 0.87, and less still where the VM places its two vCPUs far apart (docs/performance.md, "The VM's
+// two phases"). Only 16-bit rows reach the cap: cached F32 rows have at most 1 Mi elements, 256 KiB per 16 rows.
+constexpr size_t kCachedPartialBytes = size_t(256) << 10;
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
@@ -52,16 +59,17 @@ constexpr size_t kSliceAlignment = 64;
 constexpr size_t kMaxRowsReadingWeightAsStored = 64;
 constexpr size_t kMinDimReadingWeightAsStored = 4096;
 
-inline size_t maxRowBlocks(size_t dim) {
+// The most row blocks (at least one, at most kMaxRowBlocks) whose partials of one gradient fit in `bytes`.
+inline size_t blocksFitting(size_t dim, size_t bytes) {
     const size_t partial_bytes = dim * sizeof(float);
-    if (partial_bytes * kMaxRowBlocks <= kPartialBytes) return kMaxRowBlocks;
-    const size_t fitting = kPartialBytes / partial_bytes;
+    if (partial_bytes * kMaxRowBlocks <= bytes) return kMaxRowBlocks;
+    const size_t fitting = bytes / partial_bytes;
     return fitting < 1 ? 1 : fitting;
 }
 
-inline size_t cachedRowBlocks(size_t rows) {
-    const size_t blocks = rows / kCachedBlockRows;
-    return blocks < 1 ? 1 : blocks < kMaxRowBlocks ? blocks : kMaxRowBlocks;
+inline size_t cachedRowBlocks(size_t rows, size_t dim) {
+    const size_t blocks = rows / kCachedBlockRows, most = blocksFitting(dim, kCachedPartialBytes);
+    return blocks < 1 ? 1 : blocks < most ? blocks : most;
 }
 
 struct RowPlan {
@@ -79,7 +87,7 @@ struct RowPlan {
 
     RowPlan(size_t rows, size_t dim, size_t element_bytes)
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
-          blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows) : maxRowBlocks(dim))),
+          blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes) {}
