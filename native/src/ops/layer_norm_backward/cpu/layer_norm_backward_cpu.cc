@@ -167,7 +167,7 @@ class CpuDescriptor final : public Descriptor {
                                                                info.grad_bias_stride, single_row, bias_scratch);
             const Kernels<T, K> &all_kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
             const FormKernels<T, K> &kernels = kFromInput ? all_kernels.from_input : all_kernels.xhat;
-            cpu::runRows(
+            const bool finished = cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) {
                     return kernels.sums(n, grad_output + info.grad_output.offset(row) + begin,
@@ -193,9 +193,15 @@ class CpuDescriptor final : public Descriptor {
                                          partial_rows == PartialRows::with_next, row == plan_.blocks.begin(block),
                                          plan_.hints(row, begin, reduce_next, grad_output, info.grad_output,
                                                      row_input, info.row_input));
+                },
+                [&](size_t begin, size_t n) {
+                    weight_block_partials.finishColumns(grad_weight, info.grad_weight_stride, begin, n);
+                    bias_block_partials.finishColumns(grad_bias, info.grad_bias_stride, begin, n);
                 });
-            weight_block_partials.finish(grad_weight, info.grad_weight_stride);
-            bias_block_partials.finish(grad_bias, info.grad_bias_stride);
+            if (!finished) {
+                weight_block_partials.finish(grad_weight, info.grad_weight_stride);
+                bias_block_partials.finish(grad_bias, info.grad_bias_stride);
+            }
         });
     }
 

@@ -105,7 +105,7 @@ class CpuDescriptor final : public Descriptor {
                                                           info.grad_w_stride, info.rows == 1,
                                                           w_copy + (space_.w_copy ? dim : 0));
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
-            cpu::runRows(
+            const bool finished = cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) {
                     return kernels.sums(n, grad_y + info.grad_y.offset(row) + begin, x + info.x.offset(row) + begin,
@@ -122,8 +122,9 @@ class CpuDescriptor final : public Descriptor {
                                          grad_x + info.grad_x.offset(row) + begin, block_partials.at(block, begin),
                                          row == plan_.blocks.begin(block),
                                          plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
-                });
-            block_partials.finish(grad_w, info.grad_w_stride);
+                },
+                [&](size_t begin, size_t n) { block_partials.finishColumns(grad_w, info.grad_w_stride, begin, n); });
+            if (!finished) block_partials.finish(grad_w, info.grad_w_stride);
         });
     }
 
