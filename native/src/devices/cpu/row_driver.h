@@ -260,16 +260,19 @@ class BlockPartials {
 
     template <typename W>
     void finish(W *gradient, ptrdiff_t stride) const {
-        if (data_ != nullptr && !in_gradient_) sumBlockPartials(data_, blocks_, dim_, gradient, stride);
+        if (needsSumming()) sumBlockPartials(data_, blocks_, dim_, gradient, stride);
     }
 
     // finish() of columns [begin, begin + n) only, on the calling thread: the same bits, column by column.
     template <typename W>
     void finishColumns(W *gradient, ptrdiff_t stride, size_t begin, size_t n) const {
-        if (data_ != nullptr && !in_gradient_) sumBlockPartialColumns(data_, blocks_, dim_, begin, n, gradient, stride);
+        if (needsSumming()) sumBlockPartialColumns(data_, blocks_, dim_, begin, n, gradient, stride);
     }
 
   private:
+    // Partials in scratch: neither taken in place nor rounded straight, and the gradient is wanted.
+    bool needsSumming() const { return data_ != nullptr && !in_gradient_; }
+
     size_t blocks_, dim_;
     C *data_ = nullptr;
     K *rounded_ = nullptr;
