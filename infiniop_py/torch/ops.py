@@ -19,6 +19,9 @@ import infiniop_py
 Tensor = torch.Tensor
 
 
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
 def _statistics_dtype(dtype):
     """What PyTorch's forwards save mean / rstd / invstd in: F64 for F64 data, else F32."""
     return torch.float64 if dtype is torch.float64 else torch.float32
@@ -75,12 +78,31 @@ def _rms_norm_backward_body(grad_out: Tensor, input: Tensor, normalized_shape: S
     want_weight = bool(output_mask[1]) and weight is not None
     if weight is None:  # no affine: the kernel takes a weight, so give it ones
         weight = torch.ones(normalized_shape, dtype=input.dtype, device=input.device)
-    grad_input = torch.empty_like(input, memory_format=torch.contiguous_format)
-    grad_weight = torch.empty_like(weight, memory_format=torch.contiguous_format) if want_weight else None
-    infiniop_py.rms_norm_backward(grad_out.contiguous(), input.contiguous(), weight, rstd=_statistics(rstd, input, leading),
-                                  need_grad_weight=want_weight, out=(grad_input, grad_weight))
+    data, grad_data, kernel_weight = _rms_norm_kernel_operands(input, grad_out, weight)
+    grad_input = torch.empty_like(data, memory_format=torch.contiguous_format)
+    grad_weight = torch.empty_like(kernel_weight, memory_format=torch.contiguous_format) if want_weight else None
+    infiniop_py.rms_norm_backward(grad_data.contiguous(), data.contiguous(), kernel_weight,
+                                  rstd=_statistics(rstd, data, leading), need_grad_weight=want_weight,
+                                  out=(grad_input, grad_weight))
+    # Widened operands: each gradient rounded once to its tensor's dtype, as torch's own backward rounds it.
+    if grad_input.dtype is not input.dtype:
+        grad_input = grad_input.to(input.dtype)
+    if want_weight and grad_weight.dtype is not weight.dtype:
+        grad_weight = grad_weight.to(weight.dtype)
     return (grad_input if output_mask[0] else _absent(input),
             grad_weight if want_weight else _absent(input))
+
+
+def _rms_norm_kernel_operands(input, grad_out, weight):
+    """(input, grad_out, weight) in dtypes the kernel takes together: a weight of the data's dtype, or F32 with
+    F16/BF16 data. torch runs RMSNorm with any two float dtypes (BF16 weights on F32 data: a model cast to BF16
+    given F32 inputs), so a narrower weight is widened to F32 (F64 for F64 data), and F64 weights widen the data
+    to F64 instead; both exactly."""
+    if weight.dtype is input.dtype or (weight.dtype is torch.float32 and input.dtype in _HALF_DTYPES):
+        return input, grad_out, weight
+    if weight.dtype is torch.float64:
+        return input.double(), grad_out.double(), weight
+    return input, grad_out, weight.to(torch.float64 if input.dtype is torch.float64 else torch.float32)
 
 
 rms_norm_backward = torch.library.custom_op("infiniop::rms_norm_backward", _rms_norm_backward_body,

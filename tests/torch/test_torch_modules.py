@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from _devices import DEVICES
-from _torch_helpers import DTYPES, assert_matches_torch, torch
+from _torch_helpers import DTYPES, assert_matches_torch, bound, error, float64_twin, forward_backward, torch
 
 import infiniop_py.torch as ipt
 
@@ -47,6 +47,39 @@ def test_rms_norm_matches_torch(shapes, dtype, parameter_dtype, affine, seed):
     x = _randn((*leading, *normalized), dtype, generator, 2.0, 0.5)
     grad_output = _randn(x.shape, dtype, generator)
     assert_matches_torch(ours, theirs, x, grad_output, _row_scale(theirs, x, grad_output, rms=True))
+
+
+# Weight dtypes the kernel takes no data with (a narrower weight is widened, an F64 one widens the data).
+WIDENED_RMS_NORM_DTYPES = [(torch.float32, torch.bfloat16), (torch.float32, torch.float16),
+                           (torch.float32, torch.float64), (torch.bfloat16, torch.float16),
+                           (torch.bfloat16, torch.float64), (torch.float16, torch.bfloat16),
+                           (torch.float16, torch.float64), (torch.float64, torch.float32),
+                           (torch.float64, torch.bfloat16)]
+
+
+@pytest.mark.parametrize("dtype, weight_dtype", WIDENED_RMS_NORM_DTYPES)
+def test_rms_norm_with_weights_of_another_dtype_matches_torch(dtype, weight_dtype):
+    """torch runs RMSNorm with any two float dtypes (BF16 weights on F32 data: a model cast to BF16 given F32
+    inputs). Ours too: the forward is torch's, bit for bit, and the gradients come in the tensors' own dtypes,
+    within the bound of the less precise of the two against a float64 reference, grad_input within its own."""
+    generator = _seeded(17)
+    theirs = _with_parameters(torch.nn.RMSNorm(40, eps=1e-6), weight_dtype, "same", generator)
+    ours = ipt.RMSNorm(40, eps=1e-6).to(weight_dtype)
+    ours.load_state_dict(theirs.state_dict())
+    x = _randn((5, 3, 40), dtype, generator, 2.0, 0.5)
+    grad_output = _randn(x.shape, dtype, generator)  # torch's output takes the data's dtype
+    output, grad_x, grads, _ = forward_backward(ours, x, grad_output)
+    expected, torch_grad_x, torch_grads, _ = forward_backward(theirs, x, grad_output)
+    reference = forward_backward(float64_twin(theirs, dtype), x.double(), grad_output.double())
+    assert torch.equal(output, expected) and output.dtype == expected.dtype
+    assert grad_x.dtype == dtype and grads["weight"].dtype == weight_dtype
+    scale = _row_scale(theirs, x, grad_output, rms=True)
+    weight_limit = max(bound(dtype), bound(weight_dtype))
+    for what, ours_grad, torch_grad, reference_grad, limit, grad_scale in (
+            ("grad_input", grad_x, torch_grad_x, reference[1], bound(dtype), scale),
+            ("grad_weight", grads["weight"], torch_grads["weight"], reference[2]["weight"], weight_limit, 0.0)):
+        assert error(ours_grad, reference_grad, grad_scale) <= limit, what
+        assert error(ours_grad, torch_grad, grad_scale) <= 2 * limit, f"{what} vs torch"
 
 
 def _row_scale(module, x, grad_output, rms):
