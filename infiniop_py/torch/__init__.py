@@ -9,7 +9,9 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
   take cuDNN's: the two round differently, so outputs can differ in the last bits from torch's with cuDNN.
 - ``RMSNorm``, ``LayerNorm``, ``BatchNorm1d/2d/3d``: subclasses of torch.nn's modules (same constructor,
   parameters, buffers and state_dict) whose forward is the functional above.
-- ``replace_norms(model)``: turns a model's torch norm modules into these, in place.
+- ``replace_norms(model)``: turns a model's torch norm modules into these, in place; with
+  ``rms_norms=[...]``, also RMSNorm classes written outside torch.nn, such as transformers' LlamaRMSNorm and
+  GemmaRMSNorm, each checked on a probe before it is swapped (see ``foreign_rms_norm``).
 - Under torch.func's transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) the
   functionals and modules are torch.nn.functional's own functions: the kernels read plain memory, which
   functorch's wrapped and batched tensors do not have. Double backward is refused (no backward of a backward).

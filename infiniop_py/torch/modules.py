@@ -11,7 +11,7 @@ import warnings
 import torch
 
 import infiniop_py
-from . import functional
+from . import foreign_rms_norm, functional
 
 
 class RMSNorm(torch.nn.RMSNorm):
@@ -66,15 +66,26 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DEVICES = {"cpu": "cpu", "cuda": "nvidia"}
 
 
-def replace_norms(module):
+def replace_norms(module, rms_norms=()):
     """Turn every torch.nn.RMSNorm, LayerNorm and BatchNorm1d/2d/3d in ``module`` (itself included, recursively)
     into this package's class, in place: the same objects, parameters, buffers and hooks, so an optimizer built
     before still works. Subclasses of those classes are left alone (their forward may differ). Returns how many
     were replaced; modules this library cannot serve (parameters of a dtype or on a device it has no kernel
-    for) stay torch's, named in one warning."""
+    for) stay as they are, named in one warning.
+
+    ``rms_norms``: classes of RMSNorm modules written outside torch.nn, such as transformers' LlamaRMSNorm and
+    GemmaRMSNorm (or the copies other models make of them), whose instances are replaced too (see
+    foreign_rms_norm). Each is checked first: its own forward, run on a random probe, must be RMSNorm of the input
+    with its weight (or 1 + weight) and epsilon; one that is not stays as it is, named in the warning."""
+    foreign = _foreign_classes(rms_norms)
     replaced, kept = 0, []
     for name, submodule in module.named_modules():
         replacement = REPLACEMENTS.get(type(submodule))
+        if replacement is None and type(submodule) in foreign:
+            replacement, reason = foreign_rms_norm.replacement(submodule)
+            if replacement is None:
+                kept.append(f"{name or type(submodule).__name__} ({reason})")
+                continue
         if replacement is None:
             continue
         reason = _unservable_reason(submodule)
@@ -84,8 +95,19 @@ def replace_norms(module):
         submodule.__class__ = replacement
         replaced += 1
     if kept:
-        warnings.warn(f"replace_norms: kept torch's modules for {', '.join(kept)}", stacklevel=2)
+        warnings.warn(f"replace_norms: kept these modules as they were: {', '.join(kept)}", stacklevel=2)
     return replaced
+
+
+def _foreign_classes(rms_norms):
+    """``rms_norms`` as a set of module classes, or a TypeError naming the argument."""
+    if isinstance(rms_norms, type):
+        rms_norms = (rms_norms,)
+    classes = set(rms_norms)
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            raise TypeError(f"rms_norms: {cls!r} is not a torch.nn.Module class")
+    return classes
 
 
 def _unservable_reason(module):

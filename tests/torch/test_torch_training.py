@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from _foreign_norms import GemmaStyleRMSNorm, LlamaStyleRMSNorm
 from _torch_helpers import error, torch
 
 import infiniop_py
@@ -112,11 +113,17 @@ class AllNorms(torch.nn.Module):
         self.batch_norm = ipt.BatchNorm2d(6)
         self.layer_norm = ipt.LayerNorm(6)
         self.rms_norm = ipt.RMSNorm(6)
+        # Norms of the two transformers families, replaced (replace_norms(rms_norms=...)): forwards of their own.
+        self.llama = LlamaStyleRMSNorm(6)
+        self.gemma = GemmaStyleRMSNorm(6)
+        torch.nn.init.normal_(self.llama.weight, 1.0, 0.5)  # else the loss, a mean square, would not depend on them
+        torch.nn.init.normal_(self.gemma.weight, 0.0, 0.5)
+        assert ipt.replace_norms(self, rms_norms=[LlamaStyleRMSNorm, GemmaStyleRMSNorm]) == 2
 
     def forward(self, x):
         x = self.batch_norm(self.conv(x)).relu()
         x = x.flatten(2).transpose(1, 2)  # (N, positions, channels)
-        return self.rms_norm(self.layer_norm(x)).square().mean()
+        return self.gemma(self.llama(self.rms_norm(self.layer_norm(x)))).square().mean()
 
 
 def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
@@ -126,9 +133,12 @@ def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
     eager = AllNorms()
     compiled_model = copy.deepcopy(eager)
     compiled = torch.compile(compiled_model, fullgraph=True)
-    calls = []
+    calls, rms_calls = [], []
     real = ipt.ops._layer_norm_kernel
     monkeypatch.setattr(ipt.ops, "_layer_norm_kernel", lambda *args: calls.append(1) or real(*args))
+    real_rms = infiniop_py.rms_norm_backward
+    monkeypatch.setattr(infiniop_py, "rms_norm_backward",
+                        lambda *args, **kwargs: rms_calls.append(1) or real_rms(*args, **kwargs))
     for step in range(2):
         x = torch.randn(4, 3, 9, 9)
         expected = eager(x)
@@ -141,3 +151,4 @@ def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
         for (name, a), (_, e) in zip(compiled_model.named_buffers(), eager.named_buffers()):
             torch.testing.assert_close(a, e, msg=name)
     assert len(calls) == 4  # eager and compiled, two steps each
+    assert len(rms_calls) == 12  # and three RMSNorms in each
