@@ -1,12 +1,13 @@
 """Benchmark of training with the PyTorch integration (``infiniop-py bench --training``): a forward + backward
-step of norm-heavy models with torch's norms and after ``replace_norms``, and each drop-in module's forward +
-backward against torch's module, on the same data in one process, timed in interleaved rounds (bench/timing.py's
-interleaved_medians; on a GPU each step ends with a synchronization); ratios of medians. F32, and BF16
-activations with F32 parameters under autocast. On glibc the process's malloc keeps freed memory from then on
-(keep_freed_memory)."""
+step of norm-heavy models with torch's norms (and transformers' LlamaRMSNorm) and after ``replace_norms``, and
+each module's forward + backward against its replacement, on the same data in one process, timed in interleaved
+rounds (bench/timing.py's interleaved_medians; on a GPU each step ends with a synchronization); ratios of
+medians. F32, and BF16 activations with F32 parameters (see _compare). On glibc the process's malloc keeps freed
+memory from then on (keep_freed_memory)."""
 
 import copy
 import ctypes
+import functools
 import statistics
 
 from .timing import interleaved_medians, machine_description
@@ -36,6 +37,25 @@ def keep_freed_memory():
     return all([mallopt(option, KEPT_BYTES) == 1 for option in (M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)])
 
 
+@functools.lru_cache(maxsize=None)
+def llama_rms_norm(torch):
+    """transformers' LlamaRMSNorm as its forward computes (F32 statistics, the weight times the normalized input
+    rounded to the input's dtype): the RMSNorm of Llama, Mistral and Qwen models, written outside torch.nn, which
+    torch runs as a composite of elementwise ops and replace_norms(rms_norms=[...]) swaps."""
+    class LlamaRMSNorm(torch.nn.Module):
+        def __init__(self, size, eps=1e-6):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(size))
+            self.variance_epsilon = eps
+
+        def forward(self, hidden_states):
+            wide = hidden_states.float()
+            normalized = wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * normalized.to(hidden_states.dtype)
+
+    return LlamaRMSNorm
+
+
 def _models(torch):
     class TransformerMLP(torch.nn.Module):
         """Four pre-norm blocks: LayerNorm, Linear, GELU, RMSNorm, residual."""
@@ -50,6 +70,21 @@ def _models(torch):
             for block in self.blocks:
                 x = x + block(x)
             return x
+
+    class LlamaMLP(torch.nn.Module):
+        """Four pre-norm blocks as Llama's: LlamaRMSNorm, Linear, SiLU, residual; then a final LlamaRMSNorm."""
+
+        def __init__(self):
+            super().__init__()
+            rms_norm = llama_rms_norm(torch)
+            self.blocks = torch.nn.ModuleList(
+                torch.nn.Sequential(rms_norm(WIDTH), torch.nn.Linear(WIDTH, WIDTH), torch.nn.SiLU()) for _ in range(4))
+            self.norm = rms_norm(WIDTH)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = x + block(x)
+            return self.norm(x)
 
     class DepthwiseConvNet(torch.nn.Module):
         """Three depthwise 3x3 convolutions, each followed by BatchNorm2d and ReLU (MobileNet-like)."""
@@ -66,11 +101,13 @@ def _models(torch):
             return self.layers(x)
 
     return {"transformer MLP (4x LayerNorm + RMSNorm)": (TransformerMLP, (*BATCH_TOKENS, WIDTH)),
+            "Llama-style MLP (5x LlamaRMSNorm)": (LlamaMLP, (*BATCH_TOKENS, WIDTH)),
             "depthwise conv net (3x BatchNorm2d)": (DepthwiseConvNet, IMAGES)}
 
 
 def _modules(torch):
     return {"RMSNorm": (lambda: torch.nn.RMSNorm(WIDTH), (*BATCH_TOKENS, WIDTH)),
+            "LlamaRMSNorm (transformers' forward)": (lambda: llama_rms_norm(torch)(WIDTH), (*BATCH_TOKENS, WIDTH)),
             "LayerNorm": (lambda: torch.nn.LayerNorm(WIDTH), (*BATCH_TOKENS, WIDTH)),
             "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(IMAGES[1]), IMAGES)}
 
@@ -89,20 +126,22 @@ def _training_step(torch, model, x, autocast):
     return step
 
 
-def _compare(torch, make, shape, dtype, repeats, device):
-    """{torch_s, ours_s, speedup} of a training step of make() with torch's norms and with replace_norms."""
+def _compare(torch, make, shape, dtype, repeats, device, module):
+    """{torch_s, ours_s, speedup} of a training step of make() with torch's norms and with replace_norms. BF16: the
+    models under autocast, which gives their norms BF16 activations from the layers before them; a module alone
+    gets BF16 input (autocast leaves norms' inputs as they come)."""
     import infiniop_py.torch as ipt
 
     torch.manual_seed(0)
     theirs = make().to(device)
     ours = copy.deepcopy(theirs)
-    replaced = ipt.replace_norms(ours)
-    x = torch.randn(shape, device=device).requires_grad_()
+    replaced = ipt.replace_norms(ours, rms_norms=[llama_rms_norm(torch)])
     autocast = dtype == "bfloat16"
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16 if autocast and module else None).requires_grad_()
     torch_s, ours_s = interleaved_medians(
         [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats, MIN_SECONDS)
-    return {"dtype": dtype, "shape": list(shape), "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s,
-            "speedup": torch_s / ours_s}
+    return {"dtype": dtype, "input_dtype": str(x.dtype).removeprefix("torch."), "shape": list(shape),
+            "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s, "speedup": torch_s / ours_s}
 
 
 def run(repeats=7, dtypes=DTYPES, device="cpu"):
@@ -117,14 +156,16 @@ def run(repeats=7, dtypes=DTYPES, device="cpu"):
     for kind, table in (("models", _models(torch)), ("modules", _modules(torch))):
         for name, (make, shape) in table.items():
             for dtype in dtypes:
-                report[kind].append({"name": name, **_compare(torch, make, shape, dtype, repeats, device)})
+                result = _compare(torch, make, shape, dtype, repeats, device, module=kind == "modules")
+                report[kind].append({"name": name, **result})
     return report
 
 
 def format_table(report):
     lines = [f"machine: {report['machine']}; device: {report['device']}; threads: {report['threads']}; "
              f"torch {report['torch_version']}",
-             "one forward + backward, torch's norms vs replace_norms; bfloat16: autocast (F32 parameters); malloc: "
+             "one forward + backward, torch's norms vs replace_norms; bfloat16: F32 parameters, models under autocast, "
+             "modules on BF16 input; malloc: "
              + ("keeps freed memory (mallopt)" if report["keeps_freed_memory"] else "the C library's defaults"), ""]
     for kind, title in (("models", "model"), ("modules", "module")):
         lines += [f"| {title} | dtype | shape | torch ms | ours ms | speedup |", "|---|---|---|---:|---:|---:|"]

@@ -1,27 +1,23 @@
 """RMSNorm modules as models outside torch.nn write them, for replace_norms(rms_norms=...): the two families of
-transformers (Llama's and Gemma's forward, written from what they compute), and modules that only look like them."""
+transformers (Llama's, from the training bench, and Gemma's, written from what their forwards compute), and
+modules that only look like them."""
 
 from _torch_helpers import torch
 
+from infiniop_py.bench.training import llama_rms_norm
+
 HALF = (torch.float16, torch.bfloat16)
+
+
+class LlamaStyleRMSNorm(llama_rms_norm(torch)):
+    """Llama's (and Mistral's, Qwen's, ...), as the training bench has it, under an importable name (pickling a
+    replaced module names its original class)."""
 
 
 def _normalized(hidden_states, eps):
     """The input in F32 over its root mean square, as both families compute it."""
     wide = hidden_states.float()
     return wide * torch.rsqrt(wide.square().mean(-1, keepdim=True) + eps)
-
-
-class LlamaStyleRMSNorm(torch.nn.Module):
-    """Llama's (and Mistral's, Qwen's, ...): weight * the normalized input rounded to the input's dtype."""
-
-    def __init__(self, size, eps=1e-6, device=None):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(size, device=device))
-        self.variance_epsilon = eps
-
-    def forward(self, hidden_states):
-        return self.weight * _normalized(hidden_states, self.variance_epsilon).to(hidden_states.dtype)
 
 
 class GemmaStyleRMSNorm(torch.nn.Module):

@@ -26,13 +26,21 @@ def test_training_benchmark_reports_every_model_and_module(monkeypatch, tmp_path
     models = {(r["name"], r["dtype"]): r for r in report["models"]}
     modules = {(r["name"], r["dtype"]): r for r in report["modules"]}
     assert set(models) == {(name, dtype) for name in ("transformer MLP (4x LayerNorm + RMSNorm)",
+                                                      "Llama-style MLP (5x LlamaRMSNorm)",
                                                       "depthwise conv net (3x BatchNorm2d)")
                            for dtype in ("float32", "bfloat16")}
     assert {r["replaced"] for r in models.values() if r["name"].startswith("transformer")} == {8}
+    assert {r["replaced"] for r in models.values() if r["name"].startswith("Llama")} == {5}
     assert {r["replaced"] for r in models.values() if r["name"].startswith("depthwise")} == {3}
-    assert set(modules) == {(name, dtype) for name in ("RMSNorm", "LayerNorm", "BatchNorm2d")
+    assert set(modules) == {(name, dtype) for name in ("RMSNorm", "LlamaRMSNorm (transformers' forward)",
+                                                       "LayerNorm", "BatchNorm2d")
                             for dtype in ("float32", "bfloat16")}
     assert all(r["replaced"] == 1 and r["torch_s"] > 0 and r["ours_s"] > 0 for r in modules.values())
+    # BF16 modules run on BF16 input (autocast would leave a norm's F32 input as it is); models get theirs from
+    # the layers autocast runs in BF16.
+    assert {(r["dtype"], r["input_dtype"]) for r in modules.values()} == {("float32", "float32"),
+                                                                          ("bfloat16", "bfloat16")}
+    assert {r["input_dtype"] for r in models.values()} == {"float32"}
     table = capsys.readouterr().out
     assert "median training-step speedup" in table and "| RMSNorm | bfloat16 | 2x3x16 |" in table
     malloc = "keeps freed memory (mallopt)" if report["keeps_freed_memory"] else "the C library's defaults"

@@ -43,7 +43,8 @@ class _Stack(torch.nn.Module):
         self.llama = LlamaStyleRMSNorm(8)
         self.gemma = GemmaStyleRMSNorm(8)
         self.torch = torch.nn.RMSNorm(8)
-        self.meta = LlamaStyleRMSNorm(8, device="meta")  # checked on CPU probes: its data is not needed
+        with torch.device("meta"):
+            self.meta = LlamaStyleRMSNorm(8)  # checked on CPU probes: its data is not needed
 
     def forward(self, x):
         return self.torch(self.gemma(self.llama(x)))
