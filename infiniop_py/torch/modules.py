@@ -101,13 +101,14 @@ def replace_norms(module, rms_norms=()):
 
 def _foreign_classes(rms_norms):
     """``rms_norms`` as a set of module classes, or a TypeError naming the argument."""
-    if isinstance(rms_norms, type):
-        rms_norms = (rms_norms,)
-    classes = set(rms_norms)
+    try:
+        classes = (rms_norms,) if isinstance(rms_norms, type) else tuple(rms_norms)
+    except TypeError:
+        raise TypeError(f"rms_norms: a torch.nn.Module class or an iterable of them, not {rms_norms!r}") from None
     for cls in classes:
         if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
             raise TypeError(f"rms_norms: {cls!r} is not a torch.nn.Module class")
-    return classes
+    return set(classes)
 
 
 def _unservable_reason(module):

@@ -151,5 +151,8 @@ def test_replaced_modules_pickle_and_copy():
 
 def test_rms_norms_takes_classes():
     assert ipt.replace_norms(LlamaStyleRMSNorm(4), rms_norms=LlamaStyleRMSNorm) == 1  # one class alone
-    with pytest.raises(TypeError, match="rms_norms: 3 is not a torch.nn.Module class"):
-        ipt.replace_norms(LlamaStyleRMSNorm(4), rms_norms=[3])
+    for wrong, message in (([3], "rms_norms: 3 is not a torch.nn.Module class"),
+                           ([[LlamaStyleRMSNorm]], r"rms_norms: \[<class .*\] is not a torch.nn.Module class"),
+                           (None, "rms_norms: a torch.nn.Module class or an iterable of them, not None")):
+        with pytest.raises(TypeError, match=message):
+            ipt.replace_norms(LlamaStyleRMSNorm(4), rms_norms=wrong)
