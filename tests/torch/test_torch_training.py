@@ -1,6 +1,6 @@
 """Training with the drop-in norms: at each of 20 steps of training small models after replace_norms, the losses,
-gradients and running statistics are torch's, under autocast too; and torch.compile(fullgraph=True) traces them
-whole, forward and backward."""
+gradients and running statistics are torch's, under autocast too; torch.compile(fullgraph=True) traces them
+whole, forward and backward; and activation checkpointing recomputes them."""
 
 import copy
 
@@ -152,3 +152,32 @@ def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
             torch.testing.assert_close(a, e, msg=name)
     assert len(calls) == 4  # eager and compiled, two steps each
     assert len(rms_calls) == 12  # and three RMSNorms in each
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_gives_torchs_gradients(reentrant, monkeypatch):
+    """torch.utils.checkpoint (transformers' gradient checkpointing) recomputes each block's forward in the
+    backward: the saved tensors of the replaced norms come back through it, their backward runs the library's
+    kernels, and the gradients are torch's without checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    theirs = TransformerBlock()
+    ours = copy.deepcopy(theirs)
+    assert ipt.replace_norms(ours) == 3
+    calls = []
+    real = infiniop_py.rms_norm_backward
+    monkeypatch.setattr(infiniop_py, "rms_norm_backward",
+                        lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    inputs, labels = _data(TransformerBlock, 1, torch.Generator().manual_seed(3))[0]
+    expected = _loss_and_gradients(theirs, inputs, labels, autocast=False)
+
+    class Checkpointed(torch.nn.Module):
+        def forward(self, x):
+            return checkpoint(ours, x, use_reentrant=reentrant)
+
+    actual = _loss_and_gradients(Checkpointed(), inputs.requires_grad_(reentrant), labels, autocast=False)
+    assert calls == [1]
+    assert abs(actual - expected) <= 1e-6 * abs(expected)
+    for (name, a), (_, e) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
+        assert error(a.grad, e.grad, scale=1.0) <= 1e-5, name
