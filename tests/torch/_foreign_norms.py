@@ -41,11 +41,14 @@ class T5StyleRMSNorm(LlamaStyleRMSNorm):
 
 
 class CenteredNorm(LlamaStyleRMSNorm):
-    """LayerNorm without a bias, under an RMSNorm's attributes."""
+    """LayerNorm without a bias (centered, then scaled), under an RMSNorm's attributes. Written out, not
+    torch.nn.functional.layer_norm: that refuses the probe's mixed dtypes with a C++ exception, which the
+    sanitizer stage's preloaded ASan runtime cannot intercept."""
 
     def forward(self, hidden_states):
-        return torch.nn.functional.layer_norm(hidden_states, self.weight.shape, self.weight, None,
-                                              self.variance_epsilon)
+        wide = hidden_states.float()
+        centered = wide - wide.mean(-1, keepdim=True)
+        return self.weight * _normalized(centered, self.variance_epsilon).to(hidden_states.dtype)
 
 
 class WeightlessNorm(LlamaStyleRMSNorm):
