@@ -67,7 +67,8 @@ def test_replaces_both_families_in_place_and_trains_through_the_library(monkeypa
 
     calls = []
     real = infiniop_py.rms_norm_backward
-    monkeypatch.setattr(infiniop_py, "rms_norm_backward", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    monkeypatch.setattr(infiniop_py, "rms_norm_backward",
+                        lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
     weights_before = [model.llama.weight.detach().clone(), model.gemma.weight.detach().clone()]
     x, target = torch.randn(3, 8, generator=_seeded(1)), torch.randn(3, 8, generator=_seeded(2))
     (model(x) * target).sum().backward()  # not a sum of squares: an RMSNorm makes that a constant
