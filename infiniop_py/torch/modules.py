@@ -80,15 +80,13 @@ def replace_norms(module, rms_norms=()):
     foreign = _foreign_classes(rms_norms)
     replaced, kept = 0, []
     for name, submodule in module.named_modules():
-        replacement = REPLACEMENTS.get(type(submodule))
-        if replacement is None and type(submodule) in foreign:
-            replacement, reason = foreign_rms_norm.replacement(submodule)
-            if replacement is None:
-                kept.append(f"{name or type(submodule).__name__} ({reason})")
-                continue
+        replacement, reason = REPLACEMENTS.get(type(submodule)), None
         if replacement is None:
-            continue
-        reason = _unservable_reason(submodule)
+            if type(submodule) not in foreign:
+                continue
+            replacement, reason = foreign_rms_norm.replacement(submodule)
+        if reason is None:
+            reason = _unservable_reason(submodule)
         if reason is not None:
             kept.append(f"{name or type(submodule).__name__} ({reason})")
             continue

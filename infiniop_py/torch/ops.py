@@ -220,7 +220,7 @@ def _f32_parameters(input, *parameters):
     """For F16/BF16 data, the parameters in F32: PyTorch's kernels then take their mixed-precision path, which
     saves the statistics in F32 (with 16-bit parameters LayerNorm saves them in 16 bits on the CPU). The
     conversion is exact, and the output the same (tested)."""
-    if input.dtype not in (torch.float16, torch.bfloat16):
+    if input.dtype not in _HALF_DTYPES:
         return parameters
     return tuple(None if parameter is None else parameter.float() for parameter in parameters)
 
