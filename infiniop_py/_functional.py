@@ -1,6 +1,7 @@
 """What the functional API shares: default handles, the operator cache, output allocation, the checked run."""
 
 import collections
+import re
 import threading
 
 import numpy as np
@@ -9,7 +10,7 @@ from . import dtypes
 from . import _host_memory, _known_layouts, _layout
 from ._device_memory import DeviceArray
 from ._layout import TensorSpec, contiguous_strides, significant_strides
-from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError
+from .errors import BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, InfiniopError
 from .handle import Handle
 from .tensors import as_tensor
 
@@ -168,6 +169,14 @@ def _require_out_shapes(output_refs, specs, input_refs):
                                       f"{dtypes.name(like_dtype)}")
 
 
+def _naming_inputs(error, output, like):
+    """``error`` of the C rules, which compare every tensor with the first output, as the user sees it when the
+    function allocated that output: named as the input it was made like (same shape and dtype), which is what
+    disagrees with the tensor the message is about ("x: dtype F16 must equal grad_y's dtype F32", not grad_x's)."""
+    message = re.sub(rf"\b{re.escape(output)}\b", like, str(error))
+    return type(error)(message, status=error.status)
+
+
 class Signature:
     """One functional op: its operator class, the names of its tensors and options, and ``run``, which each
     functional wrapper calls."""
@@ -220,6 +229,10 @@ def run_checked(signature, inputs, out, options, wanted):
         if _launch_packed(operator_class, refs, output_names, options):
             return tuple(out)
         raise
+    except InfiniopError as error:
+        if out_given:
+            raise
+        raise _naming_inputs(error, output_names[0], specs[0][1]) from None
     operator._launch([refs[name] for name in operator.layouts], None, library_stream(_first_present(refs)))
     _known_layouts.remember(signature, option_values, wanted, out_given, out, input_arrays, operator)
     return tuple(out)

@@ -3,6 +3,7 @@ error naming that argument, and failing calls leak nothing: neither Python objec
 memory or objects (the C heap's in-use bytes, and the package's live native resources)."""
 
 import ctypes
+import re
 import gc
 import tracemalloc
 import weakref
@@ -208,3 +209,45 @@ def test_a_wrong_out_array_is_named_as_out():
                                                                      np.empty(9, np.float32)))
     with pytest.raises(infiniop_py.BadTensorShapeError, match="input_std_deviation: shape"):  # the argument's name
         infiniop_py.layer_norm_backward(grad_output, weight, xhat, np.ones(5, np.float32))
+
+
+def _functional_calls():
+    """(function, its output names, {argument name: a correct F32 array}, call(arguments)) per functional."""
+    rng = np.random.default_rng(1)
+    rows, channels = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((4, 8, 3)).astype(np.float32)
+    ones = np.ones(8, np.float32)
+    yield ("rms_norm_backward", ("grad_x", "grad_w"), {"grad_y": rows, "x": rows, "w": ones},
+           lambda a: infiniop_py.rms_norm_backward(a["grad_y"], a["x"], a["w"]))
+    yield ("layer_norm_backward", ("grad_input", "grad_weight", "grad_bias"),
+           {"grad_output": rows, "weight": ones, "input": rows, "mean": np.zeros(4, np.float32),
+            "rstd": np.ones(4, np.float32)},
+           lambda a: infiniop_py.layer_norm_backward(a["grad_output"], a["weight"], input=a["input"], mean=a["mean"],
+                                                     rstd=a["rstd"]))
+    yield ("batch_norm_backward", ("grad_input", "grad_weight", "grad_bias"),
+           {"input": channels, "grad_output": channels, "weight": ones, "running_mean": np.zeros(8, np.float32),
+            "running_var": ones},
+           lambda a: infiniop_py.batch_norm_backward(a["input"], a["grad_output"], a["weight"], a["running_mean"],
+                                                     a["running_var"], training=False))
+
+
+ALLOCATING_CASES = [pytest.param(function, outputs, arguments, call, name, kind, id=f"{function}: {kind} of {name}")
+                    for function, outputs, arguments, call in _functional_calls()
+                    for name in list(arguments)[1:] for kind in ("dtype", "shape")]
+
+
+@pytest.mark.parametrize("function, outputs, arguments, call, name, kind", ALLOCATING_CASES)
+def test_errors_name_what_the_user_passed(function, outputs, arguments, call, name, kind):
+    """Where the function allocates the outputs, an input that disagrees is named with the input it disagrees
+    with, never with an output the user did not pass (issue 55: "x: dtype F16 must equal grad_x's dtype F32")."""
+    wrong = dict(arguments)
+    if kind == "dtype":
+        wrong[name] = wrong[name].astype(np.float16)
+    else:
+        wrong[name] = np.ones(tuple(wrong[name].shape[:-1]) + (wrong[name].shape[-1] + 1,), np.float32)
+    with pytest.raises(infiniop_py.InfiniopError) as raised:
+        call(wrong)
+    message = str(raised.value)
+    assert message.startswith(f"{name}: "), message
+    assert not any(re.search(rf"\b{output}\b", message) for output in outputs), message
+    assert "out[" not in message
+    assert re.search(rf"\b{list(arguments)[0]}\b", message) or "F32" in message, message
