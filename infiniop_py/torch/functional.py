@@ -4,7 +4,6 @@ the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under tor
 jacrev, functional_call with grad, ...) they are PyTorch's own functions: the backward kernels read plain memory,
 which functorch's wrapped and batched tensors do not have."""
 
-import math
 import numbers
 from typing import List, Optional
 
@@ -59,8 +58,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
     if _in_torch_func():
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
-    if training:
-        _require_more_than_one_value_per_channel(input)
+    if input.numel() == 0:  # torch's value: the input times weight[0] plus bias[0], whatever the other sizes
+        return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     outputs = _forward("batch_norm", input, weight, bias, running_mean, running_var, training, momentum, eps)
     # The eager Function updates the running statistics itself; the custom op is functional (its outputs end with
     # the new ones), so its caller copies them in.
@@ -70,10 +69,3 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
             running_var.copy_(outputs[4])
     return outputs[0]
 
-
-def _require_more_than_one_value_per_channel(input):
-    """torch.nn.functional.batch_norm's check: a channel of one value has no variance to train with."""
-    if input.dim() < 2:
-        return
-    if math.prod(input.shape) // input.shape[1] == 1:
-        raise ValueError(f"Expected more than 1 value per channel when training, got input size {input.size()}")

@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 import torch
 
 import infiniop_py
+from . import checks
 
 Tensor = torch.Tensor
 
@@ -219,8 +220,9 @@ def _(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd
 def _f32_parameters(input, *parameters):
     """For F16/BF16 data, the parameters in F32: PyTorch's kernels then take their mixed-precision path, which
     saves the statistics in F32 (with 16-bit parameters LayerNorm saves them in 16 bits on the CPU). The
-    conversion is exact, and the output the same (tested)."""
-    if input.dtype not in _HALF_DTYPES:
+    conversion is exact, and the output the same (tested). Parameters of any other dtypes pass as they are, so that
+    PyTorch's kernel takes or refuses them as torch.nn.functional would (F64 weights on F16 data: refused)."""
+    if input.dtype not in _HALF_DTYPES or any(p is not None and p.dtype is not input.dtype for p in parameters):
         return parameters
     return tuple(None if parameter is None else parameter.float() for parameter in parameters)
 
@@ -234,6 +236,7 @@ def rms_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[Te
 
 
 def _rms_norm_forward(input, normalized_shape, weight, eps):
+    checks.rms_norm(input, normalized_shape, weight, eps)
     if weight is not None and weight.dtype != input.dtype and input.device.type != "cpu":
         return _rms_norm_composite(input, normalized_shape, weight, eps)
     # On the CPU the fused kernel takes mixed dtypes, with the composite's bits (tested) at its speed.
@@ -281,6 +284,7 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
 
 
 def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
+    checks.layer_norm(input, normalized_shape, weight, bias, eps)
     if input.device.type == "cpu":  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
         weight, bias = _f32_parameters(input, weight, bias)  # parameters of another dtype than the data's
     return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
@@ -320,6 +324,9 @@ def batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
 
 
 def _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    if training:
+        checks.batch_size(input, running_mean, running_var, weight, bias, momentum, eps)
+    checks.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None and running_var is not None:
         return torch.ops.aten._native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
                                                                   training, momentum, eps)
@@ -335,24 +342,37 @@ def _batch_norm_forward_in_place(input, weight, bias, running_mean, running_var,
     """The eager Function's forward: torch.native_batch_norm, which updates the running statistics in place as
     torch.nn.functional.batch_norm does (a plain Function may; the custom op must stay functional). A BatchNorm1d
     module's forward of 32x64 took 26-28 us with it, 40-43 with the functional variant and the caller's two copies."""
+    if training:
+        checks.batch_size(input, running_mean, running_var, weight, bias, momentum, eps)
+    checks.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return torch.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
 def _batch_norm_setup(ctx, inputs, output):
-    input, weight, _, running_mean, running_var, training, _, eps = inputs
+    input, weight, bias, running_mean, running_var, training, _, eps = inputs
     if training:  # running_mean / running_var are not needed, and may be overwritten before the backward
         ctx.save_for_backward(input, weight, None, None, output[1], output[2])
     else:
         ctx.save_for_backward(input, weight, running_mean, running_var, None, None)
     ctx.training, ctx.eps = training, eps
+    ctx.bias_shape = None if bias is None else bias.shape
 
 
 def _batch_norm_backward(ctx, grad_output, *_grads_of_statistics):
     input, weight, running_mean, running_var, save_mean, save_invstd = ctx.saved_tensors
     wanted = ctx.needs_input_grad  # (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    # torch takes a weight and bias of C elements in any shape ((C, 1), say); the kernel takes (C,), and each
+    # gradient goes back in its parameter's shape.
+    weight_shape = None if weight is None else weight.shape
+    if weight is not None and weight.dim() != 1:
+        weight = weight.reshape(-1)
     grad_input, grad_weight, grad_bias = (_batch_norm_backward_body if _eager(ctx) else batch_norm_backward)(
         grad_output, input, weight, running_mean, running_var, save_mean, save_invstd, ctx.training, ctx.eps,
         list(wanted[:3]))
+    if wanted[1] and len(weight_shape) != 1:
+        grad_weight = grad_weight.reshape(weight_shape)
+    if wanted[2] and len(ctx.bias_shape) != 1:
+        grad_bias = grad_bias.reshape(ctx.bias_shape)
     return (grad_input if wanted[0] else None, grad_weight if wanted[1] else None, grad_bias if wanted[2] else None,
             None, None, None, None, None)
 

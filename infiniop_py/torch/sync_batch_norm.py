@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import infiniop_py
-from . import functional
+from . import checks, functional
 from .ops import _batch_packed, _f32_parameters, _same_layout, _statistics_dtype
 
 
@@ -116,6 +116,7 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         if not (batch_statistics and self.training and group is not None):
             return functional.batch_norm(input, running_mean, running_var, self.weight, self.bias, batch_statistics,
                                          average_factor, self.eps)
+        checks.batch_norm(input, self.weight, self.bias, running_mean, running_var, True, average_factor, self.eps)
         if not _batch_packed(input):
             input = input.contiguous()
         return _SyncBatchNormFunction.apply(input, self.weight, self.bias, running_mean, running_var, self.eps,
