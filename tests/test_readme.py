@@ -1,6 +1,6 @@
 """The README runs as written (issue 25): every Python block, from a scratch directory, in its own process (the
 multi-process example under torch.distributed.run on 2 processes of 127.0.0.1); it stays a short guide; its links
-to docs/ lead somewhere."""
+to docs/ lead somewhere; its torch install line asks for the torch extra's range (issue 55)."""
 
 import os
 import pathlib
@@ -17,7 +17,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 def test_the_readme_is_a_short_guide_whose_links_resolve():
     text = README.read_text()
-    assert len(text.splitlines()) <= 250
+    assert len(text.splitlines()) <= 260
     for target in re.findall(r"\]\(((?:docs/)[^)#]+)", text):
         assert (README.parent / target).is_file(), target
 
@@ -42,3 +42,16 @@ def test_each_python_block_runs_as_written(block, tmp_path):
     result = subprocess.run(command, cwd=tmp_path, env=dict(environment, OMP_NUM_THREADS="1"), capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+
+
+def test_the_torch_install_line_asks_for_the_torch_extras_range():
+    """A user installs torch from PyTorch's CPU index, then the package with its torch extra: the range the first
+    command asks for must be the extra's, or pip would replace that torch with another build."""
+    text = README.read_text()
+    pyproject = (README.parent / "pyproject.toml").read_text()
+    extra = re.search(r'^torch = \["torch([^"]+)"\]', pyproject, flags=re.M)
+    assert extra, "pyproject.toml's torch extra has another form: update this test with it"
+    command = re.search(r'^pip install "torch([^"]+)" --index-url https://download\.pytorch\.org/whl/cpu '
+                        r'&& pip install "\.\[torch\]"$', text, flags=re.M)
+    assert command, "the README's torch install command has another form: update this test with it"
+    assert command.group(1) == extra.group(1)
