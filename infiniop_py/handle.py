@@ -59,7 +59,8 @@ def _why_not_selectable(device):
 
 
 class Handle(NativeResource):
-    """The library handle for one device: Handle("cpu"), Handle("nvidia", 1)."""
+    """The library handle for one device: Handle("cpu"), Handle("nvidia", 1). close() stops it making operators;
+    those made before keep working (a descriptor copies the device at create and never reads the handle again)."""
 
     def __init__(self, device="cpu", device_id=0):
         self.device = device.lower() if isinstance(device, str) else device
