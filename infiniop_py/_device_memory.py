@@ -11,7 +11,7 @@ import numpy as np
 from ._ffi import ffi, libraries
 from ._resource import NativeResource
 from .errors import check
-from .handle import selected_device
+from .handle import device_name, selected_device
 
 
 def _free_on(device, device_id):
@@ -27,6 +27,7 @@ class DeviceBuffer(NativeResource):
     """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int."""
 
     def __init__(self, device, device_id, nbytes):
+        device = device_name(device)  # "cuda" and "CUDA" are "nvidia", as a Handle's device is
         rt = libraries().rt
         pointer = ffi.new("void **")
         with selected_device(device, device_id):

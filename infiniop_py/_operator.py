@@ -98,7 +98,11 @@ class Operator(NativeResource):
         create_ex = _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
         descriptor_name = self._descriptor_c_name or self._c_name
         temporaries = []
-        handle_pointer = handle._begin_call()  # Handle.close() on another thread waits for the create
+        try:
+            handle_pointer = handle._begin_call()  # Handle.close() on another thread waits for the create
+        except ClosedError:
+            raise ClosedError(f"handle: Handle({handle.device!r}, {handle.device_id}) is closed; operators made "
+                              f"from it before its close() keep working") from None
         try:
             descs = {name: None if tensor is None else self._descriptor_for(name, tensor, temporaries)
                      for name, tensor in tensors.items()}

@@ -15,7 +15,7 @@ from ._ffi import LibraryNotFoundError, library_path, libraries
 from .batch_norm_backward import BatchNormBackward
 from .errors import (DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
                      DeviceTypeNotSupportedError, InfiniopError, check)
-from .handle import Handle, selected_device
+from .handle import Handle, resolve_alias, selected_device
 from .layer_norm_backward import LayerNormBackward
 from .rms_norm_backward import RMSNormBackward
 
@@ -107,8 +107,9 @@ def _main(argv):
     commands = parser.add_subparsers(dest="command", required=True)
     smoke_parser = commands.add_parser("smoke", help="check every operator and dtype against a float64 reference",
                                        description="Check every operator and dtype against a float64 reference.")
-    smoke_parser.add_argument("--device", default="cpu", choices=BUILT_DEVICES,
-                              help="the backend to check (exit 2, with the reason, where it is missing)")
+    smoke_parser.add_argument("--device", default="cpu", type=resolve_alias, choices=BUILT_DEVICES,
+                              help="the backend to check (cuda: nvidia; exit 2, with the reason, where it is "
+                                   "missing)")
     smoke_parser.add_argument("--device-id", type=int, default=0)
     smoke_parser.add_argument("--seed", type=int, default=0)
     commands.add_parser("bench", help="time every operator against PyTorch and a copy (bench --help)")

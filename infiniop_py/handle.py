@@ -14,14 +14,31 @@ DEVICE_NAMES = tuple(
     if name != "INFINI_DEVICE_TYPE_COUNT"
 )
 
+DEVICE_ALIASES = {"cuda": "nvidia"}  # other names a device goes by (torch's, for NVIDIA GPUs), never given back
 
-def device_code(device):
-    """infiniDevice_t value of a device name such as "cpu" or "nvidia"."""
+
+def resolve_alias(device):
+    """A device name in lower case, an alias (such as "cuda") replaced by its device's name; not checked further:
+    for command lines, whose choices then name what is wrong."""
+    name = device.lower()
+    return DEVICE_ALIASES.get(name, name)
+
+
+def device_name(device):
+    """The package's name of a device given as "cpu", "nvidia", "CUDA" (an alias of nvidia), ...: lower case,
+    never an alias. TypeError / ValueError for what names no device."""
     if not isinstance(device, str):
         raise TypeError(f"device must be a name such as 'cpu', got {type(device).__name__}")
-    if device.lower() not in DEVICE_NAMES:
-        raise ValueError(f"device {device!r} is unknown; use one of {', '.join(DEVICE_NAMES)}")
-    return ffi.typeof("infiniDevice_t").relements[_DEVICE_PREFIX + device.upper()]
+    name = resolve_alias(device)
+    if name not in DEVICE_NAMES:
+        aliases = ", ".join(f"{alias} for {target}" for alias, target in DEVICE_ALIASES.items())
+        raise ValueError(f"device {device!r} is unknown; use one of {', '.join(DEVICE_NAMES)} (or {aliases})")
+    return name
+
+
+def device_code(device):
+    """infiniDevice_t value of a device name such as "cpu" or "nvidia" (or an alias: "cuda")."""
+    return ffi.typeof("infiniDevice_t").relements[_DEVICE_PREFIX + device_name(device).upper()]
 
 
 @contextlib.contextmanager
@@ -59,11 +76,12 @@ def _why_not_selectable(device):
 
 
 class Handle(NativeResource):
-    """The library handle for one device: Handle("cpu"), Handle("nvidia", 1)."""
+    """The library handle for one device: Handle("cpu"), Handle("nvidia", 1) (or "cuda", whose ``device`` is then
+    "nvidia"; names are case-insensitive). close() stops it making operators; those made before keep working (a
+    descriptor copies the device at create and never reads the handle again)."""
 
     def __init__(self, device="cpu", device_id=0):
-        self.device = device.lower() if isinstance(device, str) else device
-        device_code(self.device)
+        self.device = device_name(device)
         try:
             self.device_id = operator.index(device_id)
         except TypeError:

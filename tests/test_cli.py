@@ -59,6 +59,30 @@ def test_smoke_on_a_missing_device_gives_one_line_and_fails():
     assert len(lines) == 1 and "nvidia" in lines[0], lines
 
 
+def test_smoke_takes_cuda_and_any_case_for_nvidia():
+    """--device cuda is --device nvidia (issue 55): the same output, which names nvidia."""
+    if nvidia_gpu_present():
+        pytest.skip("an NVIDIA GPU is present: smoke --device cuda would run the whole check")
+    expected = run_cli("smoke", "--device", "nvidia")
+    for alias in ("cuda", "CUDA", "NVIDIA"):
+        result = run_cli("smoke", "--device", alias)
+        assert (result.returncode, result.stdout, result.stderr) == (expected.returncode, expected.stdout,
+                                                                     expected.stderr), alias
+    assert expected.returncode == 2 and "device nvidia:0 is not available" in expected.stdout, expected.stdout
+    unknown = run_cli("smoke", "--device", "gpu")
+    assert unknown.returncode == 2 and "invalid choice: 'gpu'" in unknown.stderr, unknown.stderr
+
+
+def test_bench_takes_cuda_for_nvidia():
+    from _devices import nvidia_unusable_reason
+
+    if nvidia_unusable_reason() is None:
+        pytest.skip("an NVIDIA GPU is usable here: bench --device cuda would run")
+    result = run_cli("bench", "--device", "cuda")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("infiniop-py bench: cannot benchmark nvidia:0: "), result.stderr
+
+
 def test_gpu_bench_without_a_usable_gpu_fails_fast_and_says_why():
     from _devices import nvidia_unusable_reason
 
@@ -80,6 +104,7 @@ def test_help_gives_one_clean_line_per_command():
     assert {words[0] for words in described} == {"smoke", "bench"}
     smoke_help = run_cli("smoke", "--help").stdout
     assert "{cpu,nvidia,ascend}" in smoke_help  # only the backends this project builds
+    assert "cuda: nvidia" in smoke_help  # and the alias it takes
 
 
 def test_bench_plot_without_matplotlib_fails_before_timing(monkeypatch):

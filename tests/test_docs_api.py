@@ -53,3 +53,55 @@ def test_functional_docstrings_name_every_keyword(name):
     keywords = [p.name for p in inspect.signature(function).parameters.values() if p.kind is p.KEYWORD_ONLY]
     undocumented = [k for k in keywords if k not in doc]
     assert not undocumented, f"{name}'s docstring does not mention {undocumented}"
+
+
+# The rows of api.md's entry point table, by the start of their first cell, and the emulated Ascend suite's cases
+# (tests/ascend_emulation/ascend_suite.py, whose expected statuses tests/test_ascend_emulated.py holds the backend
+# to) that exercise each.
+ASCEND_CASES_OF_ROW = {
+    "RMSNorm seed": lambda name: name.startswith("rms/"),
+    "LayerNorm seed": lambda name: name.startswith("ln/"),
+    "BatchNorm seed": lambda name: name.startswith("bn/"),
+    "`infiniopCreateRMSNormBackwardDescriptorEx`": lambda name: name.startswith("rms-ex/"),
+    "`infiniopCreateLayerNormBackwardDescriptorEx`": lambda name: (name.startswith("ln-ex/")
+                                                                  and "/from-input" not in name),
+    "`infiniopCreateLayerNormBackwardFromInputDescriptorEx`": lambda name: name.startswith("ln-ex/")
+                                                                           and "/from-input" in name,
+    "`infiniopCreateBatchNormBackwardDescriptorEx`": lambda name: name.startswith("bn-ex/") and "phase" not in name,
+    "`infiniopBatchNormBackwardReduceEx`": lambda name: name.startswith("bn-ex/") and "phase" in name,
+}
+
+
+def _entry_point_rows():
+    text = API_MD.read_text()
+    table = text[text.index("| entry point |"):]
+    table = table[:table.index("\n\n")].splitlines()[2:]
+    return {row.split("|")[1].strip(): row.strip().strip("|").split("|")[-1].strip() for row in table}
+
+
+def test_the_ascend_support_api_md_states_is_what_the_emulated_backend_is_held_to():
+    """Each row's backends cell says of Ascend one of: supported (seed rows), "all but F64 (NOT_IMPLEMENTED)" or
+    "NOT_IMPLEMENTED"; the Ascend suite's cases of that row must expect exactly that (issue 55: api.md said the
+    from-input LayerNorm was NOT_IMPLEMENTED on Ascend, which runs it)."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "ascend_emulation"))
+    import ascend_suite
+
+    expected = {name: status for name, _, status in ascend_suite.cases()}
+    rows = _entry_point_rows()
+    assert len(rows) == len(ASCEND_CASES_OF_ROW), list(rows)
+    for first_cell, backends in rows.items():
+        start = next(key for key in ASCEND_CASES_OF_ROW if first_cell.startswith(key))
+        cases = {name: status for name, status in expected.items() if ASCEND_CASES_OF_ROW[start](name)}
+        assert cases, f"no Ascend case exercises {start}"
+        not_implemented = {name for name, status in cases.items() if status == ascend_suite.NOT_IMPLEMENTED}
+        f64 = {name for name in cases if "/F64/" in name}
+        claim = backends.split("Ascend", 1)[1] if "Ascend" in backends else None
+        if claim == "":  # "CPU, CUDA, Ascend"
+            assert not not_implemented and not f64, (start, not_implemented | f64)
+        elif claim == ": all but F64 (NOT_IMPLEMENTED)":
+            assert f64 and not_implemented == f64, (start, sorted(not_implemented ^ f64))
+        elif claim == ": NOT_IMPLEMENTED":
+            assert not_implemented == set(cases), (start, sorted(set(cases) - not_implemented))
+        else:
+            pytest.fail(f"{start}: backends cell {backends!r} has a form this test does not know")

@@ -89,7 +89,7 @@ def test_closed_handle_or_tensor_desc_cannot_make_operators():
     outputs, inputs = sentinel_outputs_and_inputs(case, SHAPE)
     handle = infiniop_py.Handle("cpu")
     handle.close()
-    with pytest.raises(infiniop_py.ClosedError):
+    with pytest.raises(infiniop_py.ClosedError, match=r"^handle: Handle\('cpu', 0\) is closed"):
         case.operator_class()(handle, *outputs, *inputs)
     with infiniop_py.Handle("cpu") as open_handle:
         closed_desc = infiniop_py.TensorDesc.from_array(outputs[0])
@@ -101,14 +101,42 @@ def test_closed_handle_or_tensor_desc_cannot_make_operators():
 @pytest.mark.parametrize("case", OPS, ids=str)
 def test_operators_outlive_their_closed_handle(case):
     """The package lets Handle.close() destroy the native handle at once; op descriptors copy the device from
-    it at create time, so operators made earlier keep working and stay correct."""
+    it at create time, so operators made earlier keep working and stay correct (docs/api.md), on the fast path
+    for plain arrays and on the checked one (a stream given), until their own close()."""
     outputs, inputs = sentinel_outputs_and_inputs(case, SHAPE)
     handle = infiniop_py.Handle("cpu")
     operator = case.operator_class()(handle, *outputs, *inputs)
     handle.close()
-    assert handle.closed and operator.handle is handle
+    assert handle.closed and operator.handle is handle and not operator.closed
     with operator:
         operator(*outputs, *inputs)
+        assert_matches_reference(case, outputs, inputs, F32)
+        for output in outputs:
+            output[...] = 0
+        operator(*outputs, *inputs, stream=0)  # a stream (0: the default one) takes the checked path
+    assert_matches_reference(case, outputs, inputs, F32)
+    with pytest.raises(infiniop_py.ClosedError, match="is closed"):
+        operator(*outputs, *inputs)
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+def test_c_descriptors_outlive_their_destroyed_handle(case):
+    """The C ABI's promise behind the above (native/include/infiniop/handle.h): a descriptor runs, answers its
+    workspace size and is destroyed after infiniopDestroyHandle (the sanitizer stage would see a use after free)."""
+    from _helpers import native
+
+    ffi, op, rt = native()
+    pointer = ffi.new("infiniopHandle_t *")
+    assert rt.infinirtSetDevice(0, 0) == 0 and op.infiniopCreateHandle(pointer) == 0
+    outputs, inputs = sentinel_outputs_and_inputs(case, SHAPE)
+    operator = COperator(case, pointer[0], outputs + inputs)
+    assert op.infiniopDestroyHandle(pointer[0]) == 0
+    try:
+        workspace = np.empty(max(operator.workspace_size, 1), np.uint8)
+        assert operator.run(data_pointer(workspace), operator.workspace_size,
+                            [data_pointer(a) for a in outputs + inputs]) == 0
+    finally:
+        operator.destroy()
     assert_matches_reference(case, outputs, inputs, F32)
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from ..handle import resolve_alias
 from . import cpu
 
 
@@ -15,8 +16,8 @@ def main(argv=None):
         prog="infiniop-py bench",
         description="Time each operator against PyTorch on the same data, as fractions of a copy timed in the same "
                     "rounds (the method: docs/performance.md).")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
-                        help="nvidia: on the GPU against PyTorch CUDA, timed with CUDA events")
+    parser.add_argument("--device", default="cpu", type=resolve_alias, choices=["cpu", "nvidia"],
+                        help="nvidia (or cuda): on the GPU against PyTorch CUDA, timed with CUDA events")
     parser.add_argument("--device-id", type=int, default=0)
     parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
                         choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],

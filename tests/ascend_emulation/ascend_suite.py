@@ -475,7 +475,7 @@ def run_ln(runner, create, run, dtype, parameter_dtype, leading, strided, wanted
 
 def ln_from_input_case(runner, dtype, shape, k, rng, parameter_dtype=None, affine=True, grad_weight=True,
                        grad_bias=True, strided=()):
-    """LayerNorm from the forward's input, mean and rstd (F32), as PyTorch saves them: aclnnLayerNormBackward takes
+    """LayerNorm from the forward's input, mean and rstd (F32; F64 for F64 data), as PyTorch saves them: aclnnLayerNormBackward takes
     them as they are. The reference forms xhat from the exact rounded input and statistics."""
     parameter_dtype = parameter_dtype or dtype
     leading = len(shape) - k
@@ -483,14 +483,15 @@ def ln_from_input_case(runner, dtype, shape, k, rng, parameter_dtype=None, affin
     x = rounded(rng.standard_normal(shape) * 2 + 0.5, dtype)
     mean = f64(x).mean(axes) if x.size else np.zeros(shape[:leading])
     rstd = 1 / np.sqrt(f64(x).var(axes) + 1e-5) if x.size else np.ones(shape[:leading])
-    mean, rstd = rounded(mean, np.float32), rounded(rstd, np.float32)
+    statistics = statistic_dtype(dtype)
+    mean, rstd = rounded(mean, statistics), rounded(rstd, statistics)
     per_row = shape[:leading] + (1,) * k
     xhat = (f64(x) - f64(mean).reshape(per_row)) * f64(rstd).reshape(per_row)
     grad_output = rounded(rng.standard_normal(shape), dtype)
     weight = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if affine else None
     return run_ln(runner, "infiniopCreateLayerNormBackwardFromInputDescriptorEx", "infiniopLayerNormBackwardFromInputEx",
                   dtype, parameter_dtype, leading, strided, (grad_weight, grad_bias), grad_output, weight, ("input", x),
-                  [device_copy(mean, np.float32), device_copy(rstd, np.float32)],
+                  [device_copy(mean, statistics), device_copy(rstd, statistics)],
                   layer_norm_reference(grad_output, weight, xhat, 1 / f64(rstd)))
 
 
@@ -636,6 +637,8 @@ def ex_cases():
     add("rms", "F64", "not-implemented", lambda r, d, g: rms_ex_case(r, d, (3, 16), 1, g, rstd_eps=0.0),
         NOT_IMPLEMENTED)
     add("ln", "F64", "not-implemented", lambda r, d, g: ln_ex_case(r, d, (3, 16), 1, g), NOT_IMPLEMENTED)
+    add("ln", "F64", "from-input-not-implemented", lambda r, d, g: ln_from_input_case(r, d, (3, 16), 1, g),
+        NOT_IMPLEMENTED)
     add("bn", "F64", "not-implemented", lambda r, d, g: bn_ex_case(r, d, (2, 3, 4), g, saved=True), NOT_IMPLEMENTED)
     return out
 
