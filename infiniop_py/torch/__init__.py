@@ -15,6 +15,8 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 - Under torch.func's transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) the
   functionals and modules are torch.nn.functional's own functions: the kernels read plain memory, which
   functorch's wrapped and batched tensors do not have. Double backward is refused (no backward of a backward).
+- Every forward makes torch.nn.functional's argument checks first and raises torch's own error (``checks``):
+  PyTorch's kernels that the forwards call do not check, and the backward kernels read the saved tensors.
 - ``SyncBatchNorm``: torch.nn.SyncBatchNorm over torch.distributed, on the CPU (gloo) as on GPUs, with the
   two-phase backward (see ``sync_batch_norm``).
 """
