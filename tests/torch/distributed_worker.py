@@ -92,6 +92,19 @@ def sharded_row_norms():
     return result
 
 
+def refused_mismatch():
+    """What SyncBatchNorm(2) raises on 3 channels inside the group (on every rank, before any collective), and
+    whether its running mean stayed as it was."""
+    module = ipt.SyncBatchNorm(2).to(DEVICE)
+    before = module.running_mean.clone()
+    try:
+        module(torch.randn(4, 3, 2, 2, device=DEVICE))
+    except Exception as error:  # noqa: BLE001 - the verdict is the exception's class and message
+        return {"error": type(error).__name__, "message": str(error), "unchanged": torch.equal(before,
+                                                                                           module.running_mean)}
+    return {"error": None}
+
+
 def main():
     if BACKEND == "nccl":
         torch.cuda.set_device(DEVICE)
@@ -103,6 +116,7 @@ def main():
         results["sync_batch_norm"][key] = sync_batch_norm_step(dtype, channels_last, momentum)
     results["ddp"] = ddp_training()
     results["sharded"] = sharded_row_norms()
+    results["refusal"] = refused_mismatch()
     dist.barrier()
     torch.save(results, os.path.join(os.environ["OUT_DIR"], f"rank{RANK}.pt"))
     dist.destroy_process_group()

@@ -137,6 +137,15 @@ def test_sharded_row_norm_weight_gradients_sum_to_one_process(ranks):
                        f"{name}.{parameter_name}")
 
 
+def test_sync_batch_norm_refuses_a_channel_mismatch_on_every_rank(ranks):
+    """SyncBatchNorm(2) on 3 channels inside a group raises torch's error on every rank before any collective (no
+    rank waits for another), and writes nothing (issue 55: it ran, reading past its parameters)."""
+    for rank in ranks:
+        refusal = rank["refusal"]
+        assert refusal["error"] == "RuntimeError", refusal
+        assert "should contain 3 elements not 2" in refusal["message"] and refusal["unchanged"], refusal
+
+
 def test_sync_batch_norm_without_a_process_group_is_batch_norm():
     """Outside an initialized process group (and so with world size 1) SyncBatchNorm is BatchNorm, on the CPU
     too (torch's refuses CPU tensors only where it synchronizes)."""
