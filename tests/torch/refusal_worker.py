@@ -43,6 +43,7 @@ def _arguments(case, widen=False):
     same values in float64, for the reference."""
     generator = torch.Generator().manual_seed(case["seed"])
     input = torch.randn(case["input"], generator=generator, dtype=torch.float64).to(DTYPES[case["dtype"]])
+    input = input.to(case.get("input_device", "cpu"))
     tensors = {name: _tensor(spec, generator, positive=name == "running_var")
                for name, spec in case.get("tensors", {}).items()}
     if widen:
@@ -53,7 +54,7 @@ def _arguments(case, widen=False):
 def _functional_call(case, ours, widen=False):
     """(output, tensors that may get gradients, input, the other tensors)."""
     input, t = _arguments(case, widen)
-    leaves = [input] + [tensor for tensor in t.values() if tensor is not None and tensor.device.type == "cpu"]
+    leaves = [input] + [tensor for tensor in t.values() if tensor is not None and tensor.device.type != "meta"]
     for tensor in leaves:
         if tensor is not t.get("running_mean") and tensor is not t.get("running_var"):
             tensor.requires_grad_(True)
@@ -133,16 +134,16 @@ def _run(case, ours, widen=False):
         result["message"] = str(error).split("\n")[0][:300]
         return result
     result["forward"] = "ok"
-    values = {"output": output.detach().double()}
-    values.update({f"after {name}": tensor.detach().double() for name, tensor in others.items()
-                   if tensor is not None and tensor.device.type == "cpu" and tensor.is_floating_point()})
+    values = {"output": output.detach().double().cpu()}
+    values.update({f"after {name}": tensor.detach().double().cpu() for name, tensor in others.items()
+                   if tensor is not None and tensor.device.type != "meta" and tensor.is_floating_point()})
     if output.requires_grad:
         generator = torch.Generator().manual_seed(case["seed"] + 2)
         grad = torch.randn(output.shape, generator=generator, dtype=torch.float64).to(output.dtype)
         try:
             output.backward(grad)
             result["backward"] = "ok"
-            values.update({f"grad {index}": leaf.grad.detach().double() for index, leaf in enumerate(leaves)
+            values.update({f"grad {index}": leaf.grad.detach().double().cpu() for index, leaf in enumerate(leaves)
                            if leaf.grad is not None})
         except Exception as error:  # noqa: BLE001
             result["backward"] = type(error).__name__
@@ -158,7 +159,7 @@ def _unchanged_on_error(case):
         return True
     input, tensors = _arguments(case)
     before = {name: tensor.clone() for name, tensor in tensors.items()
-              if tensor is not None and tensor.device.type == "cpu"}
+              if tensor is not None and tensor.device.type != "meta"}
     op = case["op"]
     try:
         if op == "batch_norm":

@@ -2,7 +2,7 @@
 
 Hypothesis makes batches of calls (functionals, custom ops, modules, modules swapped by replace_norms, SyncBatchNorm
 outside a process group) with weights, biases, running statistics and normalized shapes that do or do not fit the
-input, of mixed ranks, dtypes and devices (cpu and meta). refusal_worker.py runs each through stock PyTorch and
+input, of mixed ranks, dtypes and devices (cpu and meta; cuda too where a GPU is usable). refusal_worker.py runs each through stock PyTorch and
 through ours, in a subprocess, since before these checks some of them crashed it; each must get the same verdict:
 the same exception class, or values and gradients that agree. Where torch's own backward fails (a weight of shape
 (C, 1)), ours may compute the gradients. Under torch.compile, see test_compiled_refusals.
@@ -23,6 +23,9 @@ import infiniop_py.torch as ipt
 WORKER = os.path.join(os.path.dirname(__file__), "refusal_worker.py")
 TIMEOUT_S = 300
 DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
+# Where a GPU is usable, CUDA tensors join the mix: inputs there, parameters on either device.
+_CUDA = torch.cuda.is_available()
+_PARAMETER_DEVICES = ["cpu"] * 8 + ["meta"] + (["cuda", "cuda"] if _CUDA else [])
 
 
 def _run_cases(cases):
@@ -70,10 +73,9 @@ def _length(correct):
 
 
 @st.composite
-def _tensor_spec(draw, length, dtypes, with_meta=True):
+def _tensor_spec(draw, length, dtypes):
     shape = draw(st.sampled_from([(length,), (length,), (length,), (length, 1)]))
-    return {"shape": list(shape), "dtype": draw(dtypes),
-            "device": draw(st.sampled_from(["cpu"] * 9 + (["meta"] if with_meta else [])))}
+    return {"shape": list(shape), "dtype": draw(dtypes), "device": draw(st.sampled_from(_PARAMETER_DEVICES))}
 
 
 def _dtype_pair(draw):
@@ -137,8 +139,7 @@ def _row_norm_case(draw, op):
             size = list(normalized) if normalized else [1]
             if size and draw(st.integers(0, 4)) == 0:
                 size[-1] += 1
-            return {"shape": size, "dtype": parameter,
-                    "device": draw(st.sampled_from(["cpu"] * 9 + ["meta"]))}
+            return {"shape": size, "dtype": parameter, "device": draw(st.sampled_from(_PARAMETER_DEVICES))}
         case["tensors"] = {"weight": parameter_spec()}
         if op == "layer_norm":
             case["tensors"]["bias"] = parameter_spec()
@@ -152,7 +153,15 @@ def _row_norm_case(draw, op):
     return case
 
 
-_CASES = st.one_of(_batch_norm_case(), _row_norm_case("rms_norm"), _row_norm_case("layer_norm"))
+@st.composite
+def _case(draw):
+    case = draw(st.one_of(_batch_norm_case(), _row_norm_case("rms_norm"), _row_norm_case("layer_norm")))
+    if _CUDA and case["entry"] in ("functional", "custom_op") and draw(st.booleans()):
+        case["input_device"] = "cuda"
+    return case
+
+
+_CASES = _case()
 
 # The calls issue 55 reported: a crash, out-of-bounds reads and silent wrong shapes.
 _REPORTED = [
