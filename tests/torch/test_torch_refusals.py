@@ -2,8 +2,9 @@
 
 Hypothesis makes batches of calls (functionals, custom ops, modules, modules swapped by replace_norms, SyncBatchNorm
 outside a process group) with weights, biases, running statistics and normalized shapes that do or do not fit the
-input, of mixed ranks, dtypes and devices (cpu and meta; cuda too where a GPU is usable). refusal_worker.py runs each through stock PyTorch and
-through ours, in a subprocess, since before these checks some of them crashed it; each must get the same verdict:
+input, of mixed ranks, dtypes and devices (cpu and meta; cuda too where a GPU is usable). refusal_worker.py runs
+each through stock PyTorch and through ours, in a subprocess, since before these checks some of them crashed it;
+each must get the same verdict:
 the same exception class, or values and gradients that agree. Where torch's own backward fails (a weight of shape
 (C, 1)), ours may compute the gradients. Under torch.compile, see test_compiled_refusals.
 """
