@@ -94,3 +94,23 @@ def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0):
         allowed = max(limit, 2 * error(torch_grad, reference_grad, scale))
         assert against_reference <= allowed, f"{what}: {against_reference:.3g} > {allowed:.3g}"
         assert against_torch <= 2 * allowed, f"{what} vs torch: {against_torch:.3g} > {2 * allowed:.3g}"
+
+
+_BACKWARD_NAMES = {"RMSNormBackward": "rms_norm_backward", "LayerNormBackwardFromInput": "layer_norm_backward",
+                   "BatchNormBackward": "batch_norm_backward"}
+
+
+def count_library_backwards(monkeypatch):
+    """A list that gets the name ("rms_norm_backward", ...) of each backward the torch path runs in this library
+    (through infiniop_py.torch.launch, which every autograd backward of the integration calls)."""
+    from infiniop_py.torch import launch
+
+    calls = []
+    real = launch.run
+
+    def counted(signature, *arguments):
+        calls.append(_BACKWARD_NAMES[signature.operator_class.__name__])
+        return real(signature, *arguments)
+
+    monkeypatch.setattr(launch, "run", counted)
+    return calls

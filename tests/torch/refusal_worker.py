@@ -9,7 +9,6 @@ A case: {"op": "batch_norm" | "rms_norm" | "layer_norm", "entry": "functional" |
 tensors as {"shape", "dtype", "device"} (None: absent), module cases the constructor's arguments.
 """
 
-import copy
 import json
 import sys
 import warnings

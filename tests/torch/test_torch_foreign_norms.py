@@ -8,9 +8,8 @@ import warnings
 import pytest
 
 from _foreign_norms import NOT_RMS_NORMS, GemmaStyleRMSNorm, LlamaStyleRMSNorm
-from _torch_helpers import bound, error, torch
+from _torch_helpers import bound, count_library_backwards, error, torch
 
-import infiniop_py
 import infiniop_py.torch as ipt
 
 STYLES = {LlamaStyleRMSNorm: 0.0, GemmaStyleRMSNorm: 1.0}  # class: the offset of its weight
@@ -65,10 +64,7 @@ def test_replaces_both_families_in_place_and_trains_through_the_library(monkeypa
     assert list(model.state_dict()) == names_before
     assert ipt.replace_norms(model, rms_norms=[LlamaStyleRMSNorm, GemmaStyleRMSNorm]) == 0  # already ours
 
-    calls = []
-    real = infiniop_py.rms_norm_backward
-    monkeypatch.setattr(infiniop_py, "rms_norm_backward",
-                        lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    calls = count_library_backwards(monkeypatch)
     weights_before = [model.llama.weight.detach().clone(), model.gemma.weight.detach().clone()]
     x, target = torch.randn(3, 8, generator=_seeded(1)), torch.randn(3, 8, generator=_seeded(2))
     (model(x) * target).sum().backward()  # not a sum of squares: an RMSNorm makes that a constant
