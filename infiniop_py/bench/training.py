@@ -105,6 +105,20 @@ def _models(torch):
             "depthwise conv net (3x BatchNorm2d)": (DepthwiseConvNet, IMAGES)}
 
 
+RESNET_NAME = "ResNet-50 (torchvision, channels_last)"
+RESNET_IMAGES = (128, 3, 224, 224)
+
+
+def _resnet50():
+    """torchvision's resnet50 constructor, or None where torchvision does not import. Timed on GPUs only: on a CPU
+    its convolutions, not its 53 BatchNorm2d layers, take the step's time."""
+    try:
+        import torchvision
+    except ImportError:
+        return None
+    return torchvision.models.resnet50
+
+
 def _modules(torch):
     return {"RMSNorm": (lambda: torch.nn.RMSNorm(WIDTH), (*BATCH_TOKENS, WIDTH)),
             "LlamaRMSNorm (transformers' forward)": (lambda: llama_rms_norm(torch)(WIDTH), (*BATCH_TOKENS, WIDTH)),
@@ -126,18 +140,20 @@ def _training_step(torch, model, x, autocast):
     return step
 
 
-def _compare(torch, make, shape, dtype, repeats, device, module):
+def _compare(torch, make, shape, dtype, repeats, device, module, channels_last=False):
     """{torch_s, ours_s, speedup} of a training step of make() with torch's norms and with replace_norms. BF16: the
     models under autocast, which gives their norms BF16 activations from the layers before them; a module alone
     gets BF16 input (autocast leaves norms' inputs as they come)."""
     import infiniop_py.torch as ipt
 
     torch.manual_seed(0)
-    theirs = make().to(device)
+    memory_format = torch.channels_last if channels_last else torch.preserve_format
+    theirs = make().to(device, memory_format=memory_format)
     ours = copy.deepcopy(theirs)
     replaced = ipt.replace_norms(ours, rms_norms=[llama_rms_norm(torch)])
     autocast = dtype == "bfloat16"
-    x = torch.randn(shape, device=device, dtype=torch.bfloat16 if autocast and module else None).requires_grad_()
+    x = torch.randn(shape, device=device, dtype=torch.bfloat16 if autocast and module else None)
+    x = x.to(memory_format=memory_format).requires_grad_()
     torch_s, ours_s = interleaved_medians(
         [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats, MIN_SECONDS)
     return {"dtype": dtype, "input_dtype": str(x.dtype).removeprefix("torch."), "shape": list(shape),
@@ -153,6 +169,13 @@ def run(repeats=7, dtypes=DTYPES, device="cpu"):
     report = {"machine": machine, "threads": torch.get_num_threads(), "device": str(device),
               "torch_version": torch.__version__, "keeps_freed_memory": keep_freed_memory(),
               "models": [], "modules": []}
+    resnet50 = _resnet50() if device.type == "cuda" else None
+    if device.type == "cuda" and resnet50 is None:
+        report["left_out"] = f"{RESNET_NAME}: torchvision is not installed"
+    if resnet50 is not None and "bfloat16" in dtypes:  # BF16 autocast, as ResNet-50 trains on GPUs
+        result = _compare(torch, resnet50, RESNET_IMAGES, "bfloat16", repeats, device, module=False,
+                          channels_last=True)
+        report["models"].append({"name": RESNET_NAME, **result})
     for kind, table in (("models", _models(torch)), ("modules", _modules(torch))):
         for name, (make, shape) in table.items():
             for dtype in dtypes:
@@ -174,6 +197,8 @@ def format_table(report):
             lines.append(f"| {r['name']} | {r['dtype']} | {shape} | {r['torch_s'] * 1e3:.2f} | "
                          f"{r['ours_s'] * 1e3:.2f} | {r['speedup']:.2f}x |")
         lines.append("")
+    if "left_out" in report:
+        lines.append(f"left out: {report['left_out']}")
     speedups = [r["speedup"] for r in report["models"]]
     lines.append(f"median training-step speedup: {statistics.median(speedups):.2f}x")
     return "\n".join(lines)

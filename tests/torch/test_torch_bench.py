@@ -94,3 +94,24 @@ def test_sync_batch_norm_benchmark_times_each_step_on_two_processes(monkeypatch,
         "torch BatchNorm2d, alone", "infiniop BatchNorm2d, alone", "infiniop SyncBatchNorm, 2 processes"]
     assert all(step["seconds"] > 0 for step in report["steps"])
     assert "| infiniop SyncBatchNorm, 2 processes |" in capsys.readouterr().out
+
+
+def test_a_channels_last_model_is_timed_in_channels_last(monkeypatch):
+    """The ResNet-50 row's path (on GPUs, where torchvision imports) on a tiny CNN on the CPU: model and input in
+    channels_last, under BF16 autocast, its BatchNorms replaced."""
+    monkeypatch.setattr(bench_training, "MIN_SECONDS", 0.0)
+    formats = []
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm = torch.nn.Conv2d(3, 4, 3, bias=False), torch.nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            formats.append(x.is_contiguous(memory_format=torch.channels_last) and x.dim() == 4)
+            return self.norm(self.conv(x))
+
+    result = bench_training._compare(torch, Net, (2, 3, 6, 6), "bfloat16", 1, torch.device("cpu"), module=False,
+                                     channels_last=True)
+    assert result["replaced"] == 1 and result["torch_s"] > 0 and result["ours_s"] > 0
+    assert formats and all(formats)
