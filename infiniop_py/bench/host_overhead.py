@@ -28,7 +28,10 @@ from .timing import balanced_orders, machine_description
 
 DTYPES = ("float32", "bfloat16")
 CHANNELS, ROWS, WIDTH = 4, 2, 8
-CALLS = 50  # timed calls of each side per round, between two synchronizations
+CALLS = 10  # timed calls of each side per round, between two synchronizations
+# Rounds per --repeats: short batches in many rounds, so that a stall of a shared machine (on the project's 2-core
+# VM, batches of 50 calls took 16-44 ms per call while other jobs ran) hits both sides alike, not one side's median.
+ROUNDS_PER_REPEAT = 5
 # (name, torch.nn class name, shape of x, layout): rows (2, 8); images of 4 channels, 2 per spatial dim
 CASES = (
     ("RMSNorm", "RMSNorm", (ROWS, WIDTH), "rows"),
@@ -140,12 +143,13 @@ def host_medians(runs, rounds, calls, synchronize):
     return [statistics.median(own) for own in times]
 
 
-def run(rounds=7, dtypes=DTYPES, device="cpu", calls=None):
+def run(repeats=7, dtypes=DTYPES, device="cpu", calls=None):
     """The report; ``device``: a torch device ("cpu", "cuda:0")."""
     import torch
 
     device = torch.device(device)
     calls = CALLS if calls is None else calls
+    rounds = ROUNDS_PER_REPEAT * repeats
     if device.type == "cuda":
         from .nvidia import gpu_description
         torch.cuda.set_device(device)
