@@ -1,6 +1,7 @@
 """`infiniop-py bench` (also scripts/bench.py): the command line of the benchmarks. cpu: our operators against
 PyTorch, oneDNN and a copy on the CPU; nvidia: the same on a GPU; training: training steps with the PyTorch
-integration; distributed: SyncBatchNorm over 2 processes; timing and onednn: what they share. The method:
+integration; host_overhead: host time per call of the PyTorch integration against stock torch's; distributed:
+SyncBatchNorm over 2 processes; timing and onednn: what they share. The method:
 docs/performance.md."""
 
 import argparse
@@ -40,6 +41,10 @@ def main(argv=None):
     parser.add_argument("--training", action="store_true",
                         help="instead: a training step (forward + backward) of norm-heavy models and of each drop-in "
                              "module, torch's norms vs infiniop_py.torch.replace_norms (needs torch)")
+    parser.add_argument("--host-overhead", action="store_true",
+                        help="instead: host time per call (CUDA: until the call returns, not synchronized) of "
+                             "infiniop_py.torch's modules and functional backward against stock torch's, on tiny "
+                             "tensors (needs torch); --repeats x 5 rounds of 10 calls each")
     parser.add_argument("--sync-batch-norm", action="store_true",
                         help="instead: SyncBatchNorm forward + backward with 2 gloo processes against BatchNorm on "
                              "one process's half of the batch alone (needs torch)")
@@ -51,7 +56,21 @@ def main(argv=None):
             import matplotlib  # noqa: F401
         except ImportError:
             parser.error("--plot needs matplotlib: pip install 'infiniop-py[plot]' (or pip install matplotlib)")
-    if args.sync_batch_norm:
+    if args.host_overhead:
+        from . import host_overhead
+        device = "cpu"
+        if args.device == "nvidia":
+            from . import nvidia
+            try:
+                nvidia.require_cuda(args.device_id)
+            except nvidia.Unavailable as why:
+                print(f"infiniop-py bench: cannot benchmark nvidia:{args.device_id}: {why}", file=sys.stderr)
+                return 2
+            device = f"cuda:{args.device_id}"
+        dtypes = args.dtypes if args.dtypes != cpu.DTYPES else host_overhead.DTYPES
+        report = host_overhead.run(args.repeats, dtypes, device)
+        table = host_overhead.format_table(report)
+    elif args.sync_batch_norm:
         from . import distributed
         report = distributed.run(args.repeats, args.dtypes[0])
         table = distributed.format_table(report)
@@ -75,6 +94,6 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=2)
-    if args.plot and not (args.sync_batch_norm or args.training):  # the operator tables only
+    if args.plot and not (args.sync_batch_norm or args.training or args.host_overhead):  # the operator tables only
         cpu.plot(report, args.plot)
     return 0

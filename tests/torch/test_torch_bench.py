@@ -1,7 +1,8 @@
 """bench --training (infiniop_py/bench/training.py) on tiny shapes: every model and module is timed with torch's
 norms and with replace_norms, and the report says how many norms were replaced; bench --sync-batch-norm
 (bench/distributed.py) with its 2 gloo processes on a small batch; and that the training bench's malloc setting
-keeps freed memory where it says it does."""
+keeps freed memory where it says it does; bench --host-overhead (bench/host_overhead.py): a row per op, layout,
+dtype and mode, no synchronization inside a timed batch, and --device nvidia refused where there is no GPU."""
 
 import json
 import resource
@@ -13,7 +14,8 @@ import pytest
 from _torch_helpers import torch  # noqa: F401  (skips without torch)
 
 from infiniop_py import bench
-from infiniop_py.bench import distributed as bench_distributed, training as bench_training
+from infiniop_py.bench import distributed as bench_distributed, host_overhead as bench_host_overhead, \
+    training as bench_training
 
 
 def test_training_benchmark_reports_every_model_and_module(monkeypatch, tmp_path, capsys):
@@ -115,3 +117,42 @@ def test_a_channels_last_model_is_timed_in_channels_last(monkeypatch):
                                      channels_last=True)
     assert result["replaced"] == 1 and result["torch_s"] > 0 and result["ours_s"] > 0
     assert formats and all(formats)
+
+
+def test_host_overhead_benchmark_reports_every_op_layout_and_dtype(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench_host_overhead, "CALLS", 2)
+    path = tmp_path / "host.json"
+    assert bench.main(["--host-overhead", "--repeats", "1", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    rows = {(r["mode"], r["op"], r["layout"], r["dtype"]): r for r in report["results"]}
+    layouts = [("RMSNorm", "rows"), ("LayerNorm", "rows")] + [
+        (f"BatchNorm{rank}d", layout) for rank in (1, 2, 3) for layout in ("channels-first", "channels-last")]
+    assert set(rows) == {(mode, op, layout, dtype) for mode in ("forward", "forward+backward", "functional")
+                         for op, layout in layouts for dtype in ("float32", "bfloat16")}
+    assert len(report["results"]) == len(rows)
+    assert all(r["stock_s"] > 0 and r["ours_s"] > 0 and r["ratio"] == r["ours_s"] / r["stock_s"]
+               for r in rows.values())
+    assert report["device"] == "cpu" and report["calls_per_round"] == 2
+    table = capsys.readouterr().out
+    assert "| functional | BatchNorm2d | bfloat16 | channels-last | 2x4x2x2 |" in table
+    assert f"torch {report['torch_version']}" in table and "ours/stock" in table
+
+
+def test_host_overhead_synchronizes_only_between_timed_batches():
+    """On CUDA a call's host time is until it returns: no synchronization inside a batch of timed calls."""
+    events = []
+    runs = [lambda: events.append("stock"), lambda: events.append("ours")]
+    medians = bench_host_overhead.host_medians(runs, rounds=2, calls=3, synchronize=lambda: events.append("sync"))
+    assert len(medians) == 2
+    batch = ["sync", "{}", "sync", "{}", "{}", "{}"]  # the untimed call, then the timed ones
+    rounds = [[event.format(side) for side in order for event in batch]
+              for order in (("stock", "ours"), ("ours", "stock"))]
+    assert events == rounds[0] + rounds[1]
+
+
+def test_host_overhead_on_nvidia_without_a_gpu_says_so(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the benchmark would run")
+    assert bench.main(["--host-overhead", "--device", "cuda", "--repeats", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "cannot benchmark nvidia:0" in captured.err and captured.out == ""

@@ -253,4 +253,17 @@ def test_modules_on_each_device(device, dtype, parameter_dtype):
                  else _row_scale(theirs, x, grad_output, rms=isinstance(theirs, torch.nn.RMSNorm)))
         # Our BatchNorm forward is PyTorch's native kernel; torch's module would take cuDNN's on CUDA.
         with torch.backends.cudnn.flags(enabled=False):
-            assert_matches_torch(ours, theirs, x, grad_output, scale)
+            computes = _torch_computes(theirs, x)
+            assert computes or device != "cpu", f"torch's {type(theirs).__name__} refuses {dtype} on the CPU"
+            assert_matches_torch(ours, theirs, x, grad_output, scale, torch_computes=computes)
+
+
+def _torch_computes(module, x):
+    """Whether torch's own module computes on x: torch 2.11's layer_norm refuses BF16 data with F32 parameters on
+    CUDA, and then only the float64 reference (on the CPU) judges ours."""
+    try:
+        with torch.no_grad():
+            module(x)
+    except RuntimeError:
+        return False
+    return True
