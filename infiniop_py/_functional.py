@@ -181,7 +181,7 @@ class Signature:
     """One functional op: its operator class, the names of its tensors and options, and ``run``, which each
     functional wrapper calls."""
 
-    def __init__(self, operator_class, inputs, outputs, output_specs, options=(), optional=()):
+    def __init__(self, operator_class, inputs, outputs, output_specs, options=(), optional=(), fresh_outputs=None):
         self.operator_class = operator_class
         self.inputs = inputs  # names of the input arrays, in C order
         self.outputs = outputs  # names of the outputs, in C order
@@ -190,6 +190,10 @@ class Signature:
         self.output_specs = output_specs
         self.options = options  # keyword names of operator_class's scalar options
         self.optional = optional  # the inputs that may be None (absent)
+        # (refs, wanted) -> the fresh outputs of a call without out=, or None for the default (C-contiguous) ones.
+        # Chosen here, in the checked run, so the fast path remembers their layout and the wrapper does no work
+        # per call.
+        self.fresh_outputs = fresh_outputs
         # run(inputs, out, options, wanted): the functional call, see run_checked
         self.run = _known_layouts.compile_run(self, len(outputs), len(inputs), run_checked)
 
@@ -214,6 +218,8 @@ def run_checked(signature, inputs, out, options, wanted):
             raise TypeError(f"{name}: expected an array, got None")
     input_refs = {name: None if array is None else as_tensor(array, name) for name, array in inputs.items()}
     specs = [spec if want else None for spec, want in zip(signature.output_specs(input_refs), wanted)]
+    if out is None:
+        out = None if signature.fresh_outputs is None else signature.fresh_outputs(input_refs, wanted)
     if out is None:
         out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
     else:

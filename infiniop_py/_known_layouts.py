@@ -14,9 +14,14 @@ buffer) and a BAD_PARAM status (tensors sharing memory; the native op checks foo
 The whole path costs a few microseconds, most of it one ffi.from_buffer per array, so its steps are written
 to be cheap: see compile_run.
 
-Contiguous torch CPU tensors (torch.Tensor, nn.Parameter) get entries of their own, under the same kind of key,
-after a checked run on them; the same compiled path looks them up with the key it built (a miss among the numpy
-entries) and takes their pointers, checking per call the device and the contiguity, which the key does not hold.
+Torch tensors (torch.Tensor, nn.Parameter) of any layout the native op takes as it is, on the CPU or CUDA, get
+entries of their own after a checked run on them, under a key of their own, built only where the numpy lookup
+missed: per tensor its type, dtype, shape, strides, device (type and index) and negative bit, and for an output
+whether it requires grad. So another device, dtype or layout never reuses a wrong entry, and a tensor the checked
+path must decide (the negative bit, an output requiring grad) finds none: those are never remembered. The stream is
+no part of the layout: each CUDA call reads torch's current stream on the tensors' device, and takes its workspace
+from torch's caching allocator, which hands a block to another stream only after this one's work on it (and, under
+CUDA-graph capture, from the graph's pool); the operator's spare workspaces, one list for all streams, serve the CPU.
 """
 
 import functools
@@ -28,13 +33,13 @@ import numpy as np
 from . import _host_memory
 from ._ffi import ffi
 from .errors import BadParamError, check
-from .tensors import torch_cpu_pointer
 
 CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has few layouts)
 
 _lock = threading.Lock()  # serializes writers; readers use dict.get, which is atomic
 _runners = {}  # key -> run(out, pointers) of one known layout of numpy arrays
-_torch_runners = {}  # the same for contiguous torch CPU tensors (see _torch_pointers)
+_torch_runners = {}  # torch key -> run(out, pointers) of one known layout of torch tensors
+_VOID_POINTER = ffi.typeof("void *")  # cffi parses a type given as a string on every cast
 
 
 def _layout(array):
@@ -51,6 +56,25 @@ def key(op, options, wanted, out, inputs):
     try:
         return (op, options, wanted, out is None, *map(_layout, (*(out or ()), *inputs)))
     except AttributeError:
+        return None
+
+
+def _torch_layout(tensor, written=False):
+    if tensor is None:
+        return None
+    layout = (type(tensor), tensor.dtype, tensor.shape, tensor.stride(), tensor.device, tensor.is_neg())
+    return (*layout, tensor.requires_grad) if written else layout
+
+
+def torch_key(op, options, wanted, out, inputs):
+    """The fast-path key of a call on torch tensors (see key), or None where out= is neither None nor a tuple or
+    list, or an argument lacks torch's attributes."""
+    if out is not None and type(out) is not tuple and type(out) is not list:
+        return None
+    try:
+        return (op, options, wanted, out is None, *(_torch_layout(array, True) for array in out or ()),
+                *map(_torch_layout, inputs))
+    except (AttributeError, TypeError):
         return None
 
 
@@ -72,28 +96,40 @@ def compile_run(op, output_count, input_count, checked_run):
         keyword = ", require_writable=True" if writable else ""
         return ", ".join(f"null if {name} is None else from_buffer({name}{keyword})" for name in names)
 
+    def torch_layouts(names, written):
+        requires_grad = ", {name}.requires_grad" if written else ""
+        return ", ".join(f"None if {name} is None else (type({name}), {name}.dtype, {name}.shape, {name}.stride(), "
+                         f"{name}.device, {name}.is_neg(){requires_grad.format(name=name)})" for name in names)
+
+    def torch_pointers(names):
+        return ", ".join(f"null if {name} is None else cast(void_pointer, {name}.data_ptr())" for name in names)
+
     source = f"""
 def run(inputs, out, options, wanted):
     {", ".join(inputs)}, = inputs
-    runner = pointers = call_key = None
+    runner = pointers = None
     try:
         if out is None:
-            call_key = (op, options, wanted, True, {layouts(inputs)})
-            runner = get_runner(call_key)
+            runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
             if runner is not None:
                 pointers = [{pointers(inputs, False)}]
+            elif torch_runners:
+                runner = get_torch_runner((op, options, wanted, True, {torch_layouts(inputs, False)}))
+                if runner is not None:
+                    pointers = [{torch_pointers(inputs)}]
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
-            call_key = (op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)})
-            runner = get_runner(call_key)
+            runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
             if runner is not None:
                 pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
-        if runner is None and torch_runners and call_key is not None:
-            runner = torch_runners.get(call_key)
-            if runner is not None:
-                pointers = torch_pointers(inputs, 0) if out is None else torch_pointers((*out, *inputs), {output_count})
+            elif torch_runners:
+                runner = get_torch_runner((op, options, wanted, False, {torch_layouts(outputs, True)},
+                                           {torch_layouts(inputs, False)}))
+                if runner is not None:
+                    pointers = [{torch_pointers(outputs)}, {torch_pointers(inputs)}]
     # Not numpy-like, an unhashable dtype or shape, a buffer ffi.from_buffer refuses (strided: not
-    # C-contiguous; a read-only output; not a buffer), or a torch attribute that raises.
+    # C-contiguous; a read-only output; not a buffer), or (a numpy miss with torch entries known) not a
+    # torch tensor, or a torch attribute that raises.
     except (AttributeError, BufferError, TypeError, ValueError, RuntimeError):
         pointers = None
     if pointers is not None:
@@ -103,57 +139,84 @@ def run(inputs, out, options, wanted):
     return checked_run(op, inputs, out, options, wanted)
 """
     namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
-                 "null": ffi.NULL, "torch_runners": _torch_runners, "torch_pointers": _torch_pointers}
+                 "null": ffi.NULL, "torch_runners": _torch_runners, "get_torch_runner": _torch_runners.get,
+                 "cast": ffi.cast, "void_pointer": _VOID_POINTER}
     exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
     return namespace["run"]
 
 
 def remember(op, options, wanted, out_given, out, inputs, operator):
     """Make an entry for a call (``out_given``: whether out= was passed) that just passed every check and ran
-    on ``operator``, writing ``out``, where all its arrays are C-contiguous np.ndarray, or all contiguous torch
-    CPU tensors (then in _torch_runners)."""
-    call_key = key(op, options, wanted, out if out_given else None, inputs)
-    if call_key is None:
-        return
+    on ``operator`` with its arrays as they are (not packed copies), writing ``out``, where all its arrays are
+    C-contiguous np.ndarray, or all torch tensors on one CPU or CUDA device (then in _torch_runners)."""
     arrays = [array for array in (*out, *inputs) if array is not None]
     if all(type(array) is np.ndarray and array.flags.c_contiguous for array in arrays):
+        call_key = key(op, options, wanted, out if out_given else None, inputs)
+        if call_key is None:
+            return
         runners = _runners
         new_outputs = [None if array is None else _host_memory.allocator(array.shape, array.dtype) for array in out]
-        pointer_of = ffi.from_buffer
-    elif all(torch_cpu_pointer(array, index < len(out)) is not None
-             for index, array in enumerate((*out, *inputs)) if array is not None):
-        torch = sys.modules["torch"]
-        runners = _torch_runners
-        new_outputs = [None if array is None else functools.partial(torch.empty, array.shape, dtype=array.dtype)
-                       for array in out]
-        pointer_of = torch_cpu_pointer
+        runner = _runner(operator, new_outputs, ffi.from_buffer)
     else:
-        return
-    runner = _runner(operator, new_outputs, pointer_of)
+        runner = _torch_runner(operator, out, arrays)
+        if runner is None:
+            return
+        call_key = torch_key(op, options, wanted, out if out_given else None, inputs)
+        if call_key is None:
+            return
+        runners = _torch_runners
     with _lock:
         if len(runners) >= CACHE_SIZE:
             runners.clear()
         runners[call_key] = runner
 
 
-def _torch_pointers(arrays, output_count):
-    """The data pointers of a known torch layout's arrays (ffi.NULL for absent ones), or None where one is not a
-    contiguous torch CPU tensor that may be passed as it is: the key holds neither the device nor the strides,
-    so torch_cpu_pointer checks both, per call."""
-    pointers = []
-    for index, array in enumerate(arrays):
-        pointer = ffi.NULL if array is None else torch_cpu_pointer(array, index < output_count)
-        if pointer is None:
-            return None
-        pointers.append(pointer)
-    return pointers
+def _torch_runner(operator, out, arrays):
+    """The runner of a checked torch call (see remember), or None where its tensors may not be remembered:
+    another type than torch.Tensor or nn.Parameter (a subclass may mean anything by data_ptr), devices other
+    than one CPU or CUDA device, or what the checked path must decide per call (the negative bit: it resolves a
+    copy; an output requiring grad: refused while grad mode is on). The key holds each of these, so a call
+    that has them finds no entry."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    types = (torch.Tensor, torch.nn.Parameter)
+    if not all(type(array) in types and not array.is_neg() for array in arrays):
+        return None
+    if any(array is not None and array.requires_grad for array in out):
+        return None
+    devices = {array.device for array in arrays}
+    device = next(iter(devices))
+    if len(devices) != 1 or device.type not in ("cpu", "cuda"):
+        return None
+    # Fresh outputs take the remembered strides: the checked run's choice (a channels-last grad_input) is a
+    # function of the inputs' layouts, which the key holds.
+    new_outputs = [None if array is None else functools.partial(torch.empty_strided, tuple(array.shape),
+                                                                array.stride(), dtype=array.dtype, device=device)
+                   for array in out]
+    if device.type == "cpu":
+        return _runner(operator, new_outputs, _torch_pointer)
+    index, current_stream = device.index, torch.cuda.current_stream
+
+    def stream_of():  # per call, not cached: the caller may switch streams between calls (torch.cuda.stream)
+        return current_stream(index).cuda_stream
+
+    # Stream-ordered and capture-safe, where the operator's spare list would be shared by all streams.
+    new_workspace = functools.partial(torch.empty, operator.workspace_size, dtype=torch.uint8, device=device)
+    return _runner(operator, new_outputs, _torch_pointer, stream_of, new_workspace)
 
 
-def _runner(operator, new_outputs, pointer_of):
+def _torch_pointer(tensor):
+    return ffi.cast(_VOID_POINTER, tensor.data_ptr())
+
+
+def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None):
     """run(out, pointers) of one known layout: ``pointers`` of the arrays in C order (those of the outputs only
     where ``out`` is given; else fresh outputs are made by ``new_outputs``: per output, a function of no
     arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
-    None where the checked path must decide."""
+    None where the checked path must decide. ``stream_of``: None (the CPU), or a function giving the stream's
+    address for each call; ``new_workspace``: None (the operator's spare workspaces serve), or a function giving
+    a fresh torch tensor of workspace_size bytes per call."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
     # stays open: the functional caches never close theirs (nobody else holds them), this closure keeps it alive,
     # and finalizers do not run at exit (_resource.py), so no call needs close()'s wait.
@@ -161,7 +224,7 @@ def _runner(operator, new_outputs, pointer_of):
     take_workspace, spare_workspaces = operator._take_workspace, operator._spare_workspaces
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
-    null = ffi.NULL
+    null, cast, void_pointer = ffi.NULL, ffi.cast, _VOID_POINTER
 
     def run(out, pointers):
         if out is None:
@@ -169,18 +232,22 @@ def _runner(operator, new_outputs, pointer_of):
             pointers[:0] = [null if array is None else pointer_of(array) for array in out]
         if len(pointers) > tensor_count:
             del pointers[tensor_count:]
-        if workspace_size:
+        stream = null if stream_of is None else cast(void_pointer, stream_of())
+        if not workspace_size:
+            status = run_native(native, null, 0, *pointers, stream)
+        elif new_workspace is not None:
+            workspace = new_workspace()  # held until the launch returns; torch frees it in stream order
+            status = run_native(native, cast(void_pointer, workspace.data_ptr()), workspace_size, *pointers, stream)
+        else:
             try:
                 workspace = spare_workspaces.pop()  # (owner, pointer), never shared by two threads at once
             except IndexError:
                 workspace = take_workspace()
             try:
                 # cffi releases the GIL for the duration of the native call.
-                status = run_native(native, workspace[1], workspace_size, *pointers, null)
+                status = run_native(native, workspace[1], workspace_size, *pointers, stream)
             finally:
                 spare_workspaces.append(workspace)
-        else:
-            status = run_native(native, null, 0, *pointers, null)
         if status:
             try:
                 check(status, run_name)

@@ -4,8 +4,6 @@ gradients not wanted, F32 parameters for F16/BF16 data, F64, ranks 2..5 and chan
 
 import operator
 
-import numpy as np
-
 from . import _functional, _layout, dtypes
 from ._ffi import ffi, libraries
 from ._operator import Operator, _native_function
@@ -134,7 +132,8 @@ _SIGNATURE = _functional.Signature(
     BatchNormBackward,
     inputs=("input", "grad_output", "weight", "running_mean", "running_var", "save_mean", "save_invstd"),
     outputs=("grad_input", "grad_weight", "grad_bias"), output_specs=_output_specs, options=("eps", "training"),
-    optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"))
+    optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"),
+    fresh_outputs=lambda refs, wanted: _outputs_like_channels_last(refs, wanted))
 
 
 def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *, eps=0.0, save_mean=None,
@@ -154,9 +153,6 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
     each such output, which is computed into a packed temporary and copied back.
     """
     wanted = (True, bool(need_grad_weight), bool(need_grad_bias))
-    if out is None:
-        out = _outputs_like_channels_last(input, {"weight": weight, "running_mean": running_mean,
-                                                  "running_var": running_var}, wanted)
     return _SIGNATURE.run((input, grad_output, weight, running_mean, running_var, save_mean, save_invstd),
                            out, (float(eps), bool(training)), wanted)
 
@@ -166,22 +162,19 @@ def _parameter_like(refs):
     return next((name for name in ("weight", "running_mean", "running_var") if refs.get(name) is not None), "input")
 
 
-def _outputs_like_channels_last(input, parameters, wanted):
-    """Fresh outputs with grad_input laid out like a channels-last ``input`` (a C-contiguous one would not
-    share its layout and so cost copies); None for any other input, which takes the default outputs."""
-    if type(input) is np.ndarray and input.flags.c_contiguous:  # channels-first (or too few dims to tell)
-        return None
-    ref = as_tensor(input, "input")
+def _outputs_like_channels_last(refs, wanted):
+    """Fresh outputs (the TensorRefs of a call's inputs, which outputs are ``wanted``) with grad_input laid out
+    like a channels-last input (a C-contiguous one would not share its layout and so cost copies); None for
+    any other input, which takes the default outputs."""
+    ref = refs["input"]
     spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
     if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
         return None
     grad_input = _functional.empty_in_layout(ref.owner)
     if grad_input is None:
         return None
-    refs = {name: None if array is None else as_tensor(array, name) for name, array in parameters.items()}
     like = _parameter_like(refs)
-    like_ref = ref if like == "input" else refs[like]
-    vectors = [_functional.new_output(like_ref, ref.shape[1:2], like) if want else None for want in wanted[1:]]
+    vectors = [_functional.new_output(refs[like], ref.shape[1:2], like) if want else None for want in wanted[1:]]
     return (grad_input, *vectors)
 
 

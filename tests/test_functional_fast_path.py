@@ -1,6 +1,6 @@
-"""The functional API's numpy fast path (a layout seen before skips straight to the native run, _known_layouts)
-is really taken for a known layout, gives the same results as the first, fully checked call, and still refuses
-what the checks refuse."""
+"""The functional API's fast path (a layout seen before skips straight to the native run, _known_layouts), for
+numpy arrays and for torch tensors of any layout the native op takes, on the CPU or CUDA: it is really taken for a
+known layout, gives the same results as the first, fully checked call, and still refuses what the checks refuse."""
 
 import numpy as np
 import pytest
@@ -182,7 +182,7 @@ def _known_torch_rms(seed):
 def test_non_contiguous_tensor_of_a_known_torch_layout_takes_the_checked_path():
     torch, (grad_y, x, w) = _known_torch_rms(seed=7)
     expected = ip.rms_norm_backward(grad_y, x, w)
-    column_major = x.t().contiguous().t()  # same shape, dtype and values; the key holds no strides
+    column_major = x.t().contiguous().t()  # same shape, dtype and values, other strides: not that entry
     for got, want in zip(ip.rms_norm_backward(grad_y, column_major, w), expected):
         assert torch.equal(got, want)
 
@@ -190,7 +190,7 @@ def test_non_contiguous_tensor_of_a_known_torch_layout_takes_the_checked_path():
 def test_tensor_of_a_known_torch_layout_on_another_device_is_refused_as_before():
     torch, (grad_y, x, w) = _known_torch_rms(seed=8)
     with pytest.raises(ValueError, match="x: the torch tensor is on meta"):
-        ip.rms_norm_backward(grad_y, x.to("meta"), w)  # the key holds no device: no pointer taken from it
+        ip.rms_norm_backward(grad_y, x.to("meta"), w)  # another device: not that entry, so the checked path
 
 
 def test_overlapping_out_of_a_known_torch_layout_is_refused_naming_both():
@@ -199,3 +199,203 @@ def test_overlapping_out_of_a_known_torch_layout_is_refused_naming_both():
     ip.rms_norm_backward(grad_y, x, w, out=out)
     with pytest.raises(ip.BadParamError, match="grad_x: overlaps x"):
         ip.rms_norm_backward(grad_y, x, w, out=(x, out[1]))
+
+
+# ------------------------------------------------ torch tensors of any layout the native op takes, on any device
+
+@pytest.fixture
+def checked_runs(monkeypatch):
+    """The names of the arrays the checked path converted (none: every call took the fast path); the known
+    layouts start empty."""
+    _forget_known_layouts()
+    names, as_tensor = [], _functional.as_tensor
+
+    def counted_as_tensor(*args, **kwargs):
+        names.append(args[1])
+        return as_tensor(*args, **kwargs)
+
+    monkeypatch.setattr(_functional, "as_tensor", counted_as_tensor)
+    return names
+
+
+def _torch_batch(seed, channels_last=True, dtype="float32", device="cpu"):
+    """(input, grad_output, weight, running_mean, running_var) torch tensors of an (N, C, H, W) BatchNorm, input
+    and grad_output channels-last (torch's memory format) or channels-first."""
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, 3, 5, 6)) * 1.5 + 0.25
+    arrays = (x, rng.standard_normal(x.shape), rng.standard_normal(3), x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3)))
+    tensors = [torch.from_numpy(array).to(device, getattr(torch, dtype)) for array in arrays]
+    if channels_last:
+        tensors[:2] = [tensor.contiguous(memory_format=torch.channels_last) for tensor in tensors[:2]]
+    return tensors
+
+
+def _batch_out(torch, tensors):
+    """out= for _torch_batch's tensors: grad_input laid out like input (empty_like keeps the layout)."""
+    return (torch.empty_like(tensors[0]), torch.empty_like(tensors[2]), torch.empty_like(tensors[2]))
+
+
+def _assert_same_bits(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+        assert a.cpu().numpy().tobytes() == b.cpu().numpy().tobytes()
+
+
+@pytest.mark.parametrize("out_given", [False, True], ids=["fresh-out", "out"])
+def test_channels_last_torch_batch_norm_takes_the_fast_path_and_gives_the_checked_bits(out_given, checked_runs):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+
+    def call(tensors):
+        return ip.batch_norm_backward(*tensors, eps=1e-5, out=_batch_out(torch, tensors) if out_given else None)
+
+    expected = call(_torch_batch(seed=2))  # checked
+    _forget_known_layouts()
+    first = call(_torch_batch(seed=1))  # checked; the layout is known from now on
+    assert "input" in checked_runs
+    checked_runs.clear()
+    tensors = _torch_batch(seed=2)
+    second = call(tensors)
+    assert checked_runs == []
+    _assert_same_bits(second, expected)
+    assert second[0].stride() == tensors[0].stride()  # channels-last, as the input: computed in place, no copy
+    assert not torch.equal(second[0], first[0])  # really computed from the new data
+
+
+def test_the_torch_key_remember_makes_is_the_one_the_fast_path_looks_up(checked_runs):
+    tensors = _torch_batch(seed=3)
+    ip.batch_norm_backward(*tensors, eps=1e-5)
+    signature = ip.batch_norm_backward.__globals__["_SIGNATURE"]
+    key = _known_layouts.torch_key(signature, (1e-5, True), (True, True, True), None, (*tensors, None, None))
+    assert list(_known_layouts._torch_runners) == [key]
+
+
+def _strided_rows(torch, tensor):
+    """``tensor`` (rows, width) with its rows 16 elements apart more than packed: a layout the row ops take."""
+    padded = torch.zeros(tensor.shape[0], tensor.shape[1] + 16, dtype=tensor.dtype)
+    padded[:, :tensor.shape[1]] = tensor
+    return padded[:, :tensor.shape[1]]
+
+
+def test_another_stride_or_dtype_of_a_known_torch_shape_makes_its_own_entry(checked_runs):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    grad_y, x, w = (torch.from_numpy(array) for array in random_rms_inputs(8, 32, seed=10))
+    ip.rms_norm_backward(grad_y, x, w)  # contiguous float32: known
+    variants = {"strided rows": (_strided_rows(torch, grad_y), x, w),
+                "float64": (grad_y.double(), x.double(), w.double()),
+                "channels-first batch": _torch_batch(seed=4, channels_last=False),
+                "channels-last batch": _torch_batch(seed=4)}  # after channels-first: its packed copies hit that one
+    for name, tensors in variants.items():
+        function = ip.batch_norm_backward if "batch" in name else ip.rms_norm_backward
+        checked_runs.clear()
+        first = function(*tensors)
+        assert checked_runs, f"{name}: its first call took another layout's entry"
+        checked_runs.clear()
+        second = function(*tensors)
+        assert checked_runs == [], f"{name}: its second call took the checked path"
+        _assert_same_bits(second, first)
+        packed = function(*[tensor.contiguous() for tensor in tensors])  # the same values, packed channels-first
+        # (channels-last sums in another order: not the same bits)
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(second, packed)), name
+    assert len(_known_layouts._torch_runners) == 1 + len(variants)
+
+
+def test_the_torch_key_holds_the_device():
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    signature = ip.rms_norm_backward.__globals__["_SIGNATURE"]
+    tensors = [torch.from_numpy(array) for array in random_rms_inputs(4, 8, seed=11)]
+    on_meta = [tensor.to("meta") for tensor in tensors]  # same dtype, shape and strides
+    keys = [_known_layouts.torch_key(signature, (0.0,), (True, True), None, (*group, None))
+            for group in (tensors, on_meta)]
+    assert keys[0] != keys[1]
+
+
+def _as_negative_view(torch, tensor):
+    """(a stride-2 view equal to ``tensor`` without the negative bit, the same with it: its memory holds -tensor)."""
+    zeros = torch.zeros_like(tensor)
+    plain = torch.view_as_real(torch.complex(zeros, tensor))[..., 1]
+    negative = torch.complex(zeros, -tensor).conj().imag
+    assert negative.is_neg() and not plain.is_neg() and plain.stride() == negative.stride()
+    return plain, negative
+
+
+def test_negative_bit_tensor_of_a_known_torch_layout_takes_the_checked_path(checked_runs):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    tensors = _torch_batch(seed=5)
+    plain, negative = _as_negative_view(torch, tensors[2])  # BatchNorm takes a strided weight as it is
+    expected = ip.batch_norm_backward(*tensors)
+    ip.batch_norm_backward(tensors[0], tensors[1], plain, *tensors[3:])
+    checked_runs.clear()
+    _assert_same_bits(ip.batch_norm_backward(tensors[0], tensors[1], plain, *tensors[3:]), expected)
+    assert checked_runs == []  # the plain view's layout is known
+    for _ in range(2):  # never remembered: each call resolves the negative bit on the checked path
+        checked_runs.clear()
+        _assert_same_bits(ip.batch_norm_backward(tensors[0], tensors[1], negative, *tensors[3:]), expected)
+        assert "weight" in checked_runs
+
+
+def test_output_requiring_grad_of_a_known_torch_layout_takes_the_checked_path(checked_runs):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    grad_y, x, w = (torch.from_numpy(array) for array in random_rms_inputs(8, 32, seed=12))
+    out = (torch.empty_like(grad_y), torch.empty_like(w))
+    expected = [tensor.clone() for tensor in ip.rms_norm_backward(grad_y, x, w, out=out)]
+    ip.rms_norm_backward(grad_y, x, w, out=out)  # this out= layout is known
+    out[0].requires_grad_()
+    with pytest.raises(RuntimeError, match="grad_x: an output tensor that requires grad"):
+        ip.rms_norm_backward(grad_y, x, w, out=out)
+    with torch.no_grad():
+        for _ in range(2):  # allowed here, and never remembered: grad mode may be on at the next call
+            checked_runs.clear()
+            out[0].zero_()
+            ip.rms_norm_backward(grad_y, x, w, out=out)
+            assert "grad_x" in checked_runs
+    assert all(torch.equal(a, b) for a, b in zip(out, expected))
+
+
+def test_overlapping_out_of_a_known_channels_last_layout_is_refused_naming_both(checked_runs):
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    tensors = _torch_batch(seed=6)
+    out = _batch_out(torch, tensors)
+    ip.batch_norm_backward(*tensors, out=out)
+    ip.batch_norm_backward(*tensors, out=out)  # known
+    with pytest.raises(ip.BadParamError, match="grad_input: overlaps input"):
+        ip.batch_norm_backward(*tensors, out=(tensors[0], *out[1:]))  # same layout as out[0]
+
+
+@pytest.mark.nvidia
+def test_cuda_tensors_take_the_fast_path_on_each_callers_stream(checked_runs):
+    """After one checked call, CUDA calls on two side streams skip the checked path and still run on the stream
+    current at each call: inputs written on that stream after a long sleep there are the ones read."""
+    torch = pytest.importorskip("torch", reason="torch tensors need torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    expected = []
+    for seed in (7, 8):
+        _forget_known_layouts()
+        expected.append(ip.batch_norm_backward(*_torch_batch(seed, device="cuda"), eps=1e-5))  # checked
+    _forget_known_layouts()
+    ip.batch_norm_backward(*_torch_batch(seed=9, device="cuda"), eps=1e-5)  # checked; known from now on
+    cpu = _torch_batch(seed=9)
+    ip.batch_norm_backward(*cpu, eps=1e-5)  # the same layout on the CPU: its own entry
+    ip.batch_norm_backward(*cpu, eps=1e-5)
+    assert len(_known_layouts._torch_runners) == 2
+    checked_runs.clear()
+    streams = (torch.cuda.Stream(), torch.cuda.Stream())
+    targets = [_torch_batch(seed=9, device="cuda") for _ in streams]
+    results = []
+    for stream, seed, target in zip(streams, (7, 8), targets):
+        new = _torch_batch(seed, device="cuda")
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(20_000_000)  # on another stream the run would read target before the copies
+            for tensor, values in zip(target, new):
+                tensor.copy_(values)
+            results.append(ip.batch_norm_backward(*target, eps=1e-5))
+        for tensor in (*target, *new):
+            tensor.record_stream(stream)
+    torch.cuda.synchronize()
+    assert checked_runs == []
+    for got, want in zip(results, expected):
+        _assert_same_bits(got, want)
+    assert results[0][0].device == torch.device("cuda", torch.cuda.current_device())
