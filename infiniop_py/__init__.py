@@ -1,4 +1,5 @@
-"""Python bindings (cffi, ABI mode) of infiniop's normalization-backward operators.
+"""Python bindings (cffi, ABI mode) of infiniop's normalization operators: the three backwards and the RMSNorm
+forward.
 
 Importing does not load the native library; the first call that needs it does
 (see ``library_path()`` for where it came from).
@@ -14,6 +15,7 @@ from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, Ba
                      NotImplementedStatusError, NullPointerError)
 from .handle import Handle
 from .layer_norm_backward import LayerNormBackward, LayerNormBackwardFromInput, layer_norm_backward
+from .rms_norm import RMSNorm, rms_norm
 from .rms_norm_backward import RMSNormBackward, rms_norm_backward
 from .tensors import TensorDesc
 
@@ -52,7 +54,8 @@ __all__ = [
     "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
     "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
-    "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNormBackward", "TensorDesc", "__version__",
+    "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNorm", "RMSNormBackward",
+    "TensorDesc", "__version__",
     "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa", "include_dir",
-    "layer_norm_backward", "library_path", "rms_norm_backward",
+    "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
 ]

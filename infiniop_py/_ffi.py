@@ -123,6 +123,24 @@ typedef struct InfiniopDescriptor *infiniopDescriptor_t;
 infiniStatus_t infiniopGetDescriptorDeviceType(infiniopDescriptor_t desc, infiniDevice_t *device_type);
 infiniStatus_t infiniopGetDescriptorDeviceId(infiniopDescriptor_t desc, int *device_id);
 
+/* infiniop/ops/rms_norm.h */
+typedef struct InfiniopDescriptor *infiniopRMSNormDescriptor_t;
+
+infiniStatus_t infiniopCreateRMSNormDescriptor(infiniopHandle_t handle, infiniopRMSNormDescriptor_t *desc_ptr,
+                                               infiniopTensorDescriptor_t y_desc, infiniopTensorDescriptor_t x_desc,
+                                               infiniopTensorDescriptor_t w_desc, float epsilon);
+infiniStatus_t infiniopGetRMSNormWorkspaceSize(infiniopRMSNormDescriptor_t desc, size_t *size);
+infiniStatus_t infiniopRMSNorm(infiniopRMSNormDescriptor_t desc, void *workspace, size_t workspace_size, void *y,
+                               const void *x, const void *w, void *stream);
+infiniStatus_t infiniopCreateRMSNormDescriptorEx(infiniopHandle_t handle, infiniopRMSNormDescriptor_t *desc_ptr,
+                                                 infiniopTensorDescriptor_t y_desc,
+                                                 infiniopTensorDescriptor_t rstd_desc,
+                                                 infiniopTensorDescriptor_t x_desc,
+                                                 infiniopTensorDescriptor_t w_desc, double epsilon);
+infiniStatus_t infiniopRMSNormEx(infiniopRMSNormDescriptor_t desc, void *workspace, size_t workspace_size, void *y,
+                                 void *rstd, const void *x, const void *w, void *stream);
+infiniStatus_t infiniopDestroyRMSNormDescriptor(infiniopRMSNormDescriptor_t desc);
+
 /* infiniop/ops/rms_norm_backward.h */
 typedef struct InfiniopDescriptor *infiniopRMSNormBackwardDescriptor_t;
 

@@ -186,7 +186,7 @@ class Signature:
         self.inputs = inputs  # names of the input arrays, in C order
         self.outputs = outputs  # names of the outputs, in C order
         # refs (name -> TensorRef or None) -> per output, (shape, name of the input whose dtype and device
-        # a fresh one takes)
+        # a fresh one takes), or (shape, that name, the dtype code it takes instead) for a statistic
         self.output_specs = output_specs
         self.options = options  # keyword names of operator_class's scalar options
         self.optional = optional  # the inputs that may be None (absent)
@@ -221,7 +221,7 @@ def run_checked(signature, inputs, out, options, wanted):
     if out is None:
         out = None if signature.fresh_outputs is None else signature.fresh_outputs(input_refs, wanted)
     if out is None:
-        out = tuple(None if spec is None else new_output(input_refs[spec[1]], spec[0], spec[1]) for spec in specs)
+        out = tuple(None if spec is None else new_output(input_refs[spec[1]], *spec[:2], *spec[2:]) for spec in specs)
     else:
         require_out(out, output_names, [spec is not None for spec in specs])
     output_refs = {name: None if array is None else as_tensor(array, name, writable=True)

@@ -249,27 +249,53 @@ def _require_normalized_ranks(name, spec, normalized, what):
                                   f"be 1..8 and the normalized dims 1..rank")
 
 
-def check_rms_norm_backward_ex(grad_x, grad_w, grad_y, x, w, rstd=None, epsilon=0.0):
-    _require_present({"grad_x": grad_x, "grad_y": grad_y, "x": x, "w": w})
-    _require_epsilon(epsilon)
-    _require_ex_dtypes({"grad_x": grad_x, "grad_y": grad_y, "x": x}, {"w": w, "grad_w": grad_w}, {"rstd": rstd})
+def _check_rms_norm_rows(rows, w, grad_w=None, rstd=None, rstd_written=False):
+    """The shape and stride rules both RMSNorm Ex forms share (ops/rms_norm_layout.h). ``rows``: {name: spec} of
+    the row tensors, the first one written; w's rank names the normalized dims; ``grad_w``: None or written;
+    ``rstd``: None, or one per row, written where ``rstd_written``."""
+    first_name, first = next(iter(rows.items()))
     normalized = len(w.shape)
-    _require_normalized_ranks("grad_x", grad_x, normalized, "w's rank")
-    leading = len(grad_x.shape) - normalized
-    _require_shape("grad_y", grad_y, grad_x.shape, "grad_x.shape")
-    _require_shape("x", x, grad_x.shape, "grad_x.shape")
-    _require_shape("w", w, tuple(grad_x.shape)[leading:], f"grad_x.shape[{leading}:]")
+    _require_normalized_ranks(first_name, first, normalized, "w's rank")
+    leading = len(first.shape) - normalized
+    for name, spec in list(rows.items())[1:]:
+        _require_shape(name, spec, first.shape, f"{first_name}.shape")
+    _require_shape("w", w, tuple(first.shape)[leading:], f"{first_name}.shape[{leading}:]")
     if grad_w is not None:
         _require_shape("grad_w", grad_w, w.shape, "w.shape")
     if rstd is not None:
-        _require_shape("rstd", rstd, tuple(grad_x.shape)[:leading], f"grad_x.shape[:{leading}]")
-    for name, spec in (("grad_x", grad_x), ("grad_y", grad_y), ("x", x)):
+        _require_shape("rstd", rstd, tuple(first.shape)[:leading], f"{first_name}.shape[:{leading}]")
+    for name, spec in rows.items():
         _require_trailing_packed(name, spec, normalized)
-    _require_no_self_overlap("grad_x", grad_x)
+    _require_no_self_overlap(first_name, first)
     _require_collapses_to_vector("w", w)
     if grad_w is not None:
         _require_no_self_overlap("grad_w", grad_w)
         _require_collapses_to_vector("grad_w", grad_w)
+    if rstd is not None and rstd_written:
+        _require_no_self_overlap("rstd", rstd)
+
+
+def check_rms_norm_backward_ex(grad_x, grad_w, grad_y, x, w, rstd=None, epsilon=0.0):
+    _require_present({"grad_x": grad_x, "grad_y": grad_y, "x": x, "w": w})
+    _require_epsilon(epsilon)
+    _require_ex_dtypes({"grad_x": grad_x, "grad_y": grad_y, "x": x}, {"w": w, "grad_w": grad_w}, {"rstd": rstd})
+    _check_rms_norm_rows({"grad_x": grad_x, "grad_y": grad_y, "x": x}, w, grad_w, rstd)
+
+
+def check_rms_norm(y, x, w, epsilon=0.0):
+    """infiniopCreateRMSNormDescriptor (rms_norm/info.h create): upstream's ranks, then the Ex rules."""
+    _require_present({"y": y, "x": x, "w": w})
+    _require_ex_dtypes({"y": y, "x": x}, {"w": w}, {})
+    _require_ndim("y", y, (2, 3))
+    _require_ndim("w", w, (1,))
+    check_rms_norm_ex(y, None, x, w, epsilon)
+
+
+def check_rms_norm_ex(y, rstd, x, w, epsilon=0.0):
+    _require_present({"y": y, "x": x, "w": w})
+    _require_epsilon(epsilon)
+    _require_ex_dtypes({"y": y, "x": x}, {"w": w}, {"rstd": rstd})
+    _check_rms_norm_rows({"y": y, "x": x}, w, rstd=rstd, rstd_written=True)
 
 
 def check_layer_norm_backward_ex(grad_input, grad_weight, grad_bias, grad_output, weight, input_standardization,

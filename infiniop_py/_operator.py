@@ -71,6 +71,9 @@ class Operator(NativeResource):
     _check_layout_ex  the _layout.check_*_ex function of the Ex create
     _seed_count   how many of the leading tensors the seed create and run take
     _seed_optional  names of those the seed create takes as NULL (LayerNorm's and BatchNorm's grad_bias)
+    _seed_names   the names of the tensors the seed create and run take, in their order, where they are not the
+                  first _seed_count (RMSNorm's Ex forms put rstd among the outputs, before the seed's inputs)
+    _seed_scalars names of the options the seed create takes too, after its tensors (RMSNorm's epsilon)
     _has_ex_run   whether infiniop<_c_name>Ex exists (it takes every tensor; else the seed run does)
     _descriptor_c_name  the C name of the descriptor type and of its GetWorkspaceSize / Destroy functions, where
                   another op's serve this one (LayerNormBackwardFromInput's are LayerNormBackward's); else _c_name
@@ -86,6 +89,8 @@ class Operator(NativeResource):
     _check_layout_ex = None
     _seed_count = None
     _seed_optional = ()
+    _seed_names = None
+    _seed_scalars = ()
     _has_ex_run = False
     _descriptor_c_name = None
 
@@ -114,11 +119,12 @@ class Operator(NativeResource):
                 check(status, _create_call(f"infiniopCreate{self._c_name}DescriptorEx", handle, status))
             else:
                 self._require_seed_call(descs, options, seed_options)
-                seed_descs = dict(list(descs.items())[:self._seed_count])
-                self._check_layout(**seed_descs)
+                seed_descs = {name: descs[name] for name in self._seed_tensor_names(descs)}
+                seed_scalars = {name: options[name] for name in self._seed_scalars}
+                self._check_layout(**seed_descs, **seed_scalars)
                 create = f"infiniopCreate{self._c_name}Descriptor"
                 natives = [ffi.NULL if desc is None else desc.native for desc in seed_descs.values()]
-                status = getattr(op, create)(handle_pointer, pointer, *natives)
+                status = getattr(op, create)(handle_pointer, pointer, *natives, *seed_scalars.values())
                 check(status, _create_call(create, handle, status))
         finally:
             handle._end_call()
@@ -127,15 +133,18 @@ class Operator(NativeResource):
         destroy = f"infiniopDestroy{descriptor_name}Descriptor"
         self._own(pointer[0], getattr(op, destroy), destroy)
         # name -> TensorSpec, or None for an absent tensor; in the run function's argument order.
-        run_count = len(descs) if (create_ex is not None and self._has_ex_run) else self._seed_count
+        ex_run = create_ex is not None and self._has_ex_run
+        run_count = len(descs) if (ex_run or self._seed_names is not None) else self._seed_count
         self.layouts = {name: None if desc is None else TensorSpec(desc.shape, desc.dtype, desc.strides)
                         for name, desc in list(descs.items())[:run_count]}
         size = ffi.new("size_t *")
         query = f"infiniopGet{descriptor_name}WorkspaceSize"
         check(getattr(op, query)(pointer[0], size), query)
         self.workspace_size = int(size[0])
-        run_name = f"infiniop{self._c_name}Ex" if run_count > self._seed_count else f"infiniop{self._c_name}"
+        run_name = f"infiniop{self._c_name}Ex" if ex_run else f"infiniop{self._c_name}"
         self._run_native = getattr(op, run_name)
+        if not ex_run and self._seed_names is not None:
+            self._run_native = self._seed_run_of(self._run_native, list(descs), self._seed_names)
         # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
         self._spare_workspaces = []
         self._plain_key, self._written = self._plain_key_of(handle), [name in self._outputs for name in self.layouts]
@@ -160,13 +169,27 @@ class Operator(NativeResource):
             key.append((np.ndarray, numpy_dtype, layout.shape))
         return key
 
+    def _seed_tensor_names(self, names):
+        """The names of the seed create's and run's tensors, in their order, of all the tensors' ``names``."""
+        return list(self._seed_names) if self._seed_names is not None else list(names)[:self._seed_count]
+
+    @staticmethod
+    def _seed_run_of(seed_run, names, seed_names):
+        """The seed run called with every tensor in __init__'s order, as the Ex run is: it passes on the seed's."""
+        indices = [names.index(name) for name in seed_names]
+
+        def run(descriptor, workspace, workspace_size, *arguments):  # the tensors' pointers, then the stream
+            return seed_run(descriptor, workspace, workspace_size, *[arguments[i] for i in indices], arguments[-1])
+
+        return run
+
     def _require_seed_call(self, descs, options, seed_options):
         """Without the Ex entry points only what the seed create expresses can run."""
-        names = list(descs)
-        missing = [name for name in names[:self._seed_count]
-                   if descs[name] is None and name not in self._seed_optional]
-        extra = [name for name in names[self._seed_count:] if descs[name] is not None]
-        changed = [name for name, value in options.items() if value != seed_options.get(name)]
+        seed_names = self._seed_tensor_names(descs)
+        missing = [name for name in seed_names if descs[name] is None and name not in self._seed_optional]
+        extra = [name for name in descs if name not in seed_names and descs[name] is not None]
+        changed = [name for name, value in options.items()
+                   if name not in self._seed_scalars and value != seed_options.get(name)]
         if missing or extra or changed:
             asked = ", ".join([f"{n}=None" for n in missing] + extra + [f"{n}={options[n]!r}" for n in changed])
             raise NotImplementedStatusError(

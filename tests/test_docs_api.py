@@ -46,7 +46,7 @@ def test_every_public_callable_has_a_docstring():
     assert not missing, f"public callables without a docstring: {missing}"
 
 
-@pytest.mark.parametrize("name", ["rms_norm_backward", "layer_norm_backward", "batch_norm_backward"])
+@pytest.mark.parametrize("name", ["rms_norm", "rms_norm_backward", "layer_norm_backward", "batch_norm_backward"])
 def test_functional_docstrings_name_every_keyword(name):
     function = getattr(infiniop_py, name)
     doc = inspect.getdoc(function)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from infiniop_py import _layout
 from _helpers import (
-    BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, NULL_POINTER, OPS, SUCCESS, c_create_status,
+    BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, NULL_POINTER, OPS, SUCCESS, c_create_status,
     contiguous_strides,
 )
 
@@ -164,3 +164,83 @@ def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, c_name, data):
             assert op.infiniopDestroyLayerNormBackwardDescriptor(desc_ptr[0]) == SUCCESS
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}"
+
+
+# ---------------------------------------------------------------- the RMSNorm forward creates (seed and Ex)
+
+RMS_NORM_NAMES = ("y", "rstd", "x", "w")  # the Ex create's C order; the seed takes y, x, w
+
+
+@st.composite
+def rms_norm_layouts(draw):
+    """Specs of the RMSNorm forward Ex create by name: ranks 1..5 with k normalized dims, data, weight and rstd
+    dtypes drawn apart, perturbed shapes and strides (rstd's too: it is an output here), NULLs now and then; and
+    an epsilon, sometimes a bad one."""
+    shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=5)))
+    normalized = draw(st.integers(1, len(shape)))
+    data = draw(st.sampled_from(EX_CODES + (5,)))
+    weight = draw(st.sampled_from((data, data, 13, 12)))
+    statistic = draw(st.sampled_from((13, 13, 14, data)))
+    shapes = {"y": shape, "x": shape, "w": shape[len(shape) - normalized:], "rstd": shape[:len(shape) - normalized]}
+    if draw(st.sampled_from([False] * 3 + [True])):
+        name = draw(st.sampled_from(RMS_NORM_NAMES))
+        shapes[name] = perturbed_shape(draw, shapes[name])
+    codes = {"y": data, "x": data, "w": weight, "rstd": statistic}
+    specs = {name: _layout.TensorSpec(shapes[name], codes[name], draw(strides_for(shapes[name])))
+             for name in RMS_NORM_NAMES}
+    if draw(st.sampled_from([False] * 3 + [True])):
+        specs["rstd"] = None
+    if draw(st.sampled_from([False] * 8 + [True])):
+        specs[draw(st.sampled_from(RMS_NORM_NAMES))] = None
+    epsilon = draw(st.sampled_from((0.0, 1e-6, 1e-6, -1.0, float("nan"))))
+    return specs, epsilon
+
+
+def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
+    from _helpers import CTensorDescriptors, native
+
+    ffi, op, _ = native()
+    with CTensorDescriptors([specs[name] and tuple(specs[name]) for name in names]) as descriptors:
+        desc_ptr = ffi.new("infiniopRMSNormDescriptor_t *")
+        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, epsilon)
+        if status == SUCCESS:
+            assert op.infiniopDestroyRMSNormDescriptor(desc_ptr[0]) == SUCCESS
+    return status
+
+
+@settings(max_examples=300)
+@given(layout=rms_norm_layouts())
+def test_rms_norm_ex_python_validator_agrees_with_c(c_handle, layout):
+    specs, epsilon = layout
+    python_status = _layout.status_of(_layout.check_rms_norm_ex, **specs, epsilon=epsilon)
+    c_status = _rms_norm_create_status(c_handle, "RMSNormDescriptorEx", RMS_NORM_NAMES, specs, epsilon)
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}, epsilon {epsilon}"
+
+
+@settings(max_examples=300)
+@given(layout=rms_norm_layouts())
+def test_rms_norm_seed_python_validator_agrees_with_c(c_handle, layout):
+    specs, epsilon = layout
+    seed = {name: specs[name] for name in ("y", "x", "w")}
+    python_status = _layout.status_of(_layout.check_rms_norm, **seed, epsilon=epsilon)
+    c_status = _rms_norm_create_status(c_handle, "RMSNormDescriptor", ("y", "x", "w"), seed, epsilon)
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, epsilon {epsilon}"
+
+
+def test_rms_norm_generator_reaches_every_verdict():
+    """As test_generator_reaches_every_verdict, for the forward's strategy, through both creates' mirrors."""
+    seen = {"ex": set(), "seed": set()}
+
+    @settings(max_examples=500, database=None, derandomize=True)
+    @given(layout=rms_norm_layouts())
+    def sample(layout):
+        specs, epsilon = layout
+        seen["ex"].add(_layout.status_of(_layout.check_rms_norm_ex, **specs, epsilon=epsilon))
+        seen["seed"].add(_layout.status_of(_layout.check_rms_norm, **{name: specs[name] for name in ("y", "x", "w")},
+                                           epsilon=epsilon))
+
+    sample()
+    every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
+    assert seen["ex"] >= every and seen["seed"] >= every, seen

@@ -4,6 +4,7 @@
 
 #include "common/layout.h"
 #include "common/status.h"
+#include "ops/rms_norm_layout.h"
 #include "ops/rows.h"
 
 #include <cmath>
@@ -37,36 +38,18 @@ struct Info {
         if (!std::isfinite(epsilon) || epsilon < 0.0) return INFINI_STATUS_BAD_PARAM;
         INFINI_CHECK(infini::checkNormDtypesEx({grad_x, grad_y, x}, {w, grad_w}, {rstd}));
 
-        const size_t ndim = grad_x->ndim(), normalized = w->ndim();
-        if (ndim < 1 || ndim > 8 || normalized < 1 || normalized > ndim) return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        const size_t leading = ndim - normalized;
-        const std::vector<size_t> leading_shape(grad_x->shape.begin(), grad_x->shape.begin() + leading);
-        const std::vector<size_t> normalized_shape(grad_x->shape.begin() + leading, grad_x->shape.end());
-        if (!infini::sameShape(grad_y, grad_x) || !infini::sameShape(x, grad_x) || w->shape != normalized_shape ||
-            (grad_w != nullptr && grad_w->shape != normalized_shape) ||
-            (rstd != nullptr && rstd->shape != leading_shape)) {
-            return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        }
-
-        ptrdiff_t w_stride = 0, grad_w_stride = 0;
-        if (!infini::trailingPacked(grad_x, normalized) || !infini::trailingPacked(grad_y, normalized) ||
-            !infini::trailingPacked(x, normalized) || !infini::nonOverlapping(grad_x) ||
-            !infini::collapsesToVector(w, &w_stride) ||
-            (grad_w != nullptr &&
-             (!infini::nonOverlapping(grad_w) || !infini::collapsesToVector(grad_w, &grad_w_stride)))) {
-            return INFINI_STATUS_BAD_TENSOR_STRIDES;
-        }
-
+        RmsNormLayout layout{};
+        INFINI_CHECK(RmsNormLayout::check(&layout, {grad_x, grad_y, x}, w, grad_w, rstd, false));
         *info = Info{grad_x->dtype,
                      w->dtype,
-                     infini::countOf(grad_x, 0, leading),
-                     infini::countOf(grad_x, leading, ndim),
-                     RowLayout::of(grad_x, leading),
-                     RowLayout::of(grad_y, leading),
-                     RowLayout::of(x, leading),
-                     rstd != nullptr ? RowLayout::of(rstd, leading) : RowLayout{},
-                     grad_w_stride,
-                     w_stride,
+                     layout.rows,
+                     layout.dim,
+                     RowLayout::of(grad_x, layout.leading),
+                     RowLayout::of(grad_y, layout.leading),
+                     RowLayout::of(x, layout.leading),
+                     rstd != nullptr ? RowLayout::of(rstd, layout.leading) : RowLayout{},
+                     layout.grad_w_stride,
+                     layout.w_stride,
                      grad_w != nullptr,
                      rstd != nullptr,
                      epsilon};

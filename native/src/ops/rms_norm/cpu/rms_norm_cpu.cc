@@ -1,0 +1,110 @@
+// RMSNorm forward on the CPU: per row, one pass reduces sum(x^2), a second writes y = x * r * w while the row is
+// still in cache (and, for long rows, reduces the next row as it goes), so x is read from DRAM once and y written
+// once. The schedules are the backward's (devices/cpu/row_driver.h); there are no weight gradients to sum.
+#include "../rms_norm.h"
+
+#include "devices/cpu/row_driver.h"
+#include "devices/cpu/types.h"
+#include "devices/cpu/workspace.h"
+#include "rms_norm_simd.h"
+
+#include <cmath>
+#include <type_traits>
+
+namespace op::rms_norm {
+namespace {
+
+// F64 is for reference-grade use: plain loops, everything in F64, the same schedule as the fast types.
+cpu::PairSums sumsF64(size_t n, const double *x) {
+    cpu::PairSums total;
+    for (size_t j = 0; j < n; ++j) total.first += x[j] * x[j];
+    return total;
+}
+
+cpu::PairSums applyF64(size_t n, double r, const double *x, const double *w, double *y,
+                       const cpu::RowHints<double> &hints) {
+    for (size_t j = 0; j < n; ++j) y[j] = x[j] * r * w[j];
+    return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a);
+}
+
+const Kernels<double, double> kF64Kernels{sumsF64, applyF64};
+
+class CpuDescriptor final : public Descriptor {
+  public:
+    CpuDescriptor(int device_id, const Info &info)
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+          copies_w_(!cpu::readAsStored(true, info.w_stride, info.weight_dtype == cpu::computeDtypeOf(info.dtype),
+                                     plan_.readsWeightAsStored())),
+          workspace_(workspaceOf(info, plan_, copies_w_)) {}
+
+    size_t workspaceSize() const override { return workspace_.value(); }
+    bool workspaceOverflows() const override { return workspace_.overflowed(); }
+
+    infiniStatus_t calculate(void *workspace, void *y, void *rstd, const void *x, const void *w,
+                             void *) const override {
+        cpu::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
+            using T = decltype(data_tag);
+            using W = decltype(parameter_tag);
+            run(cpu::alignedWorkspace(workspace), static_cast<T *>(y), rstd, static_cast<const T *>(x),
+                static_cast<const W *>(w));
+        });
+        return INFINI_STATUS_SUCCESS;
+    }
+
+  private:
+    // Chunk sums, then w in the compute type unless the kernels read it as stored. No rows or no columns: none.
+    static infini::CheckedSize workspaceOf(const Info &info, const cpu::RowPlan &plan, bool copies_w) {
+        if (info.rows == 0 || info.dim == 0) return 0;
+        const size_t compute = infini::dtypeSize(cpu::computeDtypeOf(info.dtype));
+        return cpu::withAlignmentSlack(infini::CheckedSize(plan.scratchBytes()) +
+                                       infini::CheckedSize(copies_w ? info.dim : 0) * compute);
+    }
+
+    template <typename T, typename W>
+    void run(void *workspace, T *y, void *rstd, const T *x, const W *w) const {
+        using C = cpu::ComputeOf<T>; // also rstd's type: F32, or F64 for F64 data (the Ex dtype rule)
+        const size_t dim = info.dim;
+        auto rstdOf = [&](double sum_squares) { return 1.0 / std::sqrt(sum_squares / static_cast<double>(dim) + info.epsilon); };
+        if (info.rows == 0) return;
+        if (dim == 0) { // nothing to read or write but rstd: the mean of no elements is 0/0, as the formula says
+            if (info.has_rstd) {
+                for (size_t row = 0; row < info.rows; ++row) {
+                    static_cast<C *>(rstd)[info.rstd.offset(row)] = static_cast<C>(rstdOf(0.0));
+                }
+            }
+            return;
+        }
+        auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
+        C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
+        cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
+            using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
+            const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
+            cpu::runRows(
+                plan_, chunk_sums,
+                [&](size_t row, size_t begin, size_t n) { return kernels.sums(n, x + info.x.offset(row) + begin); },
+                [&](size_t, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
+                    const double r = rstdOf(total.first);
+                    // Every schedule finishes each row's first elements exactly once: that call writes its rstd.
+                    if (info.has_rstd && begin == 0) static_cast<C *>(rstd)[info.rstd.offset(row)] = static_cast<C>(r);
+                    const T *x_row = x + info.x.offset(row);
+                    return kernels.apply(n, static_cast<C>(r), x_row + begin, w_k + begin,
+                                         y + info.y.offset(row) + begin,
+                                         plan_.hints(row, begin, reduce_next, x, info.x, x, info.x));
+                },
+                [](size_t, size_t) {}); // no weight gradient to finish
+        });
+    }
+
+    cpu::RowPlan plan_;
+    bool copies_w_; // the kernels read w widened into the workspace
+    infini::CheckedSize workspace_;
+};
+
+} // namespace
+
+infiniStatus_t Backends::cpu(const Info &info, int device_id, Descriptor **desc) {
+    *desc = new CpuDescriptor(device_id, info);
+    return INFINI_STATUS_SUCCESS;
+}
+
+} // namespace op::rms_norm

@@ -1,0 +1,76 @@
+// Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+#include "rms_norm_simd.h"
+
+#include "devices/cpu/simd.h"
+
+namespace op::rms_norm {
+namespace {
+
+using simd::f32v;
+
+// The reduction of one row: the sum of x^2 (the pair's second sum stays zero).
+template <typename T>
+auto rowSums(size_t n, const T *x) {
+    return simd::RowSums(
+        n,
+        [=](size_t j, f32v &sum_squares, f32v &) SIMD_LAMBDA_INLINE {
+            const f32v xj = simd::load(x + j);
+            sum_squares += xj * xj;
+        },
+        [=](size_t j, float &sum_squares, float &) {
+            const float xj = cpu::toFloat(x[j]);
+            sum_squares += xj * xj;
+        });
+}
+
+template <typename T>
+cpu::PairSums sums(size_t n, const T *x) {
+    return rowSums(n, x).finish();
+}
+
+template <typename T, typename W>
+cpu::PairSums apply(size_t n, float r, const T *x, const W *w, T *y, const cpu::RowHints<T> &hints) {
+    const f32v r_v = simd::splat(r);
+    auto step = [=](auto stream, T *out, const T *x_at, const W *w_at) SIMD_LAMBDA_INLINE {
+        simd::put(stream, out, simd::load(x_at) * r_v * simd::load(w_at));
+    };
+    const cpu::PairSums next_sums = simd::passAlongside(
+        hints, [&](const T *next_x, const T *) { return rowSums(n, next_x); },
+        [&](auto &&side_work) { simd::forEachVector(n, hints.stream_output, step, side_work, y, x, w); });
+    if (hints.stream_output) simd::fenceStreams();
+    return next_sums;
+}
+
+template <typename T, typename W>
+const Kernels<T, W> &table() {
+    static const Kernels<T, W> table{sums<T>, apply<T, W>};
+    return table;
+}
+
+} // namespace
+} // namespace op::rms_norm
+
+// This ISA's tables: CPU_ISA names a cpu::Isa value. 16-bit data reads F32 weights or weights of its own type.
+namespace cpu {
+using op::rms_norm::Kernels;
+template <>
+const Kernels<float, float> &isaTable<Isa::CPU_ISA, Kernels<float, float>>() {
+    return op::rms_norm::table<float, float>();
+}
+template <>
+const Kernels<f16_t, float> &isaTable<Isa::CPU_ISA, Kernels<f16_t, float>>() {
+    return op::rms_norm::table<f16_t, float>();
+}
+template <>
+const Kernels<f16_t, f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t, f16_t>>() {
+    return op::rms_norm::table<f16_t, f16_t>();
+}
+template <>
+const Kernels<bf16_t, float> &isaTable<Isa::CPU_ISA, Kernels<bf16_t, float>>() {
+    return op::rms_norm::table<bf16_t, float>();
+}
+template <>
+const Kernels<bf16_t, bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t, bf16_t>>() {
+    return op::rms_norm::table<bf16_t, bf16_t>();
+}
+} // namespace cpu

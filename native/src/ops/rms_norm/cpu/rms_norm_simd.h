@@ -1,0 +1,29 @@
+// RMSNorm forward CPU leaf kernels over one contiguous row segment: built once per ISA for F16/BF16/F32, and
+// once, scalar, for F64 (rms_norm_cpu.cc).
+#ifndef INFINIOP_SRC_OPS_RMS_NORM_CPU_SIMD_H
+#define INFINIOP_SRC_OPS_RMS_NORM_CPU_SIMD_H
+
+#include "devices/cpu/half.h"
+#include "devices/cpu/isa.h"
+#include "devices/cpu/reduce.h"
+#include "devices/cpu/row_hints.h"
+#include "devices/cpu/types.h"
+
+#include <cstddef>
+
+namespace op::rms_norm {
+
+// T: the data type; W: the weight as the kernels read it (T's compute type C, or T itself).
+template <typename T, typename W>
+struct Kernels {
+    using C = cpu::ComputeOf<T>;
+    // {sum of x^2, 0} over [0, n), in fixed 4096-element chunks (the row driver's pair; the second is unused).
+    cpu::PairSums (*sums)(size_t n, const T *x);
+    // y = x * r * w over [0, n); y may be x. Returns what sums gives for hints.next_a ({} if NULL), reduced in
+    // the same pass (hints.next_b and fetch_b are x's too, and ignored).
+    cpu::PairSums (*apply)(size_t n, C r, const T *x, const W *w, T *y, const cpu::RowHints<T> &hints);
+};
+
+} // namespace op::rms_norm
+
+#endif

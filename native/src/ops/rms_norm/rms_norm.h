@@ -1,0 +1,38 @@
+// RMSNorm forward: the descriptor every backend implements.
+#ifndef INFINIOP_SRC_OPS_RMS_NORM_H
+#define INFINIOP_SRC_OPS_RMS_NORM_H
+
+#include "info.h"
+#include "infiniop/descriptor_impl.h"
+
+namespace op::rms_norm {
+
+class Descriptor : public InfiniopDescriptor {
+  public:
+    Descriptor(infiniDevice_t device, int device_id, const Info &info)
+        : InfiniopDescriptor(device, device_id), info(info) {}
+
+    virtual size_t workspaceSize() const = 0;
+    // Arguments already checked: workspace is large enough, data pointers are non-null where needed (rstd only
+    // when info.has_rstd).
+    virtual infiniStatus_t calculate(void *workspace, void *y, void *rstd, const void *x, const void *w,
+                                     void *stream) const = 0;
+
+    const Info info;
+};
+
+struct Backends {
+    static infiniStatus_t cpu(const Info &info, int device_id, Descriptor **desc);
+    static infiniStatus_t nvidia(const Info &info, int device_id, Descriptor **desc);
+    static infiniStatus_t ascend(const Info &info, int device_id, Descriptor **desc);
+};
+
+struct Op {
+    using Info = rms_norm::Info;
+    using Descriptor = rms_norm::Descriptor;
+    using Backends = rms_norm::Backends;
+};
+
+} // namespace op::rms_norm
+
+#endif
