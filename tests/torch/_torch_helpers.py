@@ -68,9 +68,17 @@ def parameter_term_scales(module, x, grad_output):
     return scales
 
 
+def _library_forward(module, x):
+    """Whether the module's forward is this library's kernel (ops._library_rms_norm_serves), not PyTorch's."""
+    from infiniop_py.torch import ops
+
+    return isinstance(module, torch.nn.RMSNorm) and ops._library_rms_norm_serves(x, module.weight)
+
+
 def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0, torch_computes=True):
     """ours (this package's module) against theirs (torch's, same state): the forward and the buffers equal (both
-    run PyTorch's forward), the gradients within the dtype's bound of a float64 reference computed on the CPU from
+    run PyTorch's forward; where ours runs this library's, RMSNorm on the CPU, its forward within the dtype's bound
+    of the float64 reference instead), the gradients within the dtype's bound of a float64 reference computed on the CPU from
     the same rounded values, and of torch's own. ``grad_input_scale``: the size of the terms that cancel in
     grad_input (see error). ``torch_computes`` False: torch's module refuses these dtypes on x's device (torch
     2.11's CUDA layer_norm, BF16 data with F32 parameters), so ours is held to the float64 reference alone, its
@@ -82,7 +90,10 @@ def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0, tor
     limit = bound(x.dtype)
     if torch_computes:
         expected = forward_backward(theirs, x, grad_output)
-        assert torch.equal(actual[0], expected[0]), "forward differs from torch's"
+        if _library_forward(ours, x):
+            assert error(actual[0], reference[0]) <= limit, "forward beyond the bound of the float64 reference"
+        else:
+            assert torch.equal(actual[0], expected[0]), "forward differs from torch's"
         for name, value in expected[3].items():
             assert torch.equal(actual[3][name], value), f"buffer {name} differs from torch's"
     else:
@@ -127,7 +138,9 @@ def count_library_backwards(monkeypatch):
     real = launch.run
 
     def counted(signature, *arguments):
-        calls.append(_BACKWARD_NAMES[signature.operator_class.__name__])
+        name = _BACKWARD_NAMES.get(signature.operator_class.__name__)
+        if name is not None:  # a forward (RMSNorm's on the CPU) is not counted
+            calls.append(name)
         return real(signature, *arguments)
 
     monkeypatch.setattr(launch, "run", counted)

@@ -9,6 +9,7 @@ import pytest
 from _torch_helpers import torch
 
 import infiniop_py
+import infiniop_py.torch as ipt
 from infiniop_py.torch import launch
 
 RMS = importlib.import_module("infiniop_py.rms_norm_backward")._SIGNATURE
@@ -132,3 +133,20 @@ def test_cuda_layouts_on_two_streams_give_the_checked_bits(checked_runs):
     for got in results:
         assert all(torch.equal(a, b) for a, b in zip(got, reference))
     assert len(launch._entries) == 1
+
+
+@pytest.mark.parametrize("weight_dtype, used", [(torch.float32, True), (None, False), (torch.bfloat16, False)])
+def test_rms_norm_forward_on_the_cpu_is_the_librarys_where_it_takes_the_operands(monkeypatch, weight_dtype, used):
+    """infiniop_py.torch's RMSNorm forward runs this library's CPU kernel for a weight of the data's dtype (here
+    F32), and PyTorch's for what the kernel does not take (no weight; BF16 weights on F32 data); either way the
+    output is within F32 rounding of the float64 reference, and rstd is what the backward needs."""
+    forwards = []
+    real = launch.run
+    monkeypatch.setattr(launch, "run", lambda signature, *a: (forwards.append(signature.operator_class.__name__),
+                                                              real(signature, *a))[1])
+    x = torch.randn(4, 6, 16, dtype=torch.float64)
+    weight = None if weight_dtype is None else (torch.rand(16, dtype=torch.float64) + 0.5).to(weight_dtype)
+    output = ipt.rms_norm(x.float(), [16], weight, 1e-6)
+    reference = torch.nn.functional.rms_norm(x, [16], None if weight is None else weight.double(), 1e-6)
+    torch.testing.assert_close(output.double(), reference, rtol=2e-6, atol=2e-6)
+    assert ("RMSNorm" in forwards) == used
