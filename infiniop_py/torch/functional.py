@@ -36,8 +36,8 @@ def _shape_list(normalized_shape):
 
 def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
              eps: Optional[float] = None) -> Tensor:
-    """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None:
-    torch.finfo(input.dtype).eps)."""
+    """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None: the epsilon of
+    the dtype it computes in, as torch's: F32's for F16/BF16 data)."""
     if _in_torch_func():
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     return _forward("rms_norm", input, _shape_list(normalized_shape), weight, eps)[0]
