@@ -33,6 +33,14 @@
 #error "simd.h is for the *_simd.cc files, compiled once per ISA with CPU_ISA defined"
 #endif
 
+// Whether this build defines the kernel tables that have no BF16 (cpu::HasBf16): all but avx512bf16, whose code
+// for them is avx512's, instruction for instruction (its F32 and F16 LayerNorm and RMSNorm kernels compared).
+#if defined(__AVX512BF16__)
+#define SIMD_NON_BF16_TABLES 0
+#else
+#define SIMD_NON_BF16_TABLES 1
+#endif
+
 namespace {
 namespace simd {
 

@@ -162,9 +162,11 @@ using op::layer_norm_backward::Kernels;
     const Kernels<T, W> &isaTable<Isa::CPU_ISA, Kernels<T, W>>() {                                                     \
         return op::layer_norm_backward::table<T, W>();                                                                 \
     }
+#if SIMD_NON_BF16_TABLES
 LAYER_NORM_BACKWARD_ISA_TABLE(float, float)
 LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, float)
 LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, f16_t)
+#endif
 LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, float)
 LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, bf16_t)
 #undef LAYER_NORM_BACKWARD_ISA_TABLE
