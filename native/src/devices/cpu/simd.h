@@ -146,8 +146,8 @@ __attribute__((noinline)) inline f32v widenF16(const cpu::f16_t *p) {
     const i32v special_bits = (mantissa << 13) | 0x7f800000 | quiet;
     // A subnormal is mantissa * 2^-24: the mantissa as a float, 24 taken off its exponent (zero stays zero).
     const i32v small_bits = ((i32v)__builtin_convertvector(magnitude, f32v) - (24 << 23)) & ((0 - magnitude) >> 31);
-    const i32v bits = ((h & 0x8000) << 16) | (normal_bits & ~(special | small)) | (special_bits & special) |
-                      (small_bits & small);
+    const i32v sign = (i32v)(((u32v)h & 0x8000u) << 16); // unsigned: shifting into the sign bit is no overflow
+    const i32v bits = sign | (normal_bits & ~(special | small)) | (special_bits & special) | (small_bits & small);
     return (f32v)bits;
 }
 
