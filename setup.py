@@ -2,8 +2,11 @@
 infiniop_py/include/).
 
 It is a build_ext command, so `pip install .` (into the wheel) and `pip install -e .` (into the
-source tree) both run it. Environment:
-  INFINIOP_PY_CUDA   1: build the NVIDIA backend; 0: don't; unset: build it when nvcc is on PATH.
+source tree) both run it. Everything is built in a temporary folder that is removed afterwards: a build leaves
+no build/ tree in the source folder (it was 100-260 MB). Environment:
+  INFINIOP_PY_CUDA        1: build the NVIDIA backend; 0: don't; unset: build it when nvcc is on PATH.
+  INFINIOP_PY_BUILD_DIR   a folder to keep xmake's build in instead, so that the next build of the same sources
+                          recompiles only what changed (seconds rather than minutes).
 """
 
 import os
@@ -11,6 +14,8 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 
 from setuptools import Distribution, setup
 from setuptools.command.build_ext import build_ext
@@ -63,7 +68,8 @@ class BuildNative(build_ext):
     """xmake f / xmake / xmake install, then copy the shared libraries next to the package."""
 
     def run(self):
-        build_dir = os.path.abspath(os.path.join(self.build_temp, "xmake"))
+        kept = os.environ.get("INFINIOP_PY_BUILD_DIR", "")
+        build_dir = os.path.abspath(kept or os.path.join(self.build_temp, "xmake"))
         install_dir = os.path.join(build_dir, "install")
         environment = dict(os.environ, XMAKE_CONFIGDIR=os.path.join(build_dir, "config"))
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -71,11 +77,13 @@ class BuildNative(build_ext):
         configure = [_xmake(), "f", "-c", "-y", "-o", build_dir, "--cpu=y", "--omp=y"]
         if _build_cuda():
             configure.append("--nv-gpu=y")
+        started = time.monotonic()
         for command in (configure, [_xmake(), "-y"], [_xmake(), "install", "-y", "-o", install_dir]):
             print(" ".join(command), flush=True)
             if subprocess.run(command, cwd=ROOT, env=environment).returncode != 0:
                 hint = " (set INFINIOP_PY_CUDA=0 for a CPU-only build)" if "--nv-gpu=y" in configure else ""
                 sys.exit(f"failed: {' '.join(command)}{hint}")
+        print(f"infiniop-py: native build done in {time.monotonic() - started:.0f} s", flush=True)
         in_source = self.inplace or getattr(self, "editable_mode", False)
         target_dir = os.path.join(ROOT if in_source else self.build_lib, "infiniop_py", "lib")
         os.makedirs(target_dir, exist_ok=True)
@@ -95,4 +103,7 @@ class BuildNative(build_ext):
         return list(getattr(self, "_outputs", []))
 
 
-setup(distclass=BinaryDistribution, cmdclass={"build_ext": BuildNative})
+# setuptools' build folder (build_temp holds xmake's build, build_lib the wheel's files) is a temporary one, not
+# ./build; a --build-base given on the command line still wins.
+with tempfile.TemporaryDirectory(prefix="infiniop-py-build-") as build_base:
+    setup(distclass=BinaryDistribution, cmdclass={"build_ext": BuildNative}, options={"build": {"build_base": build_base}})

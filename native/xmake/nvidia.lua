@@ -39,8 +39,10 @@ if has_config("nv-gpu") then
         set_values("cuda.rdc", false)
         set_policy("build.cuda.devlink", false)
         add_cugencodes("sm_80", "sm_90", "compute_90")
+        -- nvcc compiles the targets of one file one after the other unless told: LayerNorm's two (about 30 s of
+        -- CPU each) were a CUDA build's last job, alone on one core of two. --threads 0: as many as the CPU has.
         add_cuflags("-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden", "-Xcompiler=-Wall",
                     "-Xcompiler=-Wextra", "-Xcompiler=-Wno-unused-parameter", "--Werror=all-warnings",
-                    "-std=c++17", "--extended-lambda", {force = true})
+                    "-std=c++17", "--extended-lambda", "--threads", "0", {force = true})
     target_end()
 end

@@ -86,6 +86,7 @@ const Conversions<T> &table() {
 
 // This ISA's tables: CPU_ISA names a cpu::Isa value.
 namespace cpu {
+#if SIMD_NON_BF16_TABLES
 template <>
 const Conversions<float> &isaTable<Isa::CPU_ISA, Conversions<float>>() {
     return cpu::table<float>();
@@ -94,6 +95,7 @@ template <>
 const Conversions<f16_t> &isaTable<Isa::CPU_ISA, Conversions<f16_t>>() {
     return cpu::table<f16_t>();
 }
+#endif
 template <>
 const Conversions<bf16_t> &isaTable<Isa::CPU_ISA, Conversions<bf16_t>>() {
     return cpu::table<bf16_t>();

@@ -33,6 +33,14 @@
 #error "simd.h is for the *_simd.cc files, compiled once per ISA with CPU_ISA defined"
 #endif
 
+// Whether this build defines the kernel tables that have no BF16 (cpu::HasBf16): all but avx512bf16, whose code
+// for them is avx512's, instruction for instruction (its F32 and F16 LayerNorm and RMSNorm kernels compared).
+#if defined(__AVX512BF16__)
+#define SIMD_NON_BF16_TABLES 0
+#else
+#define SIMD_NON_BF16_TABLES 1
+#endif
+
 namespace {
 namespace simd {
 
@@ -116,6 +124,64 @@ SIMD_INLINE f32v load(const float *p) {
 #endif
 }
 
+#if !defined(__AVX512F__) && !defined(__F16C__)
+// F16 conversions for builds without the F16C / AVX-512 instructions used below: F32 -> F16 rounds to nearest
+// even; a NaN keeps its sign and the top of its payload, quiet, as the instructions do.
+#if defined(__x86_64__) || defined(__i386__)
+// The generic x86 build (SSE2 only). GCC converts _Float16 vectors there with a libgcc call per lane, which the
+// flattened passes copied everywhere: its LayerNorm file held 11 MB of code and took GCC 12 over two and a half
+// minutes to compile. These give libgcc's bits (all 2^16 F16 and all 2^32 F32 inputs checked, with and without
+// DAZ/FTZ) with vector integer ops, plus one integer-to-float conversion (widening) or float addition (narrowing)
+// whose result never depends on an F32 subnormal, so DAZ and FTZ leave it alone; masks are the signs of
+// differences, as compares of 16 lanes are done lane by lane on SSE2. Out of line, one copy each: F16 LayerNorm
+// 256x4096 and RMSNorm 1024x4096 took 0.12 of the libgcc conversions' time (one thread, same bits).
+__attribute__((noinline)) inline f32v widenF16(const cpu::f16_t *p) {
+    u16v half;
+    std::memcpy(&half, p, sizeof half);
+    const i32v h = (i32v)__builtin_convertvector(half, u32v), magnitude = h & 0x7fff, mantissa = h & 0x03ff;
+    const i32v special = (0x7bff - magnitude) >> 31; // exponent all ones: infinity or NaN
+    const i32v small = (magnitude - 0x0400) >> 31;   // exponent zero: zero or subnormal
+    const i32v normal_bits = (magnitude << 13) + ((127 - 15) << 23);
+    const i32v quiet = ((0 - mantissa) >> 31) & 0x00400000; // a NaN comes out quiet
+    const i32v special_bits = (mantissa << 13) | 0x7f800000 | quiet;
+    // A subnormal is mantissa * 2^-24: the mantissa as a float, 24 taken off its exponent (zero stays zero).
+    const i32v small_bits = ((i32v)__builtin_convertvector(magnitude, f32v) - (24 << 23)) & ((0 - magnitude) >> 31);
+    const i32v sign = (i32v)(((u32v)h & 0x8000u) << 16); // unsigned: shifting into the sign bit is no overflow
+    const i32v bits = sign | (normal_bits & ~(special | small)) | (special_bits & special) | (small_bits & small);
+    return (f32v)bits;
+}
+
+__attribute__((noinline)) inline u16v narrowToF16(f32v v) {
+    const u32v f = (u32v)v;
+    const i32v magnitude = (i32v)(f & 0x7fffffffu);
+    const i32v nan = (0x7f800000 - magnitude) >> 31;
+    const i32v large = (0x477fffff - magnitude) >> 31; // at least 2^16: infinity (or NaN)
+    const i32v small = (magnitude - 0x38800000) >> 31; // below 2^-14: zero or subnormal
+    const i32v large_bits = 0x7c00 | (nan & (0x0200 | ((magnitude >> 13) & 0x03ff)));
+    // Below 2^-14, adding 0.5 rounds to a multiple of 2^-24 (to nearest even) in the low mantissa bits.
+    const i32v small_bits = (i32v)((f32v)magnitude + 0.5f) - 0x3f000000;
+    // Rebias the exponent; adding 0xfff plus the lowest kept bit rounds the 13 dropped bits to nearest even (a
+    // carry out of the mantissa gives the next exponent, or infinity).
+    const i32v normal_bits = (magnitude + (-((127 - 15) << 23) + 0x0fff) + ((magnitude >> 13) & 1)) >> 13;
+    const i32v bits = (large_bits & large) | (small_bits & small) | (normal_bits & ~(large | small));
+    return __builtin_convertvector((u32v)bits | ((f >> 16) & 0x8000u), u16v);
+}
+#else
+SIMD_INLINE f32v widenF16(const cpu::f16_t *p) {
+    f16v half;
+    std::memcpy(&half, p, sizeof half);
+    return __builtin_convertvector(half, f32v);
+}
+
+SIMD_INLINE u16v narrowToF16(f32v v) {
+    u16v bits;
+    f16v half = __builtin_convertvector(v, f16v);
+    std::memcpy(&bits, &half, sizeof bits);
+    return bits;
+}
+#endif
+#endif
+
 // BF16 is the top half of an F32. GCC 12 widens 16 lanes through four 256-bit shuffles, so say it directly.
 SIMD_INLINE f32v load(const cpu::bf16_t *p) {
 #if defined(__AVX512F__)
@@ -148,9 +214,7 @@ SIMD_INLINE f32v load(const cpu::f16_t *p) {
     return joinHalves(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))),
                       _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p + 8))));
 #else
-    f16v half;
-    std::memcpy(&half, p, sizeof half);
-    return __builtin_convertvector(half, f32v);
+    return widenF16(p);
 #endif
 }
 
@@ -201,8 +265,10 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::bf16_t) {
 #else
     u32v bits = (u32v)v;
     u32v rounded = bits + 0x7fffu + ((bits >> 16) & 1u); // nearest, ties to even
-    // A select by mask, not `is_nan ? a : b`, which GCC scalarizes where 16 lanes are wider than the hardware.
-    u32v is_nan = (u32v)((i32v)(bits & 0x7fffffffu) > 0x7f800000);
+    // A select by mask, not `is_nan ? a : b`, which GCC scalarizes where 16 lanes are wider than the hardware; and
+    // the mask is the sign of 0x7f800000 - |bits| (no overflow; negative for NaN), not a compare, which GCC also
+    // does lane by lane on SSE2 (generic x86 BF16 LayerNorm 1024x4096 and RMSNorm 256x16384 took 0.7 of the time).
+    u32v is_nan = (u32v)((0x7f800000 - (i32v)(bits & 0x7fffffffu)) >> 31);
     u32v result = (((bits | 0x00400000u) & is_nan) | (rounded & ~is_nan)) >> 16; // keep NaN a quiet NaN
     half = __builtin_convertvector(result, u16v);
 #endif
@@ -221,8 +287,7 @@ SIMD_INLINE u16v narrowBits(f32v v, cpu::f16_t) {
     const __m256i narrowed = _mm256_set_m128i(_mm256_cvtps_ph(highHalf(v), kNearest), _mm256_cvtps_ph(lowHalf(v), kNearest));
     std::memcpy(&bits, &narrowed, sizeof bits);
 #else
-    f16v half = __builtin_convertvector(v, f16v);
-    std::memcpy(&bits, &half, sizeof bits);
+    bits = narrowToF16(v);
 #endif
     return bits;
 }

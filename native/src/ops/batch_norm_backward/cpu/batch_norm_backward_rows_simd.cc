@@ -105,6 +105,7 @@ const RowKernels<T> &table() {
 // This ISA's tables: CPU_ISA names a cpu::Isa value.
 namespace cpu {
 using op::batch_norm_backward::RowKernels;
+#if SIMD_NON_BF16_TABLES
 template <>
 const RowKernels<float> &isaTable<Isa::CPU_ISA, RowKernels<float>>() {
     return op::batch_norm_backward::table<float>();
@@ -113,6 +114,7 @@ template <>
 const RowKernels<f16_t> &isaTable<Isa::CPU_ISA, RowKernels<f16_t>>() {
     return op::batch_norm_backward::table<f16_t>();
 }
+#endif
 template <>
 const RowKernels<bf16_t> &isaTable<Isa::CPU_ISA, RowKernels<bf16_t>>() {
     return op::batch_norm_backward::table<bf16_t>();

@@ -233,6 +233,7 @@ const Kernels<T> &table() {
 // This ISA's tables: CPU_ISA names a cpu::Isa value.
 namespace cpu {
 using op::batch_norm_backward::Kernels;
+#if SIMD_NON_BF16_TABLES
 template <>
 const Kernels<float> &isaTable<Isa::CPU_ISA, Kernels<float>>() {
     return op::batch_norm_backward::table<float>();
@@ -241,6 +242,7 @@ template <>
 const Kernels<f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t>>() {
     return op::batch_norm_backward::table<f16_t>();
 }
+#endif
 template <>
 const Kernels<bf16_t> &isaTable<Isa::CPU_ISA, Kernels<bf16_t>>() {
     return op::batch_norm_backward::table<bf16_t>();

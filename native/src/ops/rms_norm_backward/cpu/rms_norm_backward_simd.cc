@@ -89,9 +89,11 @@ using op::rms_norm_backward::Kernels;
     const Kernels<T, W> &isaTable<Isa::CPU_ISA, Kernels<T, W>>() {                                                     \
         return op::rms_norm_backward::table<T, W>();                                                                   \
     }
+#if SIMD_NON_BF16_TABLES
 RMS_NORM_BACKWARD_ISA_TABLE(float, float)
 RMS_NORM_BACKWARD_ISA_TABLE(f16_t, float)
 RMS_NORM_BACKWARD_ISA_TABLE(f16_t, f16_t)
+#endif
 RMS_NORM_BACKWARD_ISA_TABLE(bf16_t, float)
 RMS_NORM_BACKWARD_ISA_TABLE(bf16_t, bf16_t)
 #undef RMS_NORM_BACKWARD_ISA_TABLE

@@ -1,4 +1,10 @@
-// Compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching flags); see devices/cpu/simd.h.
+// The LayerNorm backward leaf kernels, for the files that build their tables by data type (layer_norm_backward_
+// {f32,f16,bf16}_simd.cc), each compiled once per ISA (CPU_ISA = avx512bf16, avx512, avx2 or generic, with matching
+// flags; see devices/cpu/simd.h). One file per data type rather than one for all five tables: those were a build's
+// longest jobs (generic about 75 s, AVX2 50 s of GCC 12), one of which often ran alone at the end on two cores.
+#ifndef INFINIOP_SRC_OPS_LAYER_NORM_BACKWARD_CPU_SIMD_KERNELS_H
+#define INFINIOP_SRC_OPS_LAYER_NORM_BACKWARD_CPU_SIMD_KERNELS_H
+
 #include "layer_norm_backward_simd.h"
 
 #include "devices/cpu/simd.h"
@@ -154,18 +160,12 @@ const Kernels<T, W> &table() {
 } // namespace
 } // namespace op::layer_norm_backward
 
-// This ISA's tables: CPU_ISA names a cpu::Isa value. 16-bit data reads F32 weights or weights of its own type.
-namespace cpu {
-using op::layer_norm_backward::Kernels;
+// LAYER_NORM_BACKWARD_ISA_TABLE(T, W) defines this ISA's table of data T with weights W (16-bit data reads F32
+// weights or weights of its own type): CPU_ISA names a cpu::Isa value. Used inside namespace cpu.
 #define LAYER_NORM_BACKWARD_ISA_TABLE(T, W)                                                                            \
     template <>                                                                                                        \
-    const Kernels<T, W> &isaTable<Isa::CPU_ISA, Kernels<T, W>>() {                                                     \
+    const op::layer_norm_backward::Kernels<T, W> &isaTable<Isa::CPU_ISA, op::layer_norm_backward::Kernels<T, W>>() {   \
         return op::layer_norm_backward::table<T, W>();                                                                 \
     }
-LAYER_NORM_BACKWARD_ISA_TABLE(float, float)
-LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, float)
-LAYER_NORM_BACKWARD_ISA_TABLE(f16_t, f16_t)
-LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, float)
-LAYER_NORM_BACKWARD_ISA_TABLE(bf16_t, bf16_t)
-#undef LAYER_NORM_BACKWARD_ISA_TABLE
-} // namespace cpu
+
+#endif
