@@ -51,8 +51,10 @@ const Kernels<T, W> &table() {
 } // namespace op::rms_norm
 
 // This ISA's tables: CPU_ISA names a cpu::Isa value. 16-bit data reads F32 weights or weights of its own type.
+// The avx512bf16 build defines only the BF16 tables (SIMD_NON_BF16_TABLES): the others are avx512's code.
 namespace cpu {
 using op::rms_norm::Kernels;
+#if SIMD_NON_BF16_TABLES
 template <>
 const Kernels<float, float> &isaTable<Isa::CPU_ISA, Kernels<float, float>>() {
     return op::rms_norm::table<float, float>();
@@ -65,6 +67,7 @@ template <>
 const Kernels<f16_t, f16_t> &isaTable<Isa::CPU_ISA, Kernels<f16_t, f16_t>>() {
     return op::rms_norm::table<f16_t, f16_t>();
 }
+#endif
 template <>
 const Kernels<bf16_t, float> &isaTable<Isa::CPU_ISA, Kernels<bf16_t, float>>() {
     return op::rms_norm::table<bf16_t, float>();
