@@ -120,8 +120,9 @@ def _batch_norm_case(draw):
 @st.composite
 def _row_norm_case(draw, op):
     rank = draw(st.integers(1, 3))
-    shape = [draw(st.integers(1, 4)) for _ in range(rank)]
     count = draw(st.integers(1, rank))
+    # Leading dims may be empty (torch computes an empty output and zero parameter gradients); normalized ones not.
+    shape = [draw(st.integers(0 if dim < rank - count else 1, 4)) for dim in range(rank)]
     normalized = shape[rank - count:]
     mutation = draw(st.sampled_from(["none"] * 6 + ["one off", "too long", "empty"]))
     if mutation == "one off":
