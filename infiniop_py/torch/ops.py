@@ -5,8 +5,9 @@ calls them.
 Each op has a fake implementation, so torch.compile(fullgraph=True) traces through it. The backward ops mirror
 ATen's schemas (``_fused_rms_norm_backward``, ``native_layer_norm_backward``, ``native_batch_norm_backward``),
 except that a gradient not asked for in ``output_mask`` comes back as an empty tensor (custom ops cannot return
-None). CPU tensors run the CPU backend; CUDA tensors the CUDA backend, on torch's current stream, through launch:
-a layout's first call is checked in full, later ones run from its cached operator.
+None). CPU tensors run the CPU backend; CUDA tensors the CUDA backend, on torch's current stream, through the
+functional ops' signatures: a layout's first call is checked in full, later ones run from its cached operator
+(_known_layouts).
 
 Outside torch.compile the same forwards and formulas run as plain autograd Functions (EAGER, at the end), which
 cost less per call than the custom ops' own autograd layer.
@@ -18,7 +19,7 @@ import importlib
 
 import torch
 
-from . import checks, launch
+from . import checks
 
 # The functional ops' signatures (the package's names are the functions, which shadow their modules).
 _RMS_NORM_FORWARD = importlib.import_module("infiniop_py.rms_norm")._SIGNATURE
@@ -91,9 +92,9 @@ def _rms_norm_backward_body(grad_out: Tensor, input: Tensor, normalized_shape: S
     data, grad_data, kernel_weight = _rms_norm_kernel_operands(input, grad_out, weight)
     grad_input = torch.empty_like(data, memory_format=torch.contiguous_format)
     grad_weight = torch.empty_like(kernel_weight, memory_format=torch.contiguous_format) if want_weight else None
-    launch.run(_RMS_NORM_BACKWARD,
-               (grad_data.contiguous(), data.contiguous(), kernel_weight, _statistics(rstd, data, leading)),
-               (grad_input, grad_weight), (0.0,), (True, want_weight))
+    _RMS_NORM_BACKWARD.run(
+        (grad_data.contiguous(), data.contiguous(), kernel_weight, _statistics(rstd, data, leading)),
+        (grad_input, grad_weight), (0.0,), (True, want_weight))
     # Widened operands: each gradient rounded once to its tensor's dtype, as torch's own backward rounds it.
     if grad_input.dtype is not input.dtype:
         grad_input = grad_input.to(input.dtype)
@@ -159,8 +160,8 @@ def _fresh_like(parameter):
 
 
 def _layer_norm_kernel(grad_out, input, mean, rstd, weight, out):
-    launch.run(_LAYER_NORM_BACKWARD, (grad_out, weight, input, mean, rstd), out, (),
-               (True, out[1] is not None, out[2] is not None))
+    _LAYER_NORM_BACKWARD.run((grad_out, weight, input, mean, rstd), out, (),
+                             (True, out[1] is not None, out[2] is not None))
 
 
 @layer_norm_backward.register_fake
@@ -184,9 +185,9 @@ def _batch_norm_backward_body(grad_out: Tensor, input: Tensor, weight: Optional[
     grad_weight, grad_bias = _batch_norm_parameter_gradients(input, weight, running_mean, output_mask)
     statistics = ((None, None, _statistics(save_mean, input), _statistics(save_invstd, input)) if train
                   else (running_mean, running_var, None, None))
-    launch.run(_BATCH_NORM_BACKWARD, (input, _same_layout(grad_out, input), weight, *statistics),
-               (grad_input, grad_weight, grad_bias), (float(eps), bool(train)),
-               (True, grad_weight is not None, grad_bias is not None))
+    _BATCH_NORM_BACKWARD.run((input, _same_layout(grad_out, input), weight, *statistics),
+                             (grad_input, grad_weight, grad_bias), (float(eps), bool(train)),
+                             (True, grad_weight is not None, grad_bias is not None))
     return (grad_input if output_mask[0] else _absent(input),
             _absent(input) if grad_weight is None else grad_weight,
             _absent(input) if grad_bias is None else grad_bias)
@@ -271,7 +272,7 @@ def _library_rms_norm(input, normalized_shape, weight, eps):
     leading = _leading(input, normalized_shape)
     output = torch.empty_like(input)
     rstd = torch.empty(leading, dtype=statistics_dtype)
-    launch.run(_RMS_NORM_FORWARD, (input, weight), (output, rstd), (float(eps),), (True, True))
+    _RMS_NORM_FORWARD.run((input, weight), (output, rstd), (float(eps),), (True, True))
     return output, rstd.view(leading + (1,) * len(normalized_shape))
 
 

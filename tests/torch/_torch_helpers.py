@@ -133,23 +133,20 @@ def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0, tor
         assert against_torch <= 2 * allowed, f"{what} vs torch: {against_torch:.3g} > {2 * allowed:.3g}"
 
 
-_BACKWARD_NAMES = {"RMSNormBackward": "rms_norm_backward", "LayerNormBackwardFromInput": "layer_norm_backward",
-                   "BatchNormBackward": "batch_norm_backward"}
-
-
 def count_library_backwards(monkeypatch):
     """A list that gets the name ("rms_norm_backward", ...) of each backward the torch path runs in this library
-    (through infiniop_py.torch.launch, which every autograd backward of the integration calls)."""
-    from infiniop_py.torch import launch
+    (through the functional ops' signatures, which every autograd backward of the integration calls)."""
+    import importlib
 
     calls = []
-    real = launch.run
+    for module, attribute, name in (("rms_norm_backward", "_SIGNATURE", "rms_norm_backward"),
+                                    ("layer_norm_backward", "_FROM_INPUT_SIGNATURE", "layer_norm_backward"),
+                                    ("batch_norm_backward", "_SIGNATURE", "batch_norm_backward")):
+        signature = getattr(importlib.import_module(f"infiniop_py.{module}"), attribute)
 
-    def counted(signature, *arguments):
-        name = _BACKWARD_NAMES.get(signature.operator_class.__name__)
-        if name is not None:  # a forward (RMSNorm's on the CPU) is not counted
-            calls.append(name)
-        return real(signature, *arguments)
+        def counted(*arguments, _real=signature.run, _name=name):
+            calls.append(_name)
+            return _real(*arguments)
 
-    monkeypatch.setattr(launch, "run", counted)
+        monkeypatch.setattr(signature, "run", counted)
     return calls

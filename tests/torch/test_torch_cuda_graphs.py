@@ -1,8 +1,8 @@
 """CUDA graphs and torch.compile on CUDA with the replaced norms (issue 52): a whole training step (forward,
 backward, optimizer) captured with torch.cuda.graph replays to eager mode's losses and parameters, and
 torch.compile(mode="reduce-overhead", fullgraph=True) gives eager mode's gradients. These need a GPU and skip
-without one, saying why; their CPU counterparts (torch.compile with fullgraph=True, the cached launch path that
-makes no per-call allocation or validation) run everywhere: test_torch_training.py and test_torch_launch.py."""
+without one, saying why; their CPU counterparts (torch.compile with fullgraph=True, the cached path that
+makes no per-call allocation or validation) run everywhere: test_torch_training.py and test_torch_fast_path.py."""
 
 import copy
 
