@@ -220,8 +220,8 @@ def run_checked(signature, inputs, out, options, wanted):
     specs = [spec if want else None for spec, want in zip(signature.output_specs(input_refs), wanted)]
     if out is None:
         out = None if signature.fresh_outputs is None else signature.fresh_outputs(input_refs, wanted)
-    if out is None:
-        out = tuple(None if spec is None else new_output(input_refs[spec[1]], *spec[:2], *spec[2:]) for spec in specs)
+        if out is None:
+            out = tuple(None if spec is None else new_output(input_refs[spec[1]], *spec) for spec in specs)
     else:
         require_out(out, output_names, [spec is not None for spec in specs])
     output_refs = {name: None if array is None else as_tensor(array, name, writable=True)

@@ -128,12 +128,33 @@ def _output_specs(refs):
     return (refs["input"].shape, "input"), (channels, _parameter_like(refs)), (channels, _parameter_like(refs))
 
 
+def _parameter_like(refs):
+    """The tensor whose dtype fresh grad_weight / grad_bias take: the first parameter given, else input."""
+    return next((name for name in ("weight", "running_mean", "running_var") if refs.get(name) is not None), "input")
+
+
+def _outputs_like_channels_last(refs, wanted):
+    """Fresh outputs (the TensorRefs of a call's inputs, which outputs are ``wanted``) with grad_input laid out
+    like a channels-last input (a C-contiguous one would not share its layout and so cost copies); None for
+    any other input, which takes the default outputs."""
+    ref = refs["input"]
+    spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
+    if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
+        return None
+    grad_input = _functional.empty_in_layout(ref.owner)
+    if grad_input is None:
+        return None
+    like = _parameter_like(refs)
+    vectors = [_functional.new_output(refs[like], ref.shape[1:2], like) if want else None for want in wanted[1:]]
+    return (grad_input, *vectors)
+
+
 _SIGNATURE = _functional.Signature(
     BatchNormBackward,
     inputs=("input", "grad_output", "weight", "running_mean", "running_var", "save_mean", "save_invstd"),
     outputs=("grad_input", "grad_weight", "grad_bias"), output_specs=_output_specs, options=("eps", "training"),
     optional=("weight", "running_mean", "running_var", "save_mean", "save_invstd"),
-    fresh_outputs=lambda refs, wanted: _outputs_like_channels_last(refs, wanted))
+    fresh_outputs=_outputs_like_channels_last)
 
 
 def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *, eps=0.0, save_mean=None,
@@ -155,27 +176,6 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var, *
     wanted = (True, bool(need_grad_weight), bool(need_grad_bias))
     return _SIGNATURE.run((input, grad_output, weight, running_mean, running_var, save_mean, save_invstd),
                            out, (float(eps), bool(training)), wanted)
-
-
-def _parameter_like(refs):
-    """The tensor whose dtype fresh grad_weight / grad_bias take: the first parameter given, else input."""
-    return next((name for name in ("weight", "running_mean", "running_var") if refs.get(name) is not None), "input")
-
-
-def _outputs_like_channels_last(refs, wanted):
-    """Fresh outputs (the TensorRefs of a call's inputs, which outputs are ``wanted``) with grad_input laid out
-    like a channels-last input (a C-contiguous one would not share its layout and so cost copies); None for
-    any other input, which takes the default outputs."""
-    ref = refs["input"]
-    spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
-    if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
-        return None
-    grad_input = _functional.empty_in_layout(ref.owner)
-    if grad_input is None:
-        return None
-    like = _parameter_like(refs)
-    vectors = [_functional.new_output(refs[like], ref.shape[1:2], like) if want else None for want in wanted[1:]]
-    return (grad_input, *vectors)
 
 
 def batch_norm_backward_reduce(input, grad_output, running_mean=None, running_var=None, *, eps=0.0, save_mean=None,

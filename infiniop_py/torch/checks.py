@@ -26,20 +26,13 @@ def _refuse(function, arguments, problem):
     raise RuntimeError(problem)
 
 
-def _other_device(input, tensors):
-    """The name and tensor of the first of ``tensors`` (name -> tensor or None) not on input's device, or None."""
+def _device_problem(input, tensors):
+    """What is wrong with the first of ``tensors`` ((name, tensor or None) pairs) not on input's device, or None."""
     device = input.device
     for name, tensor in tensors:
         if tensor is not None and tensor.device != device:
-            return name, tensor
+            return f"{name} is on {tensor.device}, but input is on {device}"
     return None
-
-
-def _device_problem(input, tensors):
-    found = _other_device(input, tensors)
-    if found is None:
-        return None
-    return f"{found[0]} is on {found[1].device}, but input is on {input.device}"
 
 
 def rms_norm(input, normalized_shape, weight, eps):

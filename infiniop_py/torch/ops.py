@@ -223,8 +223,9 @@ def _(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd
 
 
 # ----------------------------------------------------------------------------------------------- forward ops
-# PyTorch's kernels (RMSNorm's on the CPU: this library's); each returns the output and what its backward needs, and is differentiable through the
-# backward ops above. Gradients are computed only for the inputs that need them (ctx.needs_input_grad).
+# PyTorch's kernels (RMSNorm's on the CPU: this library's); each returns the output and what its backward needs,
+# and is differentiable through the backward ops above. Gradients are computed only for the inputs that need them
+# (ctx.needs_input_grad).
 
 def _f32_parameters(input, *parameters):
     """For F16/BF16 data, the parameters in F32: PyTorch's kernels then take their mixed-precision path, which
@@ -257,8 +258,7 @@ def _library_rms_norm_serves(input, weight):
     data's dtype (or F32 with 16-bit data). Anything else (no weight, other devices) runs PyTorch's."""
     return (input.device.type == "cpu" and weight is not None and input.dtype in _KERNEL_DTYPES
             and (weight.dtype is input.dtype or (weight.dtype is torch.float32 and input.dtype in _HALF_DTYPES))
-            and input.numel() > 0 and input.is_contiguous() and weight.is_contiguous()
-            and not (input.is_neg() or weight.is_neg()))
+            and input.numel() > 0 and input.is_contiguous() and weight.is_contiguous())
 
 
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -366,10 +366,15 @@ def batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
     return _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
-def _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+def _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """torch.nn.functional.batch_norm's checks in its order: the batch size in training, then the arguments."""
     if training:
         checks.batch_size(input, running_mean, running_var, weight, bias, momentum, eps)
     checks.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     if training and running_mean is not None and running_var is not None:
         return torch.ops.aten._native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
                                                                   training, momentum, eps)
@@ -385,9 +390,7 @@ def _batch_norm_forward_in_place(input, weight, bias, running_mean, running_var,
     """The eager Function's forward: torch.native_batch_norm, which updates the running statistics in place as
     torch.nn.functional.batch_norm does (a plain Function may; the custom op must stay functional). A BatchNorm1d
     module's forward of 32x64 took 26-28 us with it, 40-43 with the functional variant and the caller's two copies."""
-    if training:
-        checks.batch_size(input, running_mean, running_var, weight, bias, momentum, eps)
-    checks.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return torch.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
