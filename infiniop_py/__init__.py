@@ -1,5 +1,5 @@
 """Python bindings (cffi, ABI mode) of infiniop's normalization operators: the three backwards and the RMSNorm
-forward.
+and LayerNorm forwards.
 
 Importing does not load the native library; the first call that needs it does
 (see ``library_path()`` for where it came from).
@@ -14,6 +14,7 @@ from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, Ba
                      DeviceTypeNotSupportedError, InfiniopError, InsufficientWorkspaceError, InternalError,
                      NotImplementedStatusError, NullPointerError)
 from .handle import Handle
+from .layer_norm import LayerNorm, LayerNormXhat, layer_norm
 from .layer_norm_backward import LayerNormBackward, LayerNormBackwardFromInput, layer_norm_backward
 from .rms_norm import RMSNorm, rms_norm
 from .rms_norm_backward import RMSNormBackward, rms_norm_backward
@@ -53,9 +54,9 @@ __all__ = [
     "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
     "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
-    "InsufficientWorkspaceError", "InternalError", "LayerNormBackward", "LayerNormBackwardFromInput",
-    "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNorm", "RMSNormBackward",
+    "InsufficientWorkspaceError", "InternalError", "LayerNorm", "LayerNormBackward", "LayerNormBackwardFromInput",
+    "LayerNormXhat", "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNorm", "RMSNormBackward",
     "TensorDesc", "__version__",
     "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa", "include_dir",
-    "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
+    "layer_norm", "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
 ]

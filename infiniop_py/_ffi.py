@@ -141,6 +141,32 @@ infiniStatus_t infiniopRMSNormEx(infiniopRMSNormDescriptor_t desc, void *workspa
                                  void *rstd, const void *x, const void *w, void *stream);
 infiniStatus_t infiniopDestroyRMSNormDescriptor(infiniopRMSNormDescriptor_t desc);
 
+/* infiniop/ops/layer_norm.h */
+typedef struct InfiniopDescriptor *infiniopLayerNormDescriptor_t;
+
+infiniStatus_t infiniopCreateLayerNormDescriptor(infiniopHandle_t handle, infiniopLayerNormDescriptor_t *desc_ptr,
+                                                 infiniopTensorDescriptor_t output_desc,
+                                                 infiniopTensorDescriptor_t input_standardization_desc,
+                                                 infiniopTensorDescriptor_t input_std_deviation_desc,
+                                                 infiniopTensorDescriptor_t input_desc,
+                                                 infiniopTensorDescriptor_t weight_desc,
+                                                 infiniopTensorDescriptor_t bias_desc, float eps);
+infiniStatus_t infiniopGetLayerNormWorkspaceSize(infiniopLayerNormDescriptor_t desc, size_t *size);
+infiniStatus_t infiniopLayerNorm(infiniopLayerNormDescriptor_t desc, void *workspace, size_t workspace_size,
+                                 void *output, void *input_standardization, void *input_std_deviation,
+                                 const void *input, const void *weight, const void *bias, void *stream);
+infiniStatus_t infiniopCreateLayerNormDescriptorEx(infiniopHandle_t handle, infiniopLayerNormDescriptor_t *desc_ptr,
+                                                   infiniopTensorDescriptor_t y_desc,
+                                                   infiniopTensorDescriptor_t mean_desc,
+                                                   infiniopTensorDescriptor_t rstd_desc,
+                                                   infiniopTensorDescriptor_t x_desc,
+                                                   infiniopTensorDescriptor_t w_desc,
+                                                   infiniopTensorDescriptor_t b_desc, double eps);
+infiniStatus_t infiniopLayerNormEx(infiniopLayerNormDescriptor_t desc, void *workspace, size_t workspace_size,
+                                   void *y, void *mean, void *rstd, const void *x, const void *w, const void *b,
+                                   void *stream);
+infiniStatus_t infiniopDestroyLayerNormDescriptor(infiniopLayerNormDescriptor_t desc);
+
 /* infiniop/ops/rms_norm_backward.h */
 typedef struct InfiniopDescriptor *infiniopRMSNormBackwardDescriptor_t;
 

@@ -187,7 +187,7 @@ def _require_ex_dtypes(activations, parameters, statistics):
     if first.dtype not in dtypes.EX_SUPPORTED:
         raise BadTensorDtypeError(f"{first_name}: dtype {dtypes.name(first.dtype)} must be one of F16, BF16, F32, F64")
     for name, spec in activations.items():
-        if spec.dtype != first.dtype:
+        if spec is not None and spec.dtype != first.dtype:
             raise BadTensorDtypeError(f"{name}: dtype {dtypes.name(spec.dtype)} must equal {first_name}'s dtype "
                                       f"{dtypes.name(first.dtype)}")
     present = [(name, spec) for name, spec in parameters.items() if spec is not None]
@@ -209,9 +209,9 @@ def _require_ex_dtypes(activations, parameters, statistics):
                                       f"{dtypes.name(statistic_dtype)} for {dtypes.name(first.dtype)} data")
 
 
-def _require_epsilon(epsilon):
+def _require_epsilon(epsilon, name="epsilon"):
     if not (math.isfinite(epsilon) and epsilon >= 0.0):
-        raise BadParamError(f"epsilon: {epsilon!r} must be finite and >= 0")
+        raise BadParamError(f"{name}: {epsilon!r} must be finite and >= 0")
 
 
 def _require_trailing_packed(name, spec, count):
@@ -323,32 +323,88 @@ def check_layer_norm_backward_from_input_ex(grad_input, grad_weight, grad_bias, 
 
 
 def _check_layer_norm_rows(grad_input, grad_weight, grad_bias, grad_output, weight, row_input, per_row):
-    """The shape and stride rules both LayerNorm Ex forms share (info.h createRows). ``row_input``: {name: spec} of
-    xhat or the input; ``per_row``: {name: spec} of the one-per-row tensors, the first of which names the leading
-    dims by its rank."""
-    (row_input_name, row_input_spec), = row_input.items()
+    """The shape and stride rules both LayerNorm backward Ex forms share (info.h createRows). ``row_input``: {name:
+    spec} of xhat or the input; ``per_row``: {name: spec} of the one-per-row tensors, the first of which names the
+    leading dims by its rank."""
     first_per_row = next(iter(per_row))
     leading = len(per_row[first_per_row].shape)
-    _require_normalized_ranks("grad_input", grad_input, len(grad_input.shape) - leading,
-                              f"grad_input's rank minus {first_per_row}'s")
-    _require_shape("grad_output", grad_output, grad_input.shape, "grad_input.shape")
-    _require_shape(row_input_name, row_input_spec, grad_input.shape, "grad_input.shape")
-    for name, spec in per_row.items():
-        _require_shape(name, spec, tuple(grad_input.shape)[:leading], f"grad_input.shape[:{leading}]")
-    normalized_shape = tuple(grad_input.shape)[leading:]
-    for name, spec in (("weight", weight), ("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+    _check_layer_norm_layout(leading, f"grad_input's rank minus {first_per_row}'s",
+                             {"grad_input": (grad_input, True), "grad_output": (grad_output, False),
+                              **{name: (spec, False) for name, spec in row_input.items()}},
+                             {"weight": (weight, False), "grad_weight": (grad_weight, True),
+                              "grad_bias": (grad_bias, True)},
+                             {name: (spec, False) for name, spec in per_row.items()})
+
+
+def _check_layer_norm_layout(leading, leading_source, rows, vectors, per_row):
+    """The shape and stride rules LayerNorm's forward and backward creates share (ops/layer_norm_layout.h). Each
+    group: {name: (spec or None, written)}; the first row tensor is present and gives the shape; the dims after
+    the first ``leading`` are normalized (``leading_source`` says what named them)."""
+    first_name, (first, _) = next(iter(rows.items()))
+    _require_normalized_ranks(first_name, first, len(first.shape) - leading, leading_source)
+    for name, (spec, _) in list(rows.items())[1:]:
         if spec is not None:
-            _require_shape(name, spec, normalized_shape, f"grad_input.shape[{leading}:]")
-    normalized = len(normalized_shape)
-    for name, spec in (("grad_input", grad_input), ("grad_output", grad_output), (row_input_name, row_input_spec)):
-        _require_trailing_packed(name, spec, normalized)
-    _require_no_self_overlap("grad_input", grad_input)
-    if weight is not None:
-        _require_collapses_to_vector("weight", weight)
-    for name, spec in (("grad_weight", grad_weight), ("grad_bias", grad_bias)):
+            _require_shape(name, spec, first.shape, f"{first_name}.shape")
+    for name, (spec, _) in vectors.items():
         if spec is not None:
-            _require_no_self_overlap(name, spec)
+            _require_shape(name, spec, tuple(first.shape)[leading:], f"{first_name}.shape[{leading}:]")
+    for name, (spec, _) in per_row.items():
+        if spec is not None:
+            _require_shape(name, spec, tuple(first.shape)[:leading], f"{first_name}.shape[:{leading}]")
+    normalized = len(first.shape) - leading
+    for name, (spec, written) in rows.items():
+        if spec is not None:
+            _require_trailing_packed(name, spec, normalized)
+            if written:
+                _require_no_self_overlap(name, spec)
+    for name, (spec, written) in vectors.items():
+        if spec is not None:
+            if written:
+                _require_no_self_overlap(name, spec)
             _require_collapses_to_vector(name, spec)
+    for name, (spec, written) in per_row.items():
+        if spec is not None and written:
+            _require_no_self_overlap(name, spec)
+
+
+def _check_layer_norm_forward(y_name, y, xhat, x_name, x, w_name, w, b_name, b, statistics, epsilon):
+    """The rules both LayerNorm forward creates share (layer_norm/info.h createForm), after their NULL and dtype
+    checks. ``xhat``: None or the seed's input_standardization spec; ``statistics``: {name: spec or None} of the
+    per-row outputs."""
+    _require_epsilon(epsilon, "eps")
+    ndim = len(y.shape)
+    parameter_name, parameter = (w_name, w) if w is not None else (b_name, b)
+    present_statistics = [(name, spec) for name, spec in statistics.items() if spec is not None]
+    if parameter is not None:
+        if not 1 <= len(parameter.shape) <= ndim:
+            raise BadTensorShapeError(f"{parameter_name}: rank {len(parameter.shape)} must be 1..{ndim} "
+                                      f"({y_name}'s rank): it names the normalized trailing dims")
+        leading, source = ndim - len(parameter.shape), f"{parameter_name}'s rank"
+    elif present_statistics:
+        leading, source = len(present_statistics[0][1].shape), f"{y_name}'s rank minus {present_statistics[0][0]}'s"
+    else:
+        leading, source = ndim - 1, "the last dim alone, with no parameter or statistic to name them"
+    _check_layer_norm_layout(leading, source,
+                             {y_name: (y, True), "input_standardization": (xhat, True), x_name: (x, False)},
+                             {w_name: (w, False), b_name: (b, False)},
+                             {name: (spec, True) for name, spec in statistics.items()})
+
+
+def check_layer_norm(output, input_standardization, input_std_deviation, input, weight, bias, eps=0.0):
+    """infiniopCreateLayerNormDescriptor (layer_norm/info.h create): upstream's ranks, then the shared rules."""
+    _require_present({"output": output, "input": input, "weight": weight})
+    _require_ex_dtypes({"output": output, "input_standardization": input_standardization, "input": input},
+                       {"weight": weight, "bias": bias, "input_std_deviation": input_std_deviation}, {})
+    _require_ndim("output", output, (2, 3))
+    _require_ndim("weight", weight, (1,))
+    _check_layer_norm_forward("output", output, input_standardization, "input", input, "weight", weight, "bias",
+                              bias, {"input_std_deviation": input_std_deviation}, eps)
+
+
+def check_layer_norm_ex(y, mean, rstd, x, w, b, eps=0.0):
+    _require_present({"y": y, "x": x})
+    _require_ex_dtypes({"y": y, "x": x}, {"w": w, "b": b}, {"mean": mean, "rstd": rstd})
+    _check_layer_norm_forward("y", y, None, "x", x, "w", w, "b", b, {"mean": mean, "rstd": rstd}, eps)
 
 
 def _packed_in_order(spec, innermost_first):

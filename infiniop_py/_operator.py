@@ -75,6 +75,8 @@ class Operator(NativeResource):
                   first _seed_count (RMSNorm's Ex forms put rstd among the outputs, before the seed's inputs)
     _seed_scalars names of the options the seed create takes too, after its tensors (RMSNorm's epsilon)
     _has_ex_run   whether infiniop<_c_name>Ex exists (it takes every tensor; else the seed run does)
+    _seed_form_only  whether only the seed create and run take this class's tensors, the Ex ones being another
+                  form's (LayerNormXhat: infiniopCreateLayerNormDescriptorEx takes mean and rstd, not xhat and std)
     _descriptor_c_name  the C name of the descriptor type and of its GetWorkspaceSize / Destroy functions, where
                   another op's serve this one (LayerNormBackwardFromInput's are LayerNormBackward's); else _c_name
     and passes the tensors to __init__ as a dict in the C argument order (None: an absent optional
@@ -92,6 +94,7 @@ class Operator(NativeResource):
     _seed_names = None
     _seed_scalars = ()
     _has_ex_run = False
+    _seed_form_only = False
     _descriptor_c_name = None
 
     def __init__(self, handle, tensors, options=None, seed_options=None):
@@ -100,7 +103,7 @@ class Operator(NativeResource):
         options, seed_options = options or {}, seed_options or {}
         self._handle = handle  # kept alive as long as the descriptor
         op = libraries().op
-        create_ex = _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
+        create_ex = None if self._seed_form_only else _native_function(op, f"infiniopCreate{self._c_name}DescriptorEx")
         descriptor_name = self._descriptor_c_name or self._c_name
         temporaries = []
         try:
@@ -118,7 +121,8 @@ class Operator(NativeResource):
                 status = create_ex(handle_pointer, pointer, *natives, *options.values())
                 check(status, _create_call(f"infiniopCreate{self._c_name}DescriptorEx", handle, status))
             else:
-                self._require_seed_call(descs, options, seed_options)
+                if not self._seed_form_only:  # a seed-only form's own check names what it lacks
+                    self._require_seed_call(descs, options, seed_options)
                 seed_descs = {name: descs[name] for name in self._seed_tensor_names(descs)}
                 seed_scalars = {name: options[name] for name in self._seed_scalars}
                 self._check_layout(**seed_descs, **seed_scalars)

@@ -244,3 +244,88 @@ def test_rms_norm_generator_reaches_every_verdict():
     sample()
     every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
     assert seen["ex"] >= every and seen["seed"] >= every, seen
+
+
+# ---------------------------------------------------------------- the LayerNorm forward creates (seed and Ex)
+
+LAYER_NORM_NAMES = ("y", "mean", "rstd", "x", "w", "b")  # the Ex create's C order
+LAYER_NORM_SEED_NAMES = ("output", "input_standardization", "input_std_deviation", "input", "weight", "bias")
+
+
+@st.composite
+def layer_norm_layouts(draw):
+    """Specs of the LayerNorm forward creates: ranks 1..5 with k normalized dims, data, parameter and statistic
+    dtypes drawn apart, perturbed shapes and strides (the per-row tensors are outputs here), w, b and the statistics
+    absent now and then (so a statistic's rank, or the last dim, names the normalized dims), NULLs; and an eps,
+    sometimes a bad one. Returns (Ex specs by name, seed specs by name, eps)."""
+    shape = tuple(draw(st.lists(st.integers(1, 3), min_size=1, max_size=5)))
+    normalized = draw(st.integers(1, len(shape)))
+    data = draw(st.sampled_from(EX_CODES + (5,)))
+    parameter = draw(st.sampled_from((data, data, 13, 12)))
+    statistic = draw(st.sampled_from((13, 13, 14, data)))
+    leading, normalized_shape = shape[:len(shape) - normalized], shape[len(shape) - normalized:]
+    shapes = {"y": shape, "x": shape, "xhat": shape, "w": normalized_shape, "b": normalized_shape,
+              "mean": leading, "rstd": leading, "std": leading}
+    if draw(st.sampled_from([False] * 3 + [True])):
+        name = draw(st.sampled_from(tuple(shapes)))
+        shapes[name] = perturbed_shape(draw, shapes[name])
+    codes = {"y": data, "x": data, "xhat": data, "w": parameter, "b": parameter, "mean": statistic,
+             "rstd": statistic, "std": draw(st.sampled_from((parameter, parameter, statistic)))}
+    specs = {name: _layout.TensorSpec(shapes[name], codes[name], draw(strides_for(shapes[name]))) for name in shapes}
+    for name in ("w", "b", "mean", "rstd", "xhat", "std"):
+        if draw(st.sampled_from([False] * 3 + [True])):
+            specs[name] = None
+    if draw(st.sampled_from([False] * 8 + [True])):
+        specs[draw(st.sampled_from(("y", "x")))] = None
+    eps = draw(st.sampled_from((0.0, 1e-5, 1e-5, -1.0, float("nan"))))
+    ex = {name: specs[name] for name in LAYER_NORM_NAMES}
+    seed = dict(zip(LAYER_NORM_SEED_NAMES, (specs[name] for name in ("y", "xhat", "std", "x", "w", "b"))))
+    return ex, seed, eps
+
+
+def _layer_norm_create_status(c_handle, c_name, specs, eps):
+    from _helpers import CTensorDescriptors, native
+
+    ffi, op, _ = native()
+    with CTensorDescriptors([spec and tuple(spec) for spec in specs.values()]) as descriptors:
+        desc_ptr = ffi.new("infiniopLayerNormDescriptor_t *")
+        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, eps)
+        if status == SUCCESS:
+            assert op.infiniopDestroyLayerNormDescriptor(desc_ptr[0]) == SUCCESS
+    return status
+
+
+@settings(max_examples=300)
+@given(layout=layer_norm_layouts())
+def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, layout):
+    specs, _, eps = layout
+    python_status = _layout.status_of(_layout.check_layer_norm_ex, **specs, eps=eps)
+    c_status = _layer_norm_create_status(c_handle, "LayerNormDescriptorEx", specs, eps)
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}, eps {eps}"
+
+
+@settings(max_examples=300)
+@given(layout=layer_norm_layouts())
+def test_layer_norm_seed_python_validator_agrees_with_c(c_handle, layout):
+    _, seed, eps = layout
+    python_status = _layout.status_of(_layout.check_layer_norm, **seed, eps=eps)
+    c_status = _layer_norm_create_status(c_handle, "LayerNormDescriptor", seed, eps)
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, eps {eps}"
+
+
+def test_layer_norm_generator_reaches_every_verdict():
+    """As test_generator_reaches_every_verdict, for the LayerNorm forward's strategy, through both creates' mirrors."""
+    seen = {"ex": set(), "seed": set()}
+
+    @settings(max_examples=500, database=None, derandomize=True)
+    @given(layout=layer_norm_layouts())
+    def sample(layout):
+        ex, seed, eps = layout
+        seen["ex"].add(_layout.status_of(_layout.check_layer_norm_ex, **ex, eps=eps))
+        seen["seed"].add(_layout.status_of(_layout.check_layer_norm, **seed, eps=eps))
+
+    sample()
+    every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
+    assert seen["ex"] >= every and seen["seed"] >= every, seen

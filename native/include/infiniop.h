@@ -8,6 +8,7 @@
 #include "infiniop/operator_descriptor.h"
 #include "infiniop/ops/rms_norm.h"
 #include "infiniop/ops/rms_norm_backward.h"
+#include "infiniop/ops/layer_norm.h"
 #include "infiniop/ops/layer_norm_backward.h"
 #include "infiniop/ops/batch_norm_backward.h"
 

@@ -43,8 +43,8 @@ infiniStatus_t checkNormDtypesEx(std::initializer_list<Tensor> activations, std:
                                  std::initializer_list<Tensor> statistics) {
     infiniDtype_t dtype = (*activations.begin())->dtype;
     if (!isNormFloat(dtype) && dtype != INFINI_DTYPE_F64) return INFINI_STATUS_BAD_TENSOR_DTYPE;
-    for (Tensor t : activations) {
-        if (t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
+    for (Tensor t : activations) { // the first is present; an optional output (LayerNorm's xhat) may be absent
+        if (t != nullptr && t->dtype != dtype) return INFINI_STATUS_BAD_TENSOR_DTYPE;
     }
     const bool half = dtype == INFINI_DTYPE_F16 || dtype == INFINI_DTYPE_BF16;
     const infiniDtype_t parameter_dtype = dtypeOfFirst(parameters, dtype);

@@ -4,6 +4,7 @@
 
 #include "common/layout.h"
 #include "common/status.h"
+#include "ops/layer_norm_layout.h"
 #include "ops/rows.h"
 
 namespace op::layer_norm_backward {
@@ -71,36 +72,21 @@ struct Info {
     static infiniStatus_t createRows(Info *info, Form form, infini::Tensor grad_input, infini::Tensor grad_weight,
                                      infini::Tensor grad_bias, infini::Tensor grad_output, infini::Tensor weight,
                                      infini::Tensor row_input, infini::Tensor mean, infini::Tensor row_scale) {
-        const size_t ndim = grad_input->ndim(), leading = (mean != nullptr ? mean : row_scale)->ndim();
-        if (ndim < 1 || ndim > 8 || leading >= ndim) return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        const std::vector<size_t> leading_shape(grad_input->shape.begin(), grad_input->shape.begin() + leading);
-        const std::vector<size_t> normalized_shape(grad_input->shape.begin() + leading, grad_input->shape.end());
-        auto normalizedOrAbsent = [&](infini::Tensor t) { return t == nullptr || t->shape == normalized_shape; };
-        if (!infini::sameShape(grad_output, grad_input) || !infini::sameShape(row_input, grad_input) ||
-            (mean != nullptr && mean->shape != leading_shape) || row_scale->shape != leading_shape ||
-            !normalizedOrAbsent(weight) || !normalizedOrAbsent(grad_weight) || !normalizedOrAbsent(grad_bias)) {
-            return INFINI_STATUS_BAD_TENSOR_SHAPE;
-        }
-
-        const size_t normalized = ndim - leading;
-        ptrdiff_t weight_stride = 0, grad_weight_stride = 0, grad_bias_stride = 0;
-        auto outputVector = [](infini::Tensor t, ptrdiff_t *stride) {
-            return t == nullptr || (infini::nonOverlapping(t) && infini::collapsesToVector(t, stride));
-        };
-        if (!infini::trailingPacked(grad_input, normalized) || !infini::trailingPacked(grad_output, normalized) ||
-            !infini::trailingPacked(row_input, normalized) || !infini::nonOverlapping(grad_input) ||
-            (weight != nullptr && !infini::collapsesToVector(weight, &weight_stride)) ||
-            !outputVector(grad_weight, &grad_weight_stride) || !outputVector(grad_bias, &grad_bias_stride)) {
-            return INFINI_STATUS_BAD_TENSOR_STRIDES;
-        }
-
+        const size_t leading = (mean != nullptr ? mean : row_scale)->ndim();
+        LayerNormLayout layout;
+        ptrdiff_t vector_strides[3];
+        INFINI_CHECK(LayerNormLayout::check(&layout, leading, {{grad_input, true}, {grad_output, false}, {row_input, false}},
+                                            {{weight, false}, {grad_weight, true}, {grad_bias, true}},
+                                            {{mean, false}, {row_scale, false}}, vector_strides));
+        const ptrdiff_t weight_stride = vector_strides[0], grad_weight_stride = vector_strides[1],
+                        grad_bias_stride = vector_strides[2];
         *info = Info{form,
                      grad_input->dtype,
                      form == Form::xhat
                          ? infini::dtypeOfFirst({weight, grad_weight, grad_bias, row_scale}, grad_input->dtype)
                          : infini::dtypeOfFirst({weight, grad_weight, grad_bias}, grad_input->dtype),
-                     infini::countOf(grad_input, 0, leading),
-                     infini::countOf(grad_input, leading, ndim),
+                     layout.rows,
+                     layout.dim,
                      RowLayout::of(grad_input, leading),
                      RowLayout::of(grad_output, leading),
                      RowLayout::of(row_input, leading),

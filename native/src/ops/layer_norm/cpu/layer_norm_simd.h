@@ -1,0 +1,40 @@
+// LayerNorm forward CPU leaf kernels over one contiguous row segment: built once per ISA for F16/BF16/F32, and
+// once, scalar, for F64 (layer_norm_cpu.cc).
+#ifndef INFINIOP_SRC_OPS_LAYER_NORM_CPU_SIMD_H
+#define INFINIOP_SRC_OPS_LAYER_NORM_CPU_SIMD_H
+
+#include "devices/cpu/half.h"
+#include "devices/cpu/isa.h"
+#include "devices/cpu/reduce.h"
+#include "devices/cpu/types.h"
+
+#include <cstddef>
+
+namespace op::layer_norm {
+
+// A row's statistics as the kernels apply them: xhat = ((x - mean_high) - mean_low) * rstd. The mean is split in
+// two of the compute type so that rows whose mean is large against their spread lose no bits of x - mean (the
+// F64 kernels keep mean_low 0).
+template <typename C>
+struct RowStatistics {
+    C mean_high, mean_low, rstd;
+};
+
+// T: the data type; W: the parameters as the kernels read them (T's compute type C, or T itself).
+template <typename T, typename W>
+struct Kernels {
+    using C = cpu::ComputeOf<T>;
+    // {sum of (x - shift), sum of (x - shift)^2} over [0, n) in F64, built chunk by chunk (fixed 4096-element
+    // chunks from the segment's start): each chunk's own mean m first, then sum(x - m) and sum((x - m)^2) in F32
+    // lanes, carried into F64 about the shift. The caller's shift is an element of the row (its first), so the
+    // variance it forms, sum((x - shift)^2)/L - (sum(x - shift)/L)^2, cancels no more than (shift - mean)^2/var
+    // times F64 rounding, however large the mean is against the spread.
+    cpu::PairSums (*sums)(size_t n, const T *x, C shift);
+    // y = xhat * w + b over [0, n), and xhat itself where `xhat` is non-NULL; b NULL: no bias. y may be x.
+    // stream: write y past the caches (cpu::RowHints).
+    void (*apply)(size_t n, RowStatistics<C> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream);
+};
+
+} // namespace op::layer_norm
+
+#endif
