@@ -1,4 +1,4 @@
-"""LayerNorm forward (functional API and operator objects, CPU) against float64 references from the exact rounded
+"""LayerNorm forward (functional API and operator objects; the values on every device) against float64 references from the exact rounded
 inputs and against torch.nn.functional.layer_norm; its statistics against what the two backward forms take."""
 
 import numpy as np
@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import infiniop_py
 from infiniop_py import errors
+from _devices import DEVICES, DeviceData, call_on
 from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
     rounded, with_free_layout, with_row_layout,
@@ -79,6 +80,29 @@ def inputs(rng, shape, normalized, dtype, parameter_dtype=None):
     return rounded(x, dtype), rounded(w, parameter_dtype), rounded(b, parameter_dtype)
 
 
+def forward_on(device, x, w, b, eps=EPS, out=None):
+    """(y, mean, rstd) of infiniop_py.layer_norm on ``device`` (out=: the arrays written back; mean and rstd None:
+    not wanted)."""
+    if out is not None and out[1] is None:
+        return call_on(device, lambda *a, **k: (infiniop_py.layer_norm(*a, **k), None, None), x, w, b, eps=eps,
+                       out=out)
+    return call_on(device, infiniop_py.layer_norm, x, w, b, eps=eps, need_stats=True, out=out)
+
+
+def seed_form_on(device, x, w, b, std_dtype, eps, with_statistics=True):
+    """(output, xhat, std) of the seed form (LayerNormXhat) on ``device``; xhat and std None unless wanted."""
+    output = np.empty_like(x)
+    xhat, std = (np.empty_like(x), np.empty(x.shape[:-1], std_dtype)) if with_statistics else (None, None)
+    data = DeviceData(device)
+    put = lambda array, output=False: None if array is None else data.put(array, output)  # noqa: E731
+    arrays = (put(output, True), put(xhat, True), put(std, True), put(x), put(w), put(b))
+    with infiniop_py.Handle(device) as handle:
+        with infiniop_py.LayerNormXhat(handle, *arrays, eps=eps) as operator:
+            operator(*arrays)
+    data.write_back()
+    return output, xhat, std
+
+
 shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple)
 row_lengths = st.sampled_from([1, 2, 7, 16, 31, 33, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
 dtypes = st.sampled_from(DTYPES)
@@ -90,7 +114,8 @@ seeds = st.integers(0, 2**32 - 1)
        b_layout=st.sampled_from(FREE_LAYOUTS + ("absent",)), need_stats=st.booleans())
 @example(lead=(1,), d=7, dtype=F16, f32_parameters=False, seed=0, x_layout="reversed", w_layout="stride2",
          b_layout="absent", need_stats=True)
-def test_strided_inputs_match_reference(lead, d, dtype, f32_parameters, seed, x_layout, w_layout, b_layout,
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_inputs_match_reference(device, lead, d, dtype, f32_parameters, seed, x_layout, w_layout, b_layout,
                                         need_stats):
     parameter_dtype = F32 if f32_parameters and dtype in (F16, BF16) else dtype
     x, w, b = inputs(np.random.default_rng(seed), lead + (d,), 1, dtype, parameter_dtype)
@@ -98,12 +123,14 @@ def test_strided_inputs_match_reference(lead, d, dtype, f32_parameters, seed, x_
     w = None if w_layout == "absent" else with_free_layout(w, w_layout)
     b = None if b_layout == "absent" else with_free_layout(b, b_layout)
 
-    result = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=need_stats)
-
-    y, mean, rstd = result if need_stats else (result, None, None)
-    assert y.shape == x.shape and y.dtype == dtype and y.flags.c_contiguous
+    if device == "cpu":
+        result = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=need_stats)
+        y, mean, rstd = result if need_stats else (result, None, None)
+    else:
+        y, mean, rstd = forward_on(device, x, w, b)
+    assert y.shape == x.shape and y.dtype == dtype and (device != "cpu" or y.flags.c_contiguous)
     assert_y_close(y, x, w, b, 1, dtype)
-    if need_stats:
+    if mean is not None:
         statistics = F64 if dtype == F64 else F32
         assert mean.shape == lead and rstd.shape == lead and mean.dtype == rstd.dtype == statistics
         assert_statistics_close(mean, rstd, x, 1, dtype)
@@ -111,14 +138,15 @@ def test_strided_inputs_match_reference(lead, d, dtype, f32_parameters, seed, x_
 
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=5).map(tuple), data=st.data(), dtype=dtypes,
        seed=seeds, parameters=st.sampled_from(("w", "b", "both")))
-def test_several_normalized_dims(shape, data, dtype, seed, parameters):
+@pytest.mark.parametrize("device", DEVICES)
+def test_several_normalized_dims(device, shape, data, dtype, seed, parameters):
     """w's (or b's) rank k normalizes the last k dims together, from one leading dim to none (a single row)."""
     normalized = data.draw(st.integers(1, len(shape)))
     x, w, b = inputs(np.random.default_rng(seed), shape, normalized, dtype)
     w = w if parameters in ("w", "both") else None
     b = b if parameters in ("b", "both") else None
 
-    y, mean, rstd = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=True)
+    y, mean, rstd = forward_on(device, x, w, b)
 
     assert mean.shape == rstd.shape == shape[:len(shape) - normalized]
     assert_y_close(y, x, w, b, normalized, dtype)
@@ -127,7 +155,8 @@ def test_several_normalized_dims(shape, data, dtype, seed, parameters):
 
 @given(lead=shapes, d=row_lengths, dtype=dtypes, seed=seeds, y_layout=st.sampled_from(ROW_LAYOUTS),
        statistics_layout=st.sampled_from(("contiguous", "stride2", "reversed")))
-def test_writes_strided_preallocated_outputs(lead, d, dtype, seed, y_layout, statistics_layout):
+@pytest.mark.parametrize("device", DEVICES)
+def test_writes_strided_preallocated_outputs(device, lead, d, dtype, seed, y_layout, statistics_layout):
     x, w, b = inputs(np.random.default_rng(seed), lead + (d,), 1, dtype)
     statistics = F64 if dtype == F64 else F32
     y_out = GuardedOutput(lead + (d,), dtype, y_layout)
@@ -135,8 +164,7 @@ def test_writes_strided_preallocated_outputs(lead, d, dtype, seed, y_layout, sta
     layout = statistics_layout if len(lead) == 1 else "contiguous"
     mean_out, rstd_out = GuardedOutput(lead, statistics, layout), GuardedOutput(lead, statistics, layout)
 
-    returned = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=True,
-                                      out=(y_out.view, mean_out.view, rstd_out.view))
+    returned = forward_on(device, x, w, b, out=(y_out.view, mean_out.view, rstd_out.view))
 
     assert returned[0] is y_out.view and returned[1] is mean_out.view and returned[2] is rstd_out.view
     assert_y_close(y_out.view, x, w, b, 1, dtype)
@@ -146,13 +174,16 @@ def test_writes_strided_preallocated_outputs(lead, d, dtype, seed, y_layout, sta
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96)], ids=str)
-def test_every_schedule_matches_reference(dtype, shape):
-    """Few huge rows (split across threads at chunk boundaries), many long rows (streamed output) and cached rows
-    (column slices): every schedule of the row driver."""
+@pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96), (5, 16385), (300, 8192),
+                                   (70, 24)], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_schedule_matches_reference(device, dtype, shape):
+    """CPU: few huge rows (split across threads at chunk boundaries), many long rows (streamed output) and cached
+    rows (column slices): every schedule of the row driver. CUDA: rows in registers from a warp (several rows per
+    CTA) to a CTA of 1024 threads, and rows longer than that re-read from L2."""
     x, w, b = inputs(np.random.default_rng(7), shape, 1, dtype)
 
-    y, mean, rstd = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=True)
+    y, mean, rstd = forward_on(device, x, w, b)
 
     assert_y_close(y, x, w, b, 1, dtype)
     assert_statistics_close(mean, rstd, x, 1, dtype)
@@ -221,7 +252,8 @@ def test_f16_accumulation_misses_the_bounds():
 
 @pytest.mark.parametrize("dtype", (F16, BF16, F32), ids=str)
 @pytest.mark.parametrize("d", (64, 4096, 10000), ids=str)
-def test_large_mean_rows(dtype, d):
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_mean_rows(device, dtype, d):
     """Rows far from zero against their spread (mean/std up to 1e4 in F32): no cancellation in the variance, and
     x - mean keeps its bits. An F32 one-pass E[x^2] - E[x]^2 misses the rstd bound here."""
     rng = np.random.default_rng(11)
@@ -229,7 +261,7 @@ def test_large_mean_rows(dtype, d):
     x = rounded(offsets * np.array([[1.0], [-1.0], [0.5]]) + rng.standard_normal((3, d)), dtype)
     w, b = rounded(rng.normal(1.0, 0.5, d), dtype), rounded(rng.normal(0.0, 0.5, d), dtype)
 
-    y, mean, rstd = infiniop_py.layer_norm(x, w, b, eps=EPS, need_stats=True)
+    y, mean, rstd = forward_on(device, x, w, b)
 
     assert_y_close(y, x, w, b, 1, dtype)
     assert_statistics_close(mean, rstd, x, 1, dtype)
@@ -243,6 +275,15 @@ def test_large_mean_rows(dtype, d):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place_functional(device, dtype):
+    x, w, b = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
+    original = x.copy()
+    forward_on(device, x, w, b, out=(x, None, None))
+    assert_y_close(x, original, w, b, 1, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_in_place(dtype):
     x, w, b = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
     original = x.copy()
@@ -251,16 +292,17 @@ def test_in_place(dtype):
     assert_y_close(x, original, w, b, 1, dtype)
 
 
-def test_constant_rows_zero_sizes_and_zero_rows():
+@pytest.mark.parametrize("device", DEVICES)
+def test_constant_rows_zero_sizes_and_zero_rows(device):
     w = np.ones(4, F32)
-    y, mean, rstd = infiniop_py.layer_norm(np.zeros((0, 4), F32), w, need_stats=True)
+    y, mean, rstd = forward_on(device, np.zeros((0, 4), F32), w, None)
     assert y.shape == (0, 4) and mean.shape == rstd.shape == (0,)
-    y, mean, rstd = infiniop_py.layer_norm(np.zeros((3, 0), F32), np.ones(0, F32), need_stats=True)
+    y, mean, rstd = forward_on(device, np.zeros((3, 0), F32), np.ones(0, F32), None)
     assert y.shape == (3, 0) and np.isnan(mean).all() and np.isnan(rstd).all()  # the mean of no elements is 0/0
     x = np.full((2, 4), 3.5, F32)
-    y, mean, rstd = infiniop_py.layer_norm(x, w, np.full(4, 0.25, F32), eps=0.0, need_stats=True)
+    y, mean, rstd = forward_on(device, x, w, np.full(4, 0.25, F32), eps=0.0)
     assert (mean == 3.5).all() and np.isinf(rstd).all() and np.isnan(y).all()  # var 0, eps 0: nothing traps
-    y, mean, rstd = infiniop_py.layer_norm(x, w, np.full(4, 0.25, F32), eps=1e-5, need_stats=True)
+    y, mean, rstd = forward_on(device, x, w, np.full(4, 0.25, F32), eps=1e-5)
     assert (y == 0.25).all() and np.allclose(rstd, 1 / np.sqrt(1e-5), rtol=1e-6)
 
 
@@ -269,16 +311,12 @@ def test_constant_rows_zero_sizes_and_zero_rows():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(6, 48), (2, 3, 4099)], ids=str)
 @pytest.mark.parametrize("bias", (True, False), ids=("bias", "no_bias"))
-def test_seed_form_writes_xhat_and_std(dtype, shape, bias):
+@pytest.mark.parametrize("device", DEVICES)
+def test_seed_form_writes_xhat_and_std(device, dtype, shape, bias):
     x, w, b = inputs(np.random.default_rng(4), shape, 1, dtype)
     b = b if bias else None
-    output, xhat, std = np.empty_like(x), np.empty_like(x), np.empty(shape[:-1], dtype)
-    with infiniop_py.Handle("cpu") as handle:
-        with infiniop_py.LayerNormXhat(handle, output, xhat, std, x, w, b, eps=1e-3) as operator:
-            operator(output, xhat, std, x, w, b)
-        y_only = np.empty_like(x)
-        with infiniop_py.LayerNormXhat(handle, y_only, None, None, x, w, b, eps=1e-3) as operator:
-            operator(y_only, None, None, x, w, b)
+    output, xhat, std = seed_form_on(device, x, w, b, dtype, 1e-3)
+    y_only, _, _ = seed_form_on(device, x, w, b, dtype, 1e-3, with_statistics=False)
     eps = float(np.float32(1e-3))  # the seed create takes a float
     assert_y_close(output, x, w, b, 1, dtype, eps)
     assert np.array_equal(output.view(np.uint8), y_only.view(np.uint8))  # the same y with or without the rest
@@ -288,12 +326,12 @@ def test_seed_form_writes_xhat_and_std(dtype, shape, bias):
     assert float(np.max(np.abs(f64(std) - expected_std) / expected_std)) <= bound
 
 
-def test_seed_form_with_f32_parameters_writes_an_f32_std():
+@pytest.mark.parametrize("device", DEVICES)
+def test_seed_form_with_f32_parameters_writes_an_f32_std(device):
     x, w, b = inputs(np.random.default_rng(4), (5, 40), 1, BF16, F32)
-    output, xhat, std = np.empty_like(x), np.empty_like(x), np.empty(5, F32)
+    _, _, std = seed_form_on(device, x, w, b, F32, EPS)
     with infiniop_py.Handle("cpu") as handle:
-        with infiniop_py.LayerNormXhat(handle, output, xhat, std, x, w, b) as operator:
-            operator(output, xhat, std, x, w, b)
+        output, xhat = np.empty_like(x), np.empty_like(x)
         with pytest.raises(errors.BadTensorDtypeError, match=r"^input_std_deviation: dtype BF16 must equal weight"):
             infiniop_py.LayerNormXhat(handle, output, xhat, np.empty(5, BF16), x, w, b)
     _, _, _, _, expected_std = reference(x, None, None, 1, EPS)

@@ -62,29 +62,70 @@ __device__ __forceinline__ S storeAs(double value) {
     }
 }
 
-// Sum over a group of G threads, the same bits in every thread of the group: a warp's halving tree to lane 0,
-// then (G > 32, where the group is the whole CTA) lane 0s through shared memory. `scratch`: 33 entries.
+// Two sums over a group of G threads, the same bits in every thread of the group: a warp's halving tree to lane
+// 0, then (G > 32, where the group is the whole CTA) lane 0s through shared memory. `scratch`: 66 entries.
 template <int G, typename C>
-__device__ __forceinline__ C groupSum(C value, C *scratch) {
+__device__ __forceinline__ void groupSums(C &a, C &b, C *scratch) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+    for (int offset = 16; offset > 0; offset /= 2) {
+        a += __shfl_down_sync(0xffffffffu, a, offset);
+        b += __shfl_down_sync(0xffffffffu, b, offset);
+    }
     if constexpr (G == 32) {
-        return __shfl_sync(0xffffffffu, value, 0);
+        a = __shfl_sync(0xffffffffu, a, 0);
+        b = __shfl_sync(0xffffffffu, b, 0);
     } else {
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-        if (lane == 0) scratch[warp] = value;
-        __syncthreads();
-        if (warp == 0) {
-            C total = lane < G / 32 ? scratch[lane] : C(0);
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) total += __shfl_down_sync(0xffffffffu, total, offset);
-            if (lane == 0) scratch[32] = total;
+        if (lane == 0) {
+            scratch[2 * warp] = a;
+            scratch[2 * warp + 1] = b;
         }
         __syncthreads();
-        const C total = scratch[32];
+        if (warp == 0) {
+            C ta = lane < G / 32 ? scratch[2 * lane] : C(0), tb = lane < G / 32 ? scratch[2 * lane + 1] : C(0);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) {
+                ta += __shfl_down_sync(0xffffffffu, ta, offset);
+                tb += __shfl_down_sync(0xffffffffu, tb, offset);
+            }
+            if (lane == 0) {
+                scratch[64] = ta;
+                scratch[65] = tb;
+            }
+        }
+        __syncthreads();
+        a = scratch[64];
+        b = scratch[65];
         __syncthreads(); // scratch is free again
-        return total;
     }
+}
+
+template <int G, typename C>
+__device__ __forceinline__ C groupSum(C value, C *scratch) {
+    C unused = 0;
+    groupSums<G>(value, unused, scratch);
+    return value;
+}
+
+// A mean held as two compute-type values (hi + lo), so that x - mean loses nothing to the mean's rounding when
+// the mean is large against the spread (e.g. 1e4 + N(0, 1) in F32).
+template <typename C>
+struct SplitMean {
+    C hi, lo;
+    __device__ __forceinline__ static SplitMean of(double mean) {
+        const C hi = static_cast<C>(mean);
+        return {hi, static_cast<C>(mean - static_cast<double>(hi))};
+    }
+    __device__ __forceinline__ C centre(C x) const { return (x - hi) - lo; }
+};
+
+// Centred statistics from a first mean (mean0) and the sums of d = x - mean0 and of d^2 over the row: the
+// corrected two-pass formulas, so an inexact mean0 (an F32 sum of a large-mean row) costs nothing.
+__device__ __forceinline__ void correctedMoments(double mean0, double sum_d, double sum_d2, size_t dim,
+                                                 double *mean, double *variance) {
+    const double n = static_cast<double>(dim);
+    *mean = mean0 + sum_d / n;
+    *variance = fmax((sum_d2 - sum_d * sum_d / n) / n, 0.0);
 }
 
 // The row's statistics from its sums: (mean, rstd), mean 0 where the op does not centre.
@@ -108,7 +149,7 @@ __device__ __forceinline__ double rstdOf(double sum_squares, size_t dim, double 
 template <bool kCentres, typename T, typename W, typename S, int G, int V>
 __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(Args<T, W, S> args) {
     using C = ComputeOf<T>;
-    __shared__ C scratch[33];
+    __shared__ C scratch[66];
     constexpr int kGroups = (G == 32 ? kWarpCta : G) / G;
     const int lane = threadIdx.x % G, group = threadIdx.x / G;
     C w[kItems], b[kItems]; // b: LayerNorm's only (RMSNorm never reads it, and the compiler drops it)
@@ -132,25 +173,36 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
         for (int k = 0; k < kItems / V; ++k) {
             nvidia::loadSpan<V>(x_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
         }
-        C mean = 0;
+        RowStats stats{0.0, 0.0};
         if constexpr (kCentres) {
             C sum = 0;
 #pragma unroll
-            for (int e = 0; e < kItems; ++e) sum += x[e];
-            mean = static_cast<C>(static_cast<double>(groupSum<G>(sum, scratch)) / static_cast<double>(args.dim));
-        }
-        C squares = 0;
+            for (int e = 0; e < kItems; ++e) sum += x[e]; // padded columns hold 0
+            const double mean0 = static_cast<double>(groupSum<G>(sum, scratch)) / static_cast<double>(args.dim);
+            const SplitMean<C> first = SplitMean<C>::of(mean0);
+            C sum_d = 0, sum_d2 = 0;
 #pragma unroll
-        for (int e = 0; e < kItems; ++e) { // padded columns hold 0, and must add nothing when centred either
-            const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
-            const C d = col < args.dim ? x[e] - mean : C(0);
-            squares += d * d;
+            for (int e = 0; e < kItems; ++e) {
+                const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
+                const C d = col < args.dim ? first.centre(x[e]) : C(0);
+                sum_d += d;
+                sum_d2 += d * d;
+            }
+            groupSums<G>(sum_d, sum_d2, scratch);
+            double variance;
+            correctedMoments(mean0, sum_d, sum_d2, args.dim, &stats.mean, &variance);
+            stats.rstd = 1.0 / sqrt(variance + args.epsilon);
+        } else {
+            C squares = 0;
+#pragma unroll
+            for (int e = 0; e < kItems; ++e) squares += x[e] * x[e]; // padded columns hold 0
+            stats.rstd = rstdOf(groupSum<G>(squares, scratch), args.dim, args.epsilon);
         }
-        const RowStats stats{static_cast<double>(mean), rstdOf(groupSum<G>(squares, scratch), args.dim, args.epsilon)};
         if (lane == 0) writeStats(args, row, stats);
+        const SplitMean<C> mean = SplitMean<C>::of(stats.mean);
         const C r = static_cast<C>(stats.rstd);
 #pragma unroll
-        for (int e = 0; e < kItems; ++e) x[e] = (x[e] - mean) * r; // xhat, in place: fewer live registers
+        for (int e = 0; e < kItems; ++e) x[e] = mean.centre(x[e]) * r; // xhat, in place: fewer live registers
         if (args.xhat != nullptr) {
             T *xhat_row = args.xhat + args.xhat_rows.offset(row);
 #pragma unroll
@@ -179,29 +231,40 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
 template <bool kCentres, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxGroup) longRowsKernel(Args<T, W, S> args) {
     using C = ComputeOf<T>;
-    __shared__ C scratch[33];
+    __shared__ C scratch[66];
     for (size_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
         const T *x_row = args.x + args.x_rows.offset(row);
-        C mean = 0;
+        RowStats stats{0.0, 0.0};
         if constexpr (kCentres) {
             C sum = 0;
             for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) sum += nvidia::widen(x_row[col]);
-            mean = static_cast<C>(static_cast<double>(groupSum<kMaxGroup>(sum, scratch)) /
-                                  static_cast<double>(args.dim));
+            const double mean0 = static_cast<double>(groupSum<kMaxGroup>(sum, scratch)) / static_cast<double>(args.dim);
+            const SplitMean<C> first = SplitMean<C>::of(mean0);
+            C sum_d = 0, sum_d2 = 0;
+            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
+                const C d = first.centre(nvidia::widen(x_row[col]));
+                sum_d += d;
+                sum_d2 += d * d;
+            }
+            groupSums<kMaxGroup>(sum_d, sum_d2, scratch);
+            double variance;
+            correctedMoments(mean0, sum_d, sum_d2, args.dim, &stats.mean, &variance);
+            stats.rstd = 1.0 / sqrt(variance + args.epsilon);
+        } else {
+            C squares = 0;
+            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
+                const C v = nvidia::widen(x_row[col]);
+                squares += v * v;
+            }
+            stats.rstd = rstdOf(groupSum<kMaxGroup>(squares, scratch), args.dim, args.epsilon);
         }
-        C squares = 0;
-        for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
-            const C d = nvidia::widen(x_row[col]) - mean;
-            squares += d * d;
-        }
-        const RowStats stats{static_cast<double>(mean),
-                             rstdOf(groupSum<kMaxGroup>(squares, scratch), args.dim, args.epsilon)};
         if (threadIdx.x == 0) writeStats(args, row, stats);
         const C r = static_cast<C>(stats.rstd);
+        const SplitMean<C> mean = SplitMean<C>::of(stats.mean);
         T *y_row = args.y + args.y_rows.offset(row);
         T *xhat_row = args.xhat != nullptr ? args.xhat + args.xhat_rows.offset(row) : nullptr;
         for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
-            const C xhat = (nvidia::widen(x_row[col]) - mean) * r;
+            const C xhat = mean.centre(nvidia::widen(x_row[col])) * r;
             const C w = args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : C(1);
             const C b = kCentres && args.b != nullptr
                             ? nvidia::widen(args.b[static_cast<ptrdiff_t>(col) * args.b_stride]) : C(0);
