@@ -49,13 +49,14 @@ step() {  # step NAME LIMIT_S COMMAND...: run it under timeout (LIMIT_S or the t
         return 1
     fi
     echo "== $name (limit ${limit} s): $*" | tee -a "$report"
-    local started=$SECONDS
+    local started=$SECONDS lines
+    lines=$(wc -l <"$report")
     timeout -k 10 "$limit" "$@" >>"$report" 2>&1
     local code=$?
+    tail -n +"$((lines + 1))" "$report" | tail -n 2  # the step's last lines, for a reply that shows only stdout
     local verdict="exit $code"
     ((code == 124 || code == 137)) && verdict="timed out after ${limit} s"
     echo "== $name: $verdict, $((SECONDS - started)) s" | tee -a "$report"
-    tail -n 3 "$report" | head -n 2  # the step's last lines, for a reply that shows only stdout
     summary+=("$(printf '%-17s %-26s %4d s' "$name" "$verdict" $((SECONDS - started)))")
     ((code == 0)) || status=1
     return "$code"
@@ -77,7 +78,7 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-step build 240 env INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_DIR=/tmp/infiniop-build python3 setup.py -q build_ext --inplace \
+step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_DIR=/tmp/infiniop-build python3 setup.py -q build_ext --inplace \
     || { printf '%s\n' "${summary[@]}"; echo "build failed: see $report"; exit 1; }
 step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
