@@ -89,16 +89,18 @@ def cudnn_batch_norm_backward(torch, x, grad_output, weight, eps):
     as cuDNN requires; eps at least cuDNN's minimum, 1e-5)."""
     _cuda_only(x, "cuDNN")
     aten = torch.ops.aten
+    # Running statistics as a module has them (a momentum of 0 leaves them as they are): the calls torch makes.
+    running_mean, running_var = torch.zeros_like(weight), torch.ones_like(weight)
     try:
-        _, save_mean, save_invstd, reserve = aten.cudnn_batch_norm(x, weight, torch.zeros_like(weight), None, None,
-                                                                  True, 0.0, eps)
+        _, save_mean, save_invstd, reserve = aten.cudnn_batch_norm(x, weight, torch.zeros_like(weight), running_mean,
+                                                                  running_var, True, 0.0, eps)
     except RuntimeError as error:
         raise Unavailable(f"cuDNN refuses it: {str(error).splitlines()[0]}") from None
     result = []
 
     def call():
-        result[:] = aten.cudnn_batch_norm_backward(x, grad_output, weight, None, None, save_mean, save_invstd, eps,
-                                                   reserve)
+        result[:] = aten.cudnn_batch_norm_backward(x, grad_output, weight, running_mean, running_var, save_mean,
+                                                   save_invstd, eps, reserve)
 
     def gradient():
         call()
