@@ -8,14 +8,17 @@
 #            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build);
 #   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
 #            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 4 processes where
-#            pytest-xdist is installed;
+#            pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
 #   memcheck, racecheck, initcheck: `smoke --device nvidia` under each compute-sanitizer tool (the smoke
 #            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
-#   bench    `bench --device nvidia --json` (with Liger-Kernel where it imports, cuDNN, torch);
+#   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
+#            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
 #   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
+#   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
+#            kernels, BF16 8192x8192 (the worst case of issue 53);
 #   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
-# DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench.json,
-# host_overhead.json and training.json the numbers. Exit status 0 when every step passed.
+# DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
+# bench_batch_norm.json, host_overhead.json and training.json the numbers. Exit status 0 when every step passed.
 # Needs: nvcc, a C++17 compiler, and a python3 with torch (CUDA), numpy, ml_dtypes, setuptools, pytest and
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
 #
@@ -83,16 +86,27 @@ step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_
 step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
 
-workers=()
-python3 -c "import xdist" 2>/dev/null && workers=(-n 4)
+options=()
+python3 -c "import xdist" 2>/dev/null && options+=(-n 4)
+python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
 # -rfEs: every failure, error and skip with its reason at the end; --durations: where the time went.
-step tests 180 python3 -m pytest tests -m nvidia "${workers[@]}" -q -p no:cacheprovider -rfEs --durations=15
+step tests 180 python3 -m pytest tests -m nvidia "${options[@]}" -q -p no:cacheprovider -rfEs --durations=15
 for tool in memcheck racecheck initcheck; do
     step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 -m infiniop_py smoke --device nvidia
 done
-step bench 180 python3 -m infiniop_py bench --device nvidia --json "$out/bench.json"
+step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
+step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
+    --json "$out/bench_batch_norm.json"
 step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
 step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
+step ncu 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --kernel-name regex:'onePass|splitOutput|chunkSums|rowSums|sumPartials' python3 -c "
+import torch, infiniop_py as ip
+x, g = (torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16) for _ in range(2))
+w = torch.randn(8192, device='cuda', dtype=torch.bfloat16)
+ip.rms_norm_backward(g, x, w)
+ip.layer_norm_backward(g, w, x, torch.rand(8192, device='cuda', dtype=torch.bfloat16) + 0.5)
+torch.cuda.synchronize()"
 step backend-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
     python3 -m pytest tests/test_nvidia_backend.py -q -p no:cacheprovider -x
 
