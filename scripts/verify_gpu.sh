@@ -1,55 +1,115 @@
 #!/usr/bin/env bash
 # Verify the CUDA backend on a machine with an NVIDIA GPU in one command, from the repository root:
-#   bash scripts/verify_gpu.sh [REPORT]        (REPORT defaults to gpu-report.txt)
-# It builds the package with the CUDA backend required (INFINIOP_PY_CUDA=1) into a fresh virtual environment,
-# runs the suite with its GPU variants (the NCCL SyncBatchNorm too where there are two GPUs), `smoke --device
-# nvidia` (again under compute-sanitizer's memcheck where that is installed) and `bench --device nvidia --json`,
-# and writes what each printed, its exit status and the device into REPORT (the bench JSON beside it). Exit
-# status: 0 when every step passed. torch must be installable with CUDA (pip's default torch wheels are).
-# On a GPU machine that cannot install packages, build the libraries elsewhere (`xmake f -c --nv-gpu=y && xmake
-# && xmake install -o DIR`) and set INFINIOP_PY_LIBRARY_DIR=DIR/lib: the steps then run this source tree with
-# the python3 found, which needs cffi, numpy, ml_dtypes, torch, pytest and hypothesis.
+#   bash scripts/verify_gpu.sh [DIR]      (DIR: where the report goes; $OUT where that is set, else gpu-report/)
+# In order, each under its own time limit and all within VERIFY_GPU_BUDGET_S (default 555 s; a step that would
+# start with under 10 s left is skipped, so one hang cannot eat the rest):
+#   install  the wheels of .whl/ (if any) into /tmp/site, for a machine that cannot download;
+#   build    the libraries in place with the CUDA backend required (setup.py build_ext --inplace,
+#            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build);
+#   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
+#            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 4 processes where
+#            pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
+#   memcheck, racecheck, initcheck: `smoke --device nvidia` under each compute-sanitizer tool (the smoke
+#            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
+#   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
+#            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
+#   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
+#   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
+#            kernels, BF16 8192x8192 (the worst case of issue 53);
+#   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
+# DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
+# bench_batch_norm.json, host_overhead.json and training.json the numbers. Exit status 0 when every step passed.
+# Needs: nvcc, a C++17 compiler, and a python3 with torch (CUDA), numpy, ml_dtypes, setuptools, pytest and
+# hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
+#
+# On this workplace's lent NVIDIA H200 (Python 3.12; torch, nvcc and compute-sanitizer are there, cffi,
+# pycparser, xmake-wheel and liger-kernel are not, and nothing can be downloaded there):
+#   1. once, here, in the repository root (.whl/ is ignored by .gitignore):
+#        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
+#   2. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=600).
+#      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-report="$(realpath -m "${1:-gpu-report.txt}")"
-bench_json="${report%.*}-bench.json"
-scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
+mkdir -p "$out"
+report="$out/report.txt"
+deadline=$((SECONDS + ${VERIFY_GPU_BUDGET_S:-555}))
 status=0
+summary=()
+export PYTHONUNBUFFERED=1
 
-step() {  # step NAME COMMAND...: run it, append its output and status to the report
-    local name="$1"; shift
-    echo "== $name: $*" | tee -a "$report"
-    "$@" >"$scratch/out" 2>&1
+step() {  # step NAME LIMIT_S COMMAND...: run it under timeout (LIMIT_S or the time left), its output into the report
+    local name="$1" limit="$2"
+    shift 2
+    local left=$((deadline - SECONDS))
+    ((limit > left)) && limit=$left
+    if ((limit < 10)); then
+        echo "== $name: skipped, ${left} s left" | tee -a "$report"
+        summary+=("$(printf '%-17s skipped (out of time)' "$name")")
+        status=1
+        return 1
+    fi
+    echo "== $name (limit ${limit} s): $*" | tee -a "$report"
+    local started=$SECONDS lines
+    lines=$(wc -l <"$report")
+    timeout -k 10 "$limit" "$@" >>"$report" 2>&1
     local code=$?
-    tail -n 200 "$scratch/out" >>"$report"
-    echo "== $name: exit $code" | tee -a "$report"
-    [ "$code" = 0 ] || status=1
+    tail -n +"$((lines + 1))" "$report" | tail -n 2  # the step's last lines, for a reply that shows only stdout
+    local verdict="exit $code"
+    ((code == 124 || code == 137)) && verdict="timed out after ${limit} s"
+    echo "== $name: $verdict, $((SECONDS - started)) s" | tee -a "$report"
+    summary+=("$(printf '%-17s %-26s %4d s' "$name" "$verdict" $((SECONDS - started)))")
+    ((code == 0)) || status=1
     return "$code"
 }
 
-: >"$report"
 {
     echo "infiniop-py GPU verification, $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "nvidia-smi: not found"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 \
+        || echo "nvidia-smi: not found"
     nvcc --version 2>&1 | tail -n 1 || echo "nvcc: not found"
-} >>"$report"
+    compute-sanitizer --version 2>&1 | tail -n 1 || echo "compute-sanitizer: not found"
+    echo "$(nproc) CPUs; $(python3 --version 2>&1)"
+} >"$report" 2>&1
+cat "$report"
 
-if [ -n "${INFINIOP_PY_LIBRARY_DIR:-}" ]; then  # libraries built elsewhere: this tree, this python3
-    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-    step packages python3 -c "import cffi, numpy, ml_dtypes, torch, pytest, hypothesis" || exit 1
-else
-    python3 -m venv "$scratch/venv" && . "$scratch/venv/bin/activate" || { echo "no venv" >>"$report"; exit 1; }
-    step build env INFINIOP_PY_CUDA=1 pip install -e ".[test,torch]" || { echo "build failed: see $report"; exit 1; }
+if compgen -G ".whl/*.whl" >/dev/null; then
+    step install 60 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 fi
-# The whole suite: its GPU variants are the `device` parameter's nvidia cases, the nvidia-marked tests and the
-# test_nvidia_*.py modules (which skip at module level without a device); -rfEs lists every failure, error and
-# skip (with its reason) at the end, which the report keeps.
-step suite python3 -m pytest tests -q -p no:cacheprovider -rfEs
-step smoke python3 -m infiniop_py smoke --device nvidia
-if command -v compute-sanitizer >/dev/null; then
-    step memcheck compute-sanitizer --tool memcheck --error-exitcode 3 python3 -m infiniop_py smoke --device nvidia
-fi
-step bench python3 -m infiniop_py bench --device nvidia --json "$bench_json"
-echo "report: $report (bench numbers: $bench_json); status $status"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_DIR=/tmp/infiniop-build python3 setup.py -q build_ext --inplace \
+    || { printf '%s\n' "${summary[@]}"; echo "build failed: see $report"; exit 1; }
+step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
+torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
+
+options=()
+python3 -c "import xdist" 2>/dev/null && options+=(-n 4)
+python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
+# -rfEs: every failure, error and skip with its reason at the end; --durations: where the time went.
+step tests 180 python3 -m pytest tests -m nvidia "${options[@]}" -q -p no:cacheprovider -rfEs --durations=15
+for tool in memcheck racecheck initcheck; do
+    step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 -m infiniop_py smoke --device nvidia
+done
+step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
+step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
+    --json "$out/bench_batch_norm.json"
+step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
+step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
+step ncu 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --kernel-name regex:'onePass|splitOutput|chunkSums|rowSums|sumPartials' python3 -c "
+import torch, infiniop_py as ip
+x, g = (torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16) for _ in range(2))
+w = torch.randn(8192, device='cuda', dtype=torch.bfloat16)
+ip.rms_norm_backward(g, x, w)
+ip.layer_norm_backward(g, w, x, torch.rand(8192, device='cuda', dtype=torch.bfloat16) + 0.5)
+torch.cuda.synchronize()"
+step backend-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
+    python3 -m pytest tests/test_nvidia_backend.py -q -p no:cacheprovider -x
+
+echo "== summary (report: $report)"
+printf '%s\n' "${summary[@]}" | tee -a "$report"
 exit "$status"

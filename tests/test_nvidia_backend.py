@@ -7,6 +7,8 @@ import pytest
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
+pytestmark = pytest.mark.nvidia  # in the GPU subset (`-m nvidia`) with the device parameter's cases
+
 from infiniop_py._ffi import ffi, libraries  # noqa: E402  the package's libraries and cdef
 
 NVIDIA = 1

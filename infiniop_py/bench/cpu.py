@@ -315,58 +315,73 @@ def python_overheads(repeats, rounds=9, ops=("rms_norm", "layer_norm", "batch_no
             for way, by_op in differences.items()}
 
 
+def peers(report):
+    """[(result key, label)] of the implementations timed beside torch: the report's own list (the GPU's
+    Liger-Kernel and cuDNN), else oneDNN where the CPU run timed it."""
+    if report.get("peers") is not None:
+        return [tuple(peer) for peer in report["peers"]]
+    return [("onednn_s", "oneDNN")] if report.get("onednn") else []
+
+
+def fastest_other(result, keys):
+    """The fastest time among torch's and the peers' in a result row, or None where none was timed."""
+    times = [result.get(key) for key in ["torch_s", *keys]]
+    return min((t for t in times if t), default=None)
+
+
 def format_table(report):
     """The report as a Markdown table. Where the results carry their own copy_bandwidth (the CPU's, timed with each
-    case) the fractions use it and a last column shows it; otherwise they use the report's one copy."""
+    case) the fractions use it and a last column shows it; otherwise they use the report's one copy. Each peer
+    (peers()) gets its time and our speedup over it, and then "vs best" is our speedup over the fastest other."""
     copy = report["copy_bandwidth"]
     per_case_copy = all("copy_bandwidth" in r for r in report["results"])
     threads = f"; threads: {report['threads']}" if report["threads"] else ""
     copy_header, copy_rule = (" copy GB/s |", "---:|") if per_case_copy else ("", "")
-    with_onednn = bool(report.get("onednn"))
-    onednn_header, onednn_rule = (" oneDNN ms | vs oneDNN |", "---:|---:|") if with_onednn else ("", "")
+    others = peers(report)
+    peer_header = "".join(f" {label} ms | vs {label} |" for _, label in others) + (" vs best |" if others else "")
+    peer_rule = "---:|---:|" * len(others) + ("---:|" if others else "")
+    names = [name for name in (report.get("onednn"), *report.get("peer_versions", ())) if name]
     lines = [
         f"machine: {report['machine']}{threads}; torch {report['torch_version']}"
-        + (f"; {report['onednn']}" if with_onednn else ""),
+        + "".join(f"; {name}" for name in names),
         f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
-        f"| op | dtype | shape | ours ms | torch ms | speedup |{onednn_header} ours GB/s | ours/copy | torch/copy |"
+        f"| op | dtype | shape | ours ms | torch ms | speedup |{peer_header} ours GB/s | ours/copy | torch/copy |"
         f"{copy_header}",
-        f"|---|---|---|---:|---:|---:|{onednn_rule}---:|---:|---:|{copy_rule}",
+        f"|---|---|---|---:|---:|---:|{peer_rule}---:|---:|---:|{copy_rule}",
     ]
-    speedups, onednn_speedups = [], []
+    speedups = {key: [] for key in ["torch_s", *(key for key, _ in others), "best"]}
     for r in report["results"]:
         case_copy = r.get("copy_bandwidth", copy)
+        torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
+        cells = ""
+        for key, _ in others + ([("best", None)] if others else []):
+            other_s = fastest_other(r, [k for k, _ in others]) if key == "best" else r.get(key)
+            if other_s:
+                speedups[key].append(other_s / r["ours_s"])
+            ms_cell = "" if key == "best" else (f" {other_s * 1e3:.3f} |" if other_s else " - |")
+            cells += ms_cell + (f" {other_s / r['ours_s']:.2f}x |" if other_s else " - |")
         speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
         if speedup:
-            speedups.append(speedup)
-        torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
+            speedups["torch_s"].append(speedup)
         speedup_cell = f"{speedup:.2f}x" if speedup else "-"
         torch_fraction = f"{r['torch_bandwidth'] / case_copy:.2f}" if r["torch_bandwidth"] else "-"
         copy_cell = f" {case_copy / 1e9:.1f} |" if per_case_copy else ""
-        onednn_cells = ""
-        if with_onednn:
-            onednn_s = r.get("onednn_s")
-            if onednn_s:
-                onednn_speedups.append(onednn_s / r["ours_s"])
-            onednn_cells = (f" {onednn_s * 1e3:.3f} | {onednn_s / r['ours_s']:.2f}x |" if onednn_s else " - | - |")
-        shape = "x".join(map(str, r["shape"]))
         lines.append(
-            f"| {_op_label(r)} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} |"
-            f"{onednn_cells} {r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | "
+            f"| {_op_label(r)} | {r['dtype']} | {shape_label(r)} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | "
+            f"{speedup_cell} |{cells} {r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | "
             f"{torch_fraction} |{copy_cell}"
         )
-    if speedups or onednn_speedups:
-        lines.append("")
-    if speedups:
-        lines.append(f"median speedup over torch: {statistics.median(speedups):.2f}x; "
-                     f"slowest case: {min(speedups):.2f}x")
-    if onednn_speedups:
-        lines.append(f"median speedup over oneDNN: {statistics.median(onednn_speedups):.2f}x; "
-                     f"slowest case: {min(onednn_speedups):.2f}x (oneDNN has no RMSNorm)")
+    labels = {"torch_s": "torch", "best": "the fastest other", **dict(others)}
+    summaries = [f"median speedup over {labels[key]}: {statistics.median(values):.2f}x; "
+                 f"slowest case: {min(values):.2f}x" for key, values in speedups.items() if values]
+    if summaries:
+        lines += [""] + summaries
     for note in report.get("onednn_notes") or ():
         lines.append(f"no oneDNN time for {note}")
     if report.get("onednn_unavailable"):
         lines.append(f"no oneDNN column: {report['onednn_unavailable']}")
+    lines += report.get("peer_notes") or []
     overheads = report.get("functional_overheads_s") or (
         {"rms_norm": report["functional_overhead_s"]} if report["functional_overhead_s"] is not None else None)
     for what, by_op in (("functional API Python overhead per cached call", overheads),
@@ -381,6 +396,12 @@ def _op_label(result):
     return result["op"] + (" forward" if result.get("direction") == "forward" else "")
 
 
+def shape_label(result):
+    """A row's shape as 4096x4096, with the layout where the row names one (channels_last: 128x64x56x56 NHWC)."""
+    shape = "x".join(map(str, result["shape"]))
+    return f"{shape} NHWC" if result.get("layout") == "channels_last" else shape
+
+
 def plot(report, path):
     """Fraction of copy per case: ours, torch's and (where timed) oneDNN's bars side by side, the speedup over
     torch above each group."""
@@ -389,7 +410,7 @@ def plot(report, path):
     import matplotlib.pyplot as plt
 
     results = report["results"]
-    labels = [f"{_op_label(r)} {r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
+    labels = [f"{_op_label(r)} {r['dtype']}\n{shape_label(r)}" for r in results]
     copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
     moved = [bytes_moved(r["dtype"], r["shape"], r.get("direction", "backward")) for r in results]
     series = [("infiniop-py", "ours_s"), (f"torch {report['torch_version']}", "torch_s")]
