@@ -7,7 +7,7 @@ import numpy as np
 from . import onednn
 from .cpu import Case, _numpy_dtype, _to_torch, _torch, aligned
 
-OPS = ("rms_norm",)
+OPS = ("rms_norm", "layer_norm")
 
 
 def bytes_moved(dtype, shape):
@@ -41,6 +41,22 @@ def _rms_norm(case, handle, torch, with_onednn):
     return operator, (y, rstd, x, w), torch_run, "oneDNN 3.2 has no RMSNorm"
 
 
+def _layer_norm(case, handle, torch, with_onednn):
+    import infiniop_py as ip
+
+    shape = case.shape
+    x, w, b = case.random(shape), case.random(shape[-1:]), case.random(shape[-1:])
+    statistics = np.float64 if x.dtype == np.float64 else np.float32
+    y, mean, rstd = aligned(np.empty_like(x)), np.empty(shape[:-1], statistics), np.empty(shape[:-1], statistics)
+    operator = ip.LayerNorm(handle, y, mean, rstd, x, w, b, eps=1e-5)
+    torch_run = None
+    if torch is not None:  # torch's training forward: output, mean and rstd, as autograd saves them
+        tx, tw, tb = _to_torch(torch, x), _to_torch(torch, w), _to_torch(torch, b)
+        torch_run = lambda: torch.native_layer_norm(tx, list(shape[-1:]), tw, tb, 1e-5)  # noqa: E731
+    reference = _onednn_forward(with_onednn, "layer_norm", case.dtype, shape, 1e-5, x, w, b)
+    return operator, (y, mean, rstd, x, w, b), torch_run, reference
+
+
 def _onednn_forward(with_onednn, kind, dtype, shape, eps, src, weight, bias):
     """oneDNN's training forward on src (its parameters as F32 copies, outputs fresh), or why not."""
     if not with_onednn:
@@ -56,5 +72,5 @@ def _onednn_forward(with_onednn, kind, dtype, shape, eps, src, weight, bias):
         return str(why)
 
 
-_BUILDERS = {"rms_norm": _rms_norm}
+_BUILDERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm}
 assert set(_BUILDERS) == set(OPS)
