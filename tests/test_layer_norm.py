@@ -1,5 +1,6 @@
-"""LayerNorm forward (functional API and operator objects; the values on every device) against float64 references from the exact rounded
-inputs and against torch.nn.functional.layer_norm; its statistics against what the two backward forms take."""
+"""LayerNorm forward (functional API and operator objects; the values on every device) against float64 references
+from the exact rounded inputs and against torch.nn.functional.layer_norm; its statistics against what the two
+backward forms take."""
 
 import numpy as np
 import pytest

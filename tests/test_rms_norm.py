@@ -1,5 +1,5 @@
-"""RMSNorm forward (functional API and operator objects; the values on every device) against float64 references from the exact rounded
-inputs and against torch.nn.functional.rms_norm; its rstd against what the backward takes."""
+"""RMSNorm forward (functional API and operator objects; the values on every device) against float64 references
+from the exact rounded inputs and against torch.nn.functional.rms_norm; its rstd against what the backward takes."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """oneDNN as a second reference for `infiniop-py bench`: its layer_normalization and batch_normalization,
-backward and (with --forward) training forward, on the same buffers and threads as ours (oneDNN has no RMSNorm in the release on
-PyPI). onednn_timer.cpp is compiled on first use against an installed oneDNN (`pip install
+backward and (with --forward) training forward, on the same buffers and threads as ours (oneDNN has no RMSNorm
+in the release on PyPI). onednn_timer.cpp is compiled on first use against an installed oneDNN (`pip install
 'infiniop-py[onednn]'`, or $DNNLROOT) and cached; where that cannot be done, `available()` says why and the
 benchmark leaves the column empty."""
 

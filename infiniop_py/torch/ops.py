@@ -23,6 +23,7 @@ from . import checks
 
 # The functional ops' signatures (the package's names are the functions, which shadow their modules).
 _RMS_NORM_FORWARD = importlib.import_module("infiniop_py.rms_norm")._SIGNATURE
+_LAYER_NORM_FORWARD = importlib.import_module("infiniop_py.layer_norm")._SIGNATURE
 _RMS_NORM_BACKWARD = importlib.import_module("infiniop_py.rms_norm_backward")._SIGNATURE
 _LAYER_NORM_BACKWARD = importlib.import_module("infiniop_py.layer_norm_backward")._FROM_INPUT_SIGNATURE
 _BATCH_NORM_BACKWARD = importlib.import_module("infiniop_py.batch_norm_backward")._SIGNATURE
@@ -328,12 +329,55 @@ def layer_norm(input: Tensor, normalized_shape: Sequence[int], weight: Optional[
 
 def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
     checks.layer_norm(input, normalized_shape, weight, bias, eps)
+    if _library_layer_norm_serves(input, normalized_shape, weight, bias):
+        return _library_layer_norm(input, normalized_shape, weight, bias, eps)
     if input.device.type == "cpu":  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
         weight, bias = _f32_parameters(input, weight, bias)  # parameters of another dtype than the data's
     return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
 
 
-layer_norm.register_fake(_layer_norm_forward)
+def _library_layer_norm_serves(input, normalized_shape, weight, bias):
+    """Whether this library's CPU forward takes these operands as they are and is the faster one (LAYER_NORM_LIBRARY
+    below): packed data, not empty, whose trailing dims are normalized_shape; parameters of that shape and of the
+    data's dtype or F32 (16-bit data), the same for both; at least one of them where several dims are normalized (the
+    library reads the normalized dims from their rank). Anything else goes to PyTorch's kernel, which runs it or
+    raises its own error."""
+    if (input.device.type != "cpu" or input.dtype not in _LAYER_NORM_LIBRARY_DTYPES or input.numel() == 0
+            or not input.is_contiguous()):
+        return False
+    normalized = tuple(normalized_shape)
+    trailing = tuple(input.shape[input.dim() - len(normalized):]) if len(normalized) <= input.dim() else None
+    if not normalized or trailing != normalized:
+        return False
+    parameters = [p for p in (weight, bias) if p is not None]
+    if not parameters:
+        return len(normalized) == 1
+    first = parameters[0].dtype
+    return (all(p.dtype is first and tuple(p.shape) == normalized and p.is_contiguous() for p in parameters)
+            and (first is input.dtype or (first is torch.float32 and input.dtype in _HALF_DTYPES)))
+
+
+# The data dtypes whose CPU forward is this library's (docs/performance.md, bench --forward and --training).
+_LAYER_NORM_LIBRARY_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _library_layer_norm(input, normalized_shape, weight, bias, eps):
+    """(output, mean, rstd) from this library's forward, the statistics shaped as PyTorch's."""
+    leading = _leading(input, normalized_shape)
+    statistics_dtype = _statistics_dtype(input.dtype)
+    output = torch.empty_like(input)
+    mean, rstd = torch.empty(leading, dtype=statistics_dtype), torch.empty(leading, dtype=statistics_dtype)
+    _LAYER_NORM_FORWARD.run((input, weight, bias), (output, mean, rstd), (float(eps),), (True, True, True))
+    kept = leading + (1,) * len(normalized_shape)
+    return output, mean.view(kept), rstd.view(kept)
+
+
+@layer_norm.register_fake
+def _(input, normalized_shape, weight, bias, eps):
+    checks.layer_norm(input, normalized_shape, weight, bias, eps)
+    if input.device.type == "cpu":
+        weight, bias = _f32_parameters(input, weight, bias)
+    return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)  # ATen's fakes; ours: same shapes
 
 
 def _layer_norm_setup(ctx, inputs, output):

@@ -77,15 +77,19 @@ def parameter_term_scales(module, x, grad_output):
 
 
 def _library_forward(module, x):
-    """Whether the module's forward is this library's kernel (ops._library_rms_norm_serves), not PyTorch's."""
+    """Whether the module's forward is this library's kernel (ops._library_*_serves), not PyTorch's."""
     from infiniop_py.torch import ops
 
-    return isinstance(module, torch.nn.RMSNorm) and ops._library_rms_norm_serves(x, module.weight)
+    if isinstance(module, torch.nn.RMSNorm):
+        return ops._library_rms_norm_serves(x, module.weight)
+    if isinstance(module, torch.nn.LayerNorm):
+        return ops._library_layer_norm_serves(x, module.normalized_shape, module.weight, module.bias)
+    return False
 
 
 def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0, torch_computes=True):
     """ours (this package's module) against theirs (torch's, same state): the forward and the buffers equal (both
-    run PyTorch's forward; where ours runs this library's, RMSNorm on the CPU, its forward within the dtype's bound
+    run PyTorch's forward; where ours runs this library's, RMSNorm and LayerNorm on the CPU, its forward within the dtype's bound
     of the float64 reference instead), the gradients within the dtype's bound of a float64 reference computed on the CPU from
     the same rounded values, and of torch's own. ``grad_input_scale``: the size of the terms that cancel in
     grad_input (see error). ``torch_computes`` False: torch's module refuses these dtypes on x's device (torch
