@@ -1,6 +1,6 @@
 """Benchmark of training with the PyTorch integration (``infiniop-py bench --training``): a forward + backward
 step of norm-heavy models with torch's norms (and transformers' LlamaRMSNorm) and after ``replace_norms``, and
-each module's forward + backward against its replacement, on the same data in one process, timed in interleaved
+each module's forward + backward (from a fixed grad_output) against its replacement, on the same data in one process, timed in interleaved
 rounds (bench/timing.py's interleaved_medians; on a GPU each step ends with a synchronization); ratios of
 medians. F32, and BF16 activations with F32 parameters (see _compare). On glibc the process's malloc keeps freed
 memory from then on (keep_freed_memory)."""
@@ -126,15 +126,19 @@ def _modules(torch):
             "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(IMAGES[1]), IMAGES)}
 
 
-def _training_step(torch, model, x, autocast):
-    """One forward + backward (the optimizer's step is the same for both and left out)."""
+def _training_step(torch, model, x, autocast, grad_output=None):
+    """One forward + backward (the optimizer's step is the same for both and left out): of a loss (a model), or, given
+    ``grad_output``, of the output itself (a module alone: its own forward and backward, nothing else; a loss on a
+    module's output costs as much as the norm's own step, the same on both sides, and would dilute the ratio)."""
     def step():
         for parameter in model.parameters():
             parameter.grad = None
         x.grad = None
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss = model(x).float().square().mean()
-        loss.backward()
+            output = model(x)
+            if grad_output is None:
+                output = output.float().square().mean()
+        output.backward(grad_output)
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
     return step
@@ -154,8 +158,12 @@ def _compare(torch, make, shape, dtype, repeats, device, module, channels_last=F
     autocast = dtype == "bfloat16"
     x = torch.randn(shape, device=device, dtype=torch.bfloat16 if autocast and module else None)
     x = x.to(memory_format=memory_format).requires_grad_()
-    torch_s, ours_s = interleaved_medians(
-        [_training_step(torch, theirs, x, autocast), _training_step(torch, ours, x, autocast)], repeats, MIN_SECONDS)
+    grad_output = None
+    if module:  # of the output's shape, dtype (F32 where torch's mixed-dtype forward gives it) and layout
+        with torch.no_grad(), torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
+            grad_output = torch.randn_like(theirs(x))
+    torch_s, ours_s = interleaved_medians([_training_step(torch, theirs, x, autocast, grad_output),
+                                           _training_step(torch, ours, x, autocast, grad_output)], repeats, MIN_SECONDS)
     return {"dtype": dtype, "input_dtype": str(x.dtype).removeprefix("torch."), "shape": list(shape),
             "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s, "speedup": torch_s / ours_s}
 
