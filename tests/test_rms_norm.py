@@ -1,4 +1,4 @@
-"""RMSNorm forward (functional API and operator objects, CPU) against float64 references from the exact rounded
+"""RMSNorm forward (functional API and operator objects; the values on every device) against float64 references from the exact rounded
 inputs and against torch.nn.functional.rms_norm; its rstd against what the backward takes."""
 
 import numpy as np
@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import infiniop_py
 from infiniop_py import errors
+from _devices import DEVICES, call_on
 from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
     rounded, with_free_layout, with_row_layout,
@@ -56,6 +57,13 @@ def inputs(rng, shape, normalized, dtype, weight_dtype=None):
     return x, w
 
 
+def forward_on(device, x, w, eps=EPS, out=None):
+    """(y, rstd) of infiniop_py.rms_norm on ``device`` (out=: the arrays written back; rstd None: not wanted)."""
+    if out is not None and out[1] is None:
+        return call_on(device, lambda *a, **k: (infiniop_py.rms_norm(*a, **k), None), x, w, eps=eps, out=out)
+    return call_on(device, infiniop_py.rms_norm, x, w, eps=eps, need_rstd=True, out=out)
+
+
 def weight_dtypes_for(dtype):
     return (dtype, F32) if dtype in (F16, BF16) else (dtype,)
 
@@ -71,16 +79,20 @@ seeds = st.integers(0, 2**32 - 1)
        need_rstd=st.booleans())
 @example(lead=(1,), d=7, dtype=F16, f32_weight=False, seed=0, x_layout="reversed", w_layout="stride2",
          need_rstd=True)
-def test_strided_inputs_match_reference(lead, d, dtype, f32_weight, seed, x_layout, w_layout, need_rstd):
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_inputs_match_reference(device, lead, d, dtype, f32_weight, seed, x_layout, w_layout, need_rstd):
     weight_dtype = F32 if f32_weight and dtype in (F16, BF16) else dtype
     x, w = inputs(np.random.default_rng(seed), lead + (d,), 1, dtype, weight_dtype)
     x, w = with_row_layout(x, x_layout), with_free_layout(w, w_layout)
 
-    result = infiniop_py.rms_norm(x, w, eps=EPS, need_rstd=need_rstd)
+    if device == "cpu":
+        result = infiniop_py.rms_norm(x, w, eps=EPS, need_rstd=need_rstd)
+        y, rstd = result if need_rstd else (result, None)
+    else:
+        y, rstd = forward_on(device, x, w)
 
-    y, rstd = result if need_rstd else (result, None)
     expected_y, expected_rstd = reference(x, w, EPS)
-    assert y.shape == x.shape and y.dtype == dtype and y.flags.c_contiguous
+    assert y.shape == x.shape and y.dtype == dtype and (device != "cpu" or y.flags.c_contiguous)
     assert_y_close(y, expected_y, dtype)
     if need_rstd:
         assert rstd.shape == lead and rstd.dtype == (F64 if dtype == F64 else F32)
@@ -89,12 +101,13 @@ def test_strided_inputs_match_reference(lead, d, dtype, f32_weight, seed, x_layo
 
 @given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=5).map(tuple), data=st.data(), dtype=dtypes,
        seed=seeds)
-def test_several_normalized_dims(shape, data, dtype, seed):
+@pytest.mark.parametrize("device", DEVICES)
+def test_several_normalized_dims(device, shape, data, dtype, seed):
     """w's rank k normalizes the last k dims together, from one leading dim to none (a single row)."""
     normalized = data.draw(st.integers(1, len(shape)))
     x, w = inputs(np.random.default_rng(seed), shape, normalized, dtype)
 
-    y, rstd = infiniop_py.rms_norm(x, w, eps=EPS, need_rstd=True)
+    y, rstd = forward_on(device, x, w)
 
     expected_y, expected_rstd = reference(x, w, EPS)
     assert rstd.shape == shape[:len(shape) - normalized]
@@ -104,14 +117,15 @@ def test_several_normalized_dims(shape, data, dtype, seed):
 
 @given(lead=shapes, d=row_lengths, dtype=dtypes, seed=seeds, y_layout=st.sampled_from(ROW_LAYOUTS),
        rstd_layout=st.sampled_from(("contiguous", "stride2", "reversed")))
-def test_writes_strided_preallocated_outputs(lead, d, dtype, seed, y_layout, rstd_layout):
+@pytest.mark.parametrize("device", DEVICES)
+def test_writes_strided_preallocated_outputs(device, lead, d, dtype, seed, y_layout, rstd_layout):
     x, w = inputs(np.random.default_rng(seed), lead + (d,), 1, dtype)
     statistics = F64 if dtype == F64 else F32
     y_out = GuardedOutput(lead + (d,), dtype, y_layout)
     # rstd takes its layout on one leading dim; other leading shapes take it packed.
     rstd_out = GuardedOutput(lead, statistics, rstd_layout if len(lead) == 1 else "contiguous")
 
-    returned = infiniop_py.rms_norm(x, w, eps=EPS, need_rstd=True, out=(y_out.view, rstd_out.view))
+    returned = forward_on(device, x, w, out=(y_out.view, rstd_out.view))
 
     assert returned[0] is y_out.view and returned[1] is rstd_out.view
     expected_y, expected_rstd = reference(x, w, EPS)
@@ -122,13 +136,16 @@ def test_writes_strided_preallocated_outputs(lead, d, dtype, seed, y_layout, rst
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96)], ids=str)
-def test_every_schedule_matches_reference(dtype, shape):
-    """Few huge rows (split across threads at chunk boundaries), many long rows (the next row reduced alongside,
-    streamed output) and cached rows (column slices): every schedule of the row driver."""
+@pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96), (5, 16385),
+                                   (300, 8192), (70, 24)], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_schedule_matches_reference(device, dtype, shape):
+    """CPU: few huge rows (split across threads at chunk boundaries), many long rows (the next row reduced alongside,
+    streamed output) and cached rows (column slices): every schedule of the row driver. CUDA: rows in registers
+    from a warp (several rows per CTA) to a CTA of 1024 threads, and rows longer than that re-read from L2."""
     x, w = inputs(np.random.default_rng(7), shape, 1, dtype)
 
-    y, rstd = infiniop_py.rms_norm(x, w, eps=EPS, need_rstd=True)
+    y, rstd = forward_on(device, x, w)
 
     expected_y, expected_rstd = reference(x, w, EPS)
     assert_y_close(y, expected_y, dtype)
@@ -182,21 +199,30 @@ def test_f16_accumulation_misses_the_bounds():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_in_place(dtype):
+@pytest.mark.parametrize("device", DEVICES)
+def test_in_place(device, dtype):
     x, w = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
     expected_y, _ = reference(x, w, EPS)
-    with infiniop_py.Handle("cpu") as handle, infiniop_py.RMSNorm(handle, x, None, x, w, eps=EPS) as operator:
-        operator(x, None, x, w)
+    forward_on(device, x, w, out=(x, None))
     assert_y_close(x, expected_y, dtype)
 
 
-def test_zero_sizes_and_zero_rows():
+def test_in_place_operator_object():
+    x, w = inputs(np.random.default_rng(2), (5, 300), 1, F32)
+    expected_y, _ = reference(x, w, EPS)
+    with infiniop_py.Handle("cpu") as handle, infiniop_py.RMSNorm(handle, x, None, x, w, eps=EPS) as operator:
+        operator(x, None, x, w)
+    assert_y_close(x, expected_y, F32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_sizes_and_zero_rows(device):
     w = np.ones(4, F32)
-    y, rstd = infiniop_py.rms_norm(np.zeros((0, 4), F32), w, need_rstd=True)
+    y, rstd = forward_on(device, np.zeros((0, 4), F32), w)
     assert y.shape == (0, 4) and rstd.shape == (0,)
-    y, rstd = infiniop_py.rms_norm(np.zeros((3, 0), F32), np.ones(0, F32), eps=0.0, need_rstd=True)
+    y, rstd = forward_on(device, np.zeros((3, 0), F32), np.ones(0, F32), eps=0.0)
     assert y.shape == (3, 0) and np.isnan(rstd).all()  # the mean of no elements is 0/0
-    y, rstd = infiniop_py.rms_norm(np.zeros((2, 4), F32), w, eps=0.0, need_rstd=True)  # r = inf: nothing traps
+    y, rstd = forward_on(device, np.zeros((2, 4), F32), w, eps=0.0)  # r = inf: nothing traps
     assert np.isinf(rstd).all() and np.isnan(y).all()
 
 
@@ -228,16 +254,17 @@ def test_matches_torch_rms_norm(dtype, normalized_shape):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape, normalized", [((4, 7, 96), 1), ((3, 5, 8, 16), 2), ((2, 4099), 1)], ids=str)
-def test_rstd_feeds_the_backward(dtype, shape, normalized):
+@pytest.mark.parametrize("device", DEVICES)
+def test_rstd_feeds_the_backward(device, dtype, shape, normalized):
     """The forward's rstd, passed to rms_norm_backward(rstd=...), gives the grads that recomputing it gives."""
     rng = np.random.default_rng(9)
     x, w = inputs(rng, shape, normalized, dtype)
     grad_y = rounded(rng.standard_normal(shape), dtype)
     eps = 1e-5
 
-    _, rstd = infiniop_py.rms_norm(x, w, eps=eps, need_rstd=True)
-    saved = infiniop_py.rms_norm_backward(grad_y, x, w, rstd=rstd)
-    recomputed = infiniop_py.rms_norm_backward(grad_y, x, w, eps=eps)
+    _, rstd = forward_on(device, x, w, eps=eps)
+    saved = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, rstd=rstd)
+    recomputed = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=eps)
 
     for name, from_saved, from_recomputed in zip(("grad_x", "grad_w"), saved, recomputed):
         scale = float(np.max(np.abs(f64(from_recomputed))))

@@ -24,6 +24,9 @@ def main(argv=None):
                         choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],
                         help="layer_norm_from_input: LayerNorm from the forward's input, mean and rstd (as torch "
                              "saves them) instead of xhat and std")
+    parser.add_argument("--forward", action="store_true",
+                        help="CPU: time the forwards instead (ours saving what our backward takes, against torch's "
+                             "and oneDNN's training forwards); --ops defaults to the ops that have one")
     parser.add_argument("--dtypes", nargs="+", default=cpu.DTYPES, choices=cpu.DTYPES)
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
@@ -51,6 +54,15 @@ def main(argv=None):
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers here")
     parser.add_argument("--plot", metavar="FILE.png", help="draw fraction-of-copy per case (needs matplotlib)")
     args = parser.parse_args(argv)
+    if args.forward:
+        from . import forward
+        if args.device != "cpu":
+            parser.error("--forward: the forwards run on the CPU only so far (the CUDA ones are not written)")
+        if args.ops == parser.get_default("ops"):
+            args.ops = list(forward.OPS)
+        missing = [op for op in args.ops if op not in forward.OPS]
+        if missing:
+            parser.error(f"--forward: no forward of {', '.join(missing)} yet (forwards: {', '.join(forward.OPS)})")
     if args.plot:  # before minutes of timing, not after
         try:
             import matplotlib  # noqa: F401

@@ -55,8 +55,12 @@ def _numpy_dtype(name):
     return dtypes.to_numpy(dtypes.code_of(name))
 
 
-def bytes_moved(dtype, shape):
-    """The traffic the effective bandwidth counts: two row-sized inputs read, one written."""
+def bytes_moved(dtype, shape, direction="backward"):
+    """The traffic the effective bandwidth counts: two row-sized inputs read, one written (a forward: see
+    forward.bytes_moved)."""
+    if direction == "forward":
+        from . import forward
+        return forward.bytes_moved(dtype, shape)
     return 3 * int(np.prod(shape)) * np.dtype(_numpy_dtype(dtype)).itemsize
 
 
@@ -193,6 +197,12 @@ def run(args):
     import infiniop_py as ip
 
     threads = int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))
+    direction = "forward" if getattr(args, "forward", False) else "backward"
+    if direction == "forward":
+        from . import forward
+        builder = forward.build_case
+    else:
+        builder = build_case
     torch = _torch()
     if torch is not None:
         torch.set_num_threads(threads)
@@ -207,8 +217,8 @@ def run(args):
             for index, (op, dtype, shape) in enumerate(planned):
                 progress(visit * len(planned) + index, steps, f"visit {visit + 1}: {op} {dtype} {shape}")
                 # The same data in every visit (seeded by case), in fresh allocations.
-                case, operator, ours, theirs, reference = build_case(op, dtype, shape, handle,
-                                                                     np.random.default_rng(index), with_onednn)
+                case, operator, ours, theirs, reference = builder(op, dtype, shape, handle,
+                                                                  np.random.default_rng(index), with_onednn)
                 others = {"torch_s": theirs, "onednn_s": reference if callable(reference) else None}
                 if not callable(reference):
                     onednn_notes[(op, dtype)] = reference
@@ -223,10 +233,10 @@ def run(args):
                     reference.close()
                 del case, operator, ours, theirs, reference  # before the next case allocates its own
         progress(steps, steps, "done")
-    results = [case_result(op, dtype, shape, own) for (op, dtype, shape), own in zip(planned, visits)]
+    results = [case_result(op, dtype, shape, own, direction) for (op, dtype, shape), own in zip(planned, visits)]
     overheads = python_overheads(args.repeats)
     return {
-        "machine": machine_description(), "threads": threads,
+        "machine": machine_description(), "threads": threads, "direction": direction,
         "copy_bandwidth": statistics.median(r["copy_bandwidth"] for r in results),
         "copy_method": (f"{copy_name} of {COPY_BYTES >> 20} MiB, interleaved with each case; "
                         f"median over {args.visits} visits, then over cases"),
@@ -241,15 +251,16 @@ def run(args):
     }
 
 
-def case_result(op, dtype, shape, visits):
+def case_result(op, dtype, shape, visits, direction="backward"):
     """A case's row: each time the median over its visits (each visit's own a median of its rounds)."""
-    moved = bytes_moved(dtype, shape)
+    moved = bytes_moved(dtype, shape, direction)
     median_of = lambda key: statistics.median(v[key] for v in visits)  # noqa: E731
     ours_s, copy_s = median_of("ours_s"), median_of("copy_s")
     torch_s = median_of("torch_s") if all(v["torch_s"] for v in visits) else None
     onednn_s = median_of("onednn_s") if all(v.get("onednn_s") for v in visits) else None
     return {
-        "op": op, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s, "onednn_s": onednn_s,
+        "op": op, "direction": direction, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
+        "onednn_s": onednn_s,
         "ours_bandwidth": moved / ours_s,
         "torch_bandwidth": moved / torch_s if torch_s else None,
         "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
@@ -340,7 +351,7 @@ def format_table(report):
             onednn_cells = (f" {onednn_s * 1e3:.3f} | {onednn_s / r['ours_s']:.2f}x |" if onednn_s else " - | - |")
         shape = "x".join(map(str, r["shape"]))
         lines.append(
-            f"| {r['op']} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} |"
+            f"| {_op_label(r)} | {r['dtype']} | {shape} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | {speedup_cell} |"
             f"{onednn_cells} {r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | "
             f"{torch_fraction} |{copy_cell}"
         )
@@ -365,6 +376,11 @@ def format_table(report):
     return "\n".join(lines)
 
 
+def _op_label(result):
+    """The op's name in a table or plot: a forward's says so (the backward's is the op's name alone)."""
+    return result["op"] + (" forward" if result.get("direction") == "forward" else "")
+
+
 def plot(report, path):
     """Fraction of copy per case: ours, torch's and (where timed) oneDNN's bars side by side, the speedup over
     torch above each group."""
@@ -373,9 +389,9 @@ def plot(report, path):
     import matplotlib.pyplot as plt
 
     results = report["results"]
-    labels = [f"{r['op']} {r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
+    labels = [f"{_op_label(r)} {r['dtype']}\n{'x'.join(map(str, r['shape']))}" for r in results]
     copies = [r.get("copy_bandwidth", report["copy_bandwidth"]) for r in results]
-    moved = [bytes_moved(r["dtype"], r["shape"]) for r in results]
+    moved = [bytes_moved(r["dtype"], r["shape"], r.get("direction", "backward")) for r in results]
     series = [("infiniop-py", "ours_s"), (f"torch {report['torch_version']}", "torch_s")]
     if report.get("onednn"):
         series.append((report["onednn"], "onednn_s"))

@@ -1,5 +1,5 @@
-"""oneDNN as a second reference for `infiniop-py bench`: its layer_normalization_backward and
-batch_normalization_backward on the same buffers and threads as ours (oneDNN has no RMSNorm in the release on
+"""oneDNN as a second reference for `infiniop-py bench`: its layer_normalization and batch_normalization,
+backward and (with --forward) training forward, on the same buffers and threads as ours (oneDNN has no RMSNorm in the release on
 PyPI). onednn_timer.cpp is compiled on first use against an installed oneDNN (`pip install
 'infiniop-py[onednn]'`, or $DNNLROOT) and cached; where that cannot be done, `available()` says why and the
 benchmark leaves the column empty."""
@@ -20,6 +20,9 @@ CDEF = """
 void *onednn_create(int kind, int dtype, int64_t a, int64_t b, int64_t c, float eps, void *src, void *diff_dst,
                     float *mean, float *variance, float *scale, void *diff_src, float *diff_scale, float *diff_shift,
                     char *error, size_t error_size);
+void *onednn_create_forward(int kind, int dtype, int64_t a, int64_t b, int64_t c, float eps, void *src, void *dst,
+                            float *mean, float *variance, float *scale, float *shift, char *error,
+                            size_t error_size);
 int onednn_run(void *handle, char *error, size_t error_size);
 void onednn_destroy(void *handle);
 void onednn_version(int *major, int *minor, int *patch);
@@ -88,39 +91,69 @@ def available():
     return True, f"oneDNN {parts[0]}.{parts[1]}.{parts[2]}"
 
 
-class Reference:
-    """One oneDNN backward primitive bound to the given arrays; call() runs it. Arrays: src, diff_dst (the
-    case's dtype), mean, variance, scale (F32), outputs diff_src (dtype), diff_scale, diff_shift (F32). They must
-    outlive the reference (it keeps them). Unavailable if oneDNN has no kernel for this dtype here."""
+class _Primitive:
+    """A created oneDNN primitive bound to arrays that it keeps alive; call() runs it, close() frees it."""
 
-    def __init__(self, kind, dtype, dims, eps, src, diff_dst, mean, variance, scale, diff_src, diff_scale,
-                 diff_shift):
+    def __init__(self, create, arrays, what):
         ffi, lib = library()
-        self._ffi, self._error = ffi, ffi.new("char[512]")
-        self._lib, self._arrays = lib, (src, diff_dst, mean, variance, scale, diff_src, diff_scale, diff_shift)
-        pointer = lambda array: ffi.cast("void *", array.ctypes.data)  # noqa: E731
-        floats = lambda array: ffi.cast("float *", array.ctypes.data)  # noqa: E731
-        for name, array in zip(("mean", "variance", "scale", "diff_scale", "diff_shift"),
-                               (mean, variance, scale, diff_scale, diff_shift)):
-            if array.dtype != np.float32 or not array.flags.c_contiguous:
-                raise ValueError(f"{name} must be a contiguous float32 array")
+        self._ffi, self._lib, self._arrays, self._error = ffi, lib, arrays, ffi.new("char[512]")
         error = ffi.new("char[512]")
-        padded = (list(dims) + [1])[:3]
-        self._handle = lib.onednn_create({"layer_norm": 0, "batch_norm": 1}[kind], DTYPE_CODES[dtype], *padded,
-                                         eps, pointer(src), pointer(diff_dst), floats(mean), floats(variance),
-                                         floats(scale), pointer(diff_src), floats(diff_scale), floats(diff_shift),
-                                         error, 512)
+        self._handle = create(ffi, lib, error)
         if self._handle == ffi.NULL:
-            raise Unavailable(f"oneDNN {kind} backward {dtype}: {ffi.string(error).decode()}")
+            raise Unavailable(f"oneDNN {what}: {ffi.string(error).decode()}")
 
     def __call__(self):
         if self._lib.onednn_run(self._handle, self._error, 512) != 0:
             raise RuntimeError(f"oneDNN execute failed: {self._ffi.string(self._error).decode()}")
 
     def close(self):
-        if self._handle is not None:
+        if getattr(self, "_handle", None) is not None:
             self._lib.onednn_destroy(self._handle)
             self._handle = None
 
     def __del__(self):
         self.close()
+
+
+_KINDS = {"layer_norm": 0, "batch_norm": 1}
+
+
+def _pointers(ffi, dims, **f32_arrays):
+    """(padded dims, a void* maker, a float* maker), after checking that the F32 arrays are contiguous F32."""
+    for name, array in f32_arrays.items():
+        if array.dtype != np.float32 or not array.flags.c_contiguous:
+            raise ValueError(f"{name} must be a contiguous float32 array")
+    pointer = lambda array: ffi.cast("void *", array.ctypes.data)  # noqa: E731
+    floats = lambda array: ffi.cast("float *", array.ctypes.data)  # noqa: E731
+    return (list(dims) + [1])[:3], pointer, floats
+
+
+class Reference(_Primitive):
+    """One oneDNN backward primitive bound to the given arrays; call() runs it. Arrays: src, diff_dst (the
+    case's dtype), mean, variance, scale (F32), outputs diff_src (dtype), diff_scale, diff_shift (F32). They must
+    outlive the reference (it keeps them). Unavailable if oneDNN has no kernel for this dtype here."""
+
+    def __init__(self, kind, dtype, dims, eps, src, diff_dst, mean, variance, scale, diff_src, diff_scale,
+                 diff_shift):
+        def create(ffi, lib, error):
+            padded, pointer, floats = _pointers(ffi, dims, mean=mean, variance=variance, scale=scale,
+                                                diff_scale=diff_scale, diff_shift=diff_shift)
+            return lib.onednn_create(_KINDS[kind], DTYPE_CODES[dtype], *padded, eps, pointer(src), pointer(diff_dst),
+                                     floats(mean), floats(variance), floats(scale), pointer(diff_src),
+                                     floats(diff_scale), floats(diff_shift), error, 512)
+        super().__init__(create, (src, diff_dst, mean, variance, scale, diff_src, diff_scale, diff_shift),
+                         f"{kind} backward {dtype}")
+
+
+class ForwardReference(_Primitive):
+    """One oneDNN training-forward primitive: dst (the case's dtype) from src (dtype), scale and shift (F32),
+    writing mean and variance (F32, biased: oneDNN's training forward's statistics). The arrays must outlive the
+    reference. Unavailable if oneDNN has no kernel for this dtype here."""
+
+    def __init__(self, kind, dtype, dims, eps, src, dst, mean, variance, scale, shift):
+        def create(ffi, lib, error):
+            padded, pointer, floats = _pointers(ffi, dims, mean=mean, variance=variance, scale=scale, shift=shift)
+            return lib.onednn_create_forward(_KINDS[kind], DTYPE_CODES[dtype], *padded, eps, pointer(src),
+                                             pointer(dst), floats(mean), floats(variance), floats(scale),
+                                             floats(shift), error, 512)
+        super().__init__(create, (src, dst, mean, variance, scale, shift), f"{kind} forward {dtype}")

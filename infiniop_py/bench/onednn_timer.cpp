@@ -1,5 +1,5 @@
-// oneDNN's LayerNorm and BatchNorm backward on the benchmark's own buffers, for `infiniop-py bench` to time beside
-// ours (bench/onednn.py compiles this on demand against an installed oneDNN; it is never part of the library).
+// oneDNN's LayerNorm and BatchNorm, backward and forward (training), on the benchmark's own buffers, for
+// `infiniop-py bench` to time beside ours (bench/onednn.py compiles this on demand against an installed oneDNN; it is never part of the library).
 // A C ABI so that cffi can load it without a compiler-specific name mangling.
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -77,6 +77,46 @@ void batchNorm(Reference &reference, int dtype, int64_t batch, int64_t channels,
     bind(reference, buffers, data, channel, channel);
 }
 
+// The training forwards: dst from src, scale and shift; mean and variance written (as oneDNN's training
+// forward computes them: the row's or channel's statistics, biased variance).
+struct ForwardBuffers {
+    void *src, *dst;
+    float *mean, *variance, *scale, *shift;
+};
+
+void bindForward(Reference &reference, const ForwardBuffers &buffers, const dnnl::memory::desc &data,
+                 const dnnl::memory::desc &stat, const dnnl::memory::desc &channel) {
+    auto at = [&](const dnnl::memory::desc &desc, void *pointer) { return dnnl::memory(desc, reference.engine, pointer); };
+    reference.arguments = {
+        {DNNL_ARG_SRC, at(data, buffers.src)},       {DNNL_ARG_DST, at(data, buffers.dst)},
+        {DNNL_ARG_MEAN, at(stat, buffers.mean)},     {DNNL_ARG_VARIANCE, at(stat, buffers.variance)},
+        {DNNL_ARG_SCALE, at(channel, buffers.scale)}, {DNNL_ARG_SHIFT, at(channel, buffers.shift)},
+    };
+}
+
+void layerNormForward(Reference &reference, int dtype, int64_t rows, int64_t dim, float eps,
+                      const ForwardBuffers &buffers) {
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc data({rows, dim}, dataType(dtype), tag::ab);
+    const dnnl::memory::desc stat({rows}, dnnl::memory::data_type::f32, tag::a);
+    const dnnl::memory::desc channel({dim}, dnnl::memory::data_type::f32, tag::a);
+    const dnnl::layer_normalization_forward::primitive_desc forward(
+        reference.engine, dnnl::prop_kind::forward_training, data, data, stat, eps, kFlags);
+    reference.primitive = dnnl::layer_normalization_forward(forward);
+    bindForward(reference, buffers, data, stat, channel);
+}
+
+void batchNormForward(Reference &reference, int dtype, int64_t batch, int64_t channels, int64_t spatial, float eps,
+                      const ForwardBuffers &buffers) {
+    using tag = dnnl::memory::format_tag;
+    const dnnl::memory::desc data({batch, channels, spatial}, dataType(dtype), tag::abc);
+    const dnnl::memory::desc channel({channels}, dnnl::memory::data_type::f32, tag::a);
+    const dnnl::batch_normalization_forward::primitive_desc forward(
+        reference.engine, dnnl::prop_kind::forward_training, data, data, eps, kFlags);
+    reference.primitive = dnnl::batch_normalization_forward(forward);
+    bindForward(reference, buffers, data, channel, channel);
+}
+
 } // namespace
 
 extern "C" {
@@ -93,6 +133,26 @@ void *onednn_create(int kind, int dtype, int64_t a, int64_t b, int64_t c, float 
             layerNorm(*reference, dtype, a, b, eps, buffers);
         } else {
             batchNorm(*reference, dtype, a, b, c, eps, buffers);
+        }
+        return reference.release();
+    } catch (const std::exception &failure) {
+        std::snprintf(error, error_size, "%s", failure.what());
+        return nullptr;
+    }
+}
+
+// The training forwards: kind 0: LayerNorm over (a, b) rows; kind 1: BatchNorm over (a, b, c) = (N, C, L). mean
+// and variance are written. NULL on failure, with the reason in error.
+void *onednn_create_forward(int kind, int dtype, int64_t a, int64_t b, int64_t c, float eps, void *src, void *dst,
+                            float *mean, float *variance, float *scale, float *shift, char *error,
+                            size_t error_size) {
+    try {
+        auto reference = std::make_unique<Reference>();
+        const ForwardBuffers buffers{src, dst, mean, variance, scale, shift};
+        if (kind == 0) {
+            layerNormForward(*reference, dtype, a, b, eps, buffers);
+        } else {
+            batchNormForward(*reference, dtype, a, b, c, eps, buffers);
         }
         return reference.release();
     } catch (const std::exception &failure) {

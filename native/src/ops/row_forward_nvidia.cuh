@@ -1,0 +1,295 @@
+// CUDA kernels shared by the row-normalizing forwards (RMSNorm; LayerNorm, which also centres the row). Per row:
+// reduce, turn the sums into the row's statistics, write y (and the statistics where wanted).
+//  - Rows of D <= kMaxGroup * kItems: a group of G threads (a warp, or a whole CTA) holds the row in registers
+//    between its reductions and its output, so x is read from DRAM once and y written once. Each thread keeps the
+//    same columns for every row it takes, so it loads w (and b) once.
+//  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
+//    the output.
+// Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
+#ifndef INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
+#define INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
+
+#include "common/status.h"
+#include "devices/nvidia/nvidia_status.h"
+#include "devices/nvidia/nvidia_types.cuh"
+#include "ops/rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+namespace op::row_forward {
+
+using nvidia::ComputeOf;
+
+constexpr int kItems = 16;     // elements of a row held per thread
+constexpr int kMaxGroup = 1024; // threads per row, at most
+constexpr size_t kMaxRegisterDim = static_cast<size_t>(kMaxGroup) * kItems;
+constexpr int kWarpCta = 128;  // a CTA of warp-sized groups: four rows at a time
+
+// One call, untyped; what an op's calculate fills in. NULL pointers: not wanted (w, b: ones, zeros).
+struct RowCall {
+    void *y;
+    void *xhat;               // LayerNorm's seed output: (x - mean) * rstd, of the data type
+    void *mean, *stat;        // per row, of the statistics type: the mean, and rstd (or std where stat_is_std)
+    const void *x, *w, *b;
+    RowLayout y_rows, xhat_rows, x_rows, mean_rows, stat_rows;
+    ptrdiff_t w_stride, b_stride;
+    double epsilon;
+    bool stat_is_std; // write sqrt(var + eps) instead of its inverse (the seed LayerNorm's std)
+};
+
+// Typed: T the data, W the parameters, S the statistics' storage.
+template <typename T, typename W, typename S>
+struct Args {
+    T *y, *xhat;
+    S *mean, *stat;
+    const T *x;
+    const W *w, *b;
+    RowLayout y_rows, xhat_rows, x_rows, mean_rows, stat_rows;
+    ptrdiff_t w_stride, b_stride;
+    size_t rows, dim;
+    double epsilon;
+    bool stat_is_std;
+};
+
+template <typename S>
+__device__ __forceinline__ S storeAs(double value) {
+    if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
+        return static_cast<S>(value);
+    } else {
+        return nvidia::narrow<S>(static_cast<float>(value));
+    }
+}
+
+// Sum over a group of G threads, the same bits in every thread of the group: a warp's halving tree to lane 0,
+// then (G > 32, where the group is the whole CTA) lane 0s through shared memory. `scratch`: 33 entries.
+template <int G, typename C>
+__device__ __forceinline__ C groupSum(C value, C *scratch) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) value += __shfl_down_sync(0xffffffffu, value, offset);
+    if constexpr (G == 32) {
+        return __shfl_sync(0xffffffffu, value, 0);
+    } else {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        if (lane == 0) scratch[warp] = value;
+        __syncthreads();
+        if (warp == 0) {
+            C total = lane < G / 32 ? scratch[lane] : C(0);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) total += __shfl_down_sync(0xffffffffu, total, offset);
+            if (lane == 0) scratch[32] = total;
+        }
+        __syncthreads();
+        const C total = scratch[32];
+        __syncthreads(); // scratch is free again
+        return total;
+    }
+}
+
+// The row's statistics from its sums: (mean, rstd), mean 0 where the op does not centre.
+struct RowStats {
+    double mean, rstd;
+};
+
+template <typename T, typename W, typename S>
+__device__ __forceinline__ void writeStats(const Args<T, W, S> &args, size_t row, RowStats stats) {
+    if (args.mean != nullptr) args.mean[args.mean_rows.offset(row)] = storeAs<S>(stats.mean);
+    if (args.stat != nullptr) {
+        args.stat[args.stat_rows.offset(row)] = storeAs<S>(args.stat_is_std ? 1.0 / stats.rstd : stats.rstd);
+    }
+}
+
+__device__ __forceinline__ double rstdOf(double sum_squares, size_t dim, double epsilon) {
+    return 1.0 / sqrt(sum_squares / static_cast<double>(dim) + epsilon);
+}
+
+// Rows in registers. CTA threads: G, or kWarpCta for G == 32; each group takes rows group, group + groups, ...
+template <bool kCentres, typename T, typename W, typename S, int G, int V>
+__global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(Args<T, W, S> args) {
+    using C = ComputeOf<T>;
+    __shared__ C scratch[33];
+    constexpr int kGroups = (G == 32 ? kWarpCta : G) / G;
+    const int lane = threadIdx.x % G, group = threadIdx.x / G;
+    C w[kItems], b[kItems]; // b: LayerNorm's only (RMSNorm never reads it, and the compiler drops it)
+#pragma unroll
+    for (int e = 0; e < kItems; ++e) { // this thread's columns, the same in every row
+        const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
+        const bool in_row = col < args.dim;
+        w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : C(1);
+        if constexpr (kCentres) {
+            b[e] = in_row && args.b != nullptr ? nvidia::widen(args.b[static_cast<ptrdiff_t>(col) * args.b_stride])
+                                               : C(0);
+        }
+    }
+    for (size_t row = static_cast<size_t>(blockIdx.x) * kGroups + group; row < args.rows;
+         row += static_cast<size_t>(gridDim.x) * kGroups) {
+        // G == 32 groups are warps and never meet at a barrier; larger groups are the whole CTA, whose threads
+        // all take the same rows, so every thread reaches groupSum's barriers together.
+        C x[kItems];
+        const T *x_row = args.x + args.x_rows.offset(row);
+#pragma unroll
+        for (int k = 0; k < kItems / V; ++k) {
+            nvidia::loadSpan<V>(x_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+        }
+        C mean = 0;
+        if constexpr (kCentres) {
+            C sum = 0;
+#pragma unroll
+            for (int e = 0; e < kItems; ++e) sum += x[e];
+            mean = static_cast<C>(static_cast<double>(groupSum<G>(sum, scratch)) / static_cast<double>(args.dim));
+        }
+        C squares = 0;
+#pragma unroll
+        for (int e = 0; e < kItems; ++e) { // padded columns hold 0, and must add nothing when centred either
+            const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
+            const C d = col < args.dim ? x[e] - mean : C(0);
+            squares += d * d;
+        }
+        const RowStats stats{static_cast<double>(mean), rstdOf(groupSum<G>(squares, scratch), args.dim, args.epsilon)};
+        if (lane == 0) writeStats(args, row, stats);
+        const C r = static_cast<C>(stats.rstd);
+#pragma unroll
+        for (int e = 0; e < kItems; ++e) x[e] = (x[e] - mean) * r; // xhat, in place: fewer live registers
+        if (args.xhat != nullptr) {
+            T *xhat_row = args.xhat + args.xhat_rows.offset(row);
+#pragma unroll
+            for (int k = 0; k < kItems / V; ++k) {
+                nvidia::storeSpan<V>(xhat_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < kItems; ++e) {
+            if constexpr (kCentres) {
+                x[e] = x[e] * w[e] + b[e];
+            } else {
+                x[e] = x[e] * w[e];
+            }
+        }
+        T *y_row = args.y + args.y_rows.offset(row);
+#pragma unroll
+        for (int k = 0; k < kItems / V; ++k) {
+            nvidia::storeSpan<V>(y_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+        }
+    }
+}
+
+// Long rows: a CTA of kMaxGroup threads per row, one element per thread per step, the row re-read (from L2 where
+// it fits) for the centring sum, the squares and the output.
+template <bool kCentres, typename T, typename W, typename S>
+__global__ void __launch_bounds__(kMaxGroup) longRowsKernel(Args<T, W, S> args) {
+    using C = ComputeOf<T>;
+    __shared__ C scratch[33];
+    for (size_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
+        const T *x_row = args.x + args.x_rows.offset(row);
+        C mean = 0;
+        if constexpr (kCentres) {
+            C sum = 0;
+            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) sum += nvidia::widen(x_row[col]);
+            mean = static_cast<C>(static_cast<double>(groupSum<kMaxGroup>(sum, scratch)) /
+                                  static_cast<double>(args.dim));
+        }
+        C squares = 0;
+        for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
+            const C d = nvidia::widen(x_row[col]) - mean;
+            squares += d * d;
+        }
+        const RowStats stats{static_cast<double>(mean),
+                             rstdOf(groupSum<kMaxGroup>(squares, scratch), args.dim, args.epsilon)};
+        if (threadIdx.x == 0) writeStats(args, row, stats);
+        const C r = static_cast<C>(stats.rstd);
+        T *y_row = args.y + args.y_rows.offset(row);
+        T *xhat_row = args.xhat != nullptr ? args.xhat + args.xhat_rows.offset(row) : nullptr;
+        for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
+            const C xhat = (nvidia::widen(x_row[col]) - mean) * r;
+            const C w = args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : C(1);
+            const C b = kCentres && args.b != nullptr
+                            ? nvidia::widen(args.b[static_cast<ptrdiff_t>(col) * args.b_stride]) : C(0);
+            y_row[col] = nvidia::narrow<T>(xhat * w + b);
+            if (xhat_row != nullptr) xhat_row[col] = nvidia::narrow<T>(xhat);
+        }
+    }
+}
+
+// Zero-length rows: only the statistics (the mean of no elements is 0/0, as the formulas say).
+template <typename T, typename W, typename S>
+__global__ void emptyRowsKernel(Args<T, W, S> args) {
+    for (size_t row = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; row < args.rows;
+         row += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const double no_mean = __longlong_as_double(0x7ff8000000000000LL); // NaN: 0 / 0
+        writeStats(args, row, RowStats{no_mean, rstdOf(0.0, 0, args.epsilon)});
+    }
+}
+
+// Whether every row of these tensors starts on a 16-byte boundary (vector loads and stores are then legal).
+inline bool rowsAligned16(const void *base, const RowLayout &rows, size_t element_size) {
+    if (base == nullptr) return true;
+    if (!nvidia::aligned16(base)) return false;
+    for (size_t i = 0; i < rows.depth; ++i) {
+        if ((static_cast<size_t>(rows.strides[i] < 0 ? -rows.strides[i] : rows.strides[i]) * element_size) % 16 != 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Threads per row for a row of `dim`: the fewest (a power of two, at least a warp) that hold it in registers.
+inline int groupFor(size_t dim) {
+    int group = 32;
+    while (group < kMaxGroup && static_cast<size_t>(group) * kItems < dim) group *= 2;
+    return group;
+}
+
+// The grid: one CTA per row group, capped at a few waves of resident CTAs (the kernels loop over rows).
+inline unsigned gridFor(size_t rows, int rows_per_cta, int multiprocessors) {
+    const size_t wanted = (rows + static_cast<size_t>(rows_per_cta) - 1) / static_cast<size_t>(rows_per_cta);
+    const size_t cap = static_cast<size_t>(std::max(multiprocessors, 1)) * 32;
+    return static_cast<unsigned>(std::max<size_t>(1, std::min(wanted, cap)));
+}
+
+template <bool kCentres, typename T, typename W, typename S, int V>
+void launchInRegisters(const Args<T, W, S> &args, int group, int multiprocessors, cudaStream_t stream) {
+    const int threads = group == 32 ? kWarpCta : group;
+    const unsigned grid = gridFor(args.rows, threads / group, multiprocessors);
+    switch (group) {
+    case 32: rowsInRegistersKernel<kCentres, T, W, S, 32, V><<<grid, threads, 0, stream>>>(args); break;
+    case 64: rowsInRegistersKernel<kCentres, T, W, S, 64, V><<<grid, threads, 0, stream>>>(args); break;
+    case 128: rowsInRegistersKernel<kCentres, T, W, S, 128, V><<<grid, threads, 0, stream>>>(args); break;
+    case 256: rowsInRegistersKernel<kCentres, T, W, S, 256, V><<<grid, threads, 0, stream>>>(args); break;
+    case 512: rowsInRegistersKernel<kCentres, T, W, S, 512, V><<<grid, threads, 0, stream>>>(args); break;
+    default: rowsInRegistersKernel<kCentres, T, W, S, 1024, V><<<grid, threads, 0, stream>>>(args); break;
+    }
+}
+
+// Runs one call: T, W, S the storage types (S: the statistics'), kCentres: LayerNorm (else RMSNorm).
+template <bool kCentres, typename T, typename W, typename S>
+infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, int multiprocessors, cudaStream_t stream) {
+    if (rows == 0) return INFINI_STATUS_SUCCESS;
+    Args<T, W, S> args{static_cast<T *>(call.y), static_cast<T *>(call.xhat), static_cast<S *>(call.mean),
+                       static_cast<S *>(call.stat), static_cast<const T *>(call.x), static_cast<const W *>(call.w),
+                       static_cast<const W *>(call.b), call.y_rows, call.xhat_rows, call.x_rows, call.mean_rows,
+                       call.stat_rows, call.w_stride, call.b_stride, rows, dim, call.epsilon, call.stat_is_std};
+    if (dim == 0) {
+        if (call.mean != nullptr || call.stat != nullptr) {
+            emptyRowsKernel<<<gridFor(rows, 256, multiprocessors), 256, 0, stream>>>(args);
+        }
+        return nvidia::launchStatus();
+    }
+    if (dim > kMaxRegisterDim) {
+        longRowsKernel<kCentres><<<gridFor(rows, 1, multiprocessors), kMaxGroup, 0, stream>>>(args);
+        return nvidia::launchStatus();
+    }
+    const int group = groupFor(dim);
+    const bool vectors = rowsAligned16(call.x, call.x_rows, sizeof(T)) && rowsAligned16(call.y, call.y_rows, sizeof(T)) &&
+                         rowsAligned16(call.xhat, call.xhat_rows, sizeof(T));
+    if (vectors) {
+        launchInRegisters<kCentres, T, W, S, nvidia::kVec<T>>(args, group, multiprocessors, stream);
+    } else {
+        launchInRegisters<kCentres, T, W, S, 1>(args, group, multiprocessors, stream);
+    }
+    return nvidia::launchStatus();
+}
+
+} // namespace op::row_forward
+
+#endif
