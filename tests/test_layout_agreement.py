@@ -196,16 +196,21 @@ def rms_norm_layouts(draw):
     return specs, epsilon
 
 
-def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
+def _forward_create_status(c_handle, op_name, c_name, names, specs, scalars):
+    """The status of infiniopCreate<c_name>(handle, &desc, <specs by names>, *scalars) for op_name's descriptor."""
     from _helpers import CTensorDescriptors, native
 
     ffi, op, _ = native()
     with CTensorDescriptors([specs[name] and tuple(specs[name]) for name in names]) as descriptors:
-        desc_ptr = ffi.new("infiniopRMSNormDescriptor_t *")
-        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, epsilon)
+        desc_ptr = ffi.new(f"infiniop{op_name}Descriptor_t *")
+        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, *scalars)
         if status == SUCCESS:
-            assert op.infiniopDestroyRMSNormDescriptor(desc_ptr[0]) == SUCCESS
+            assert getattr(op, f"infiniopDestroy{op_name}Descriptor")(desc_ptr[0]) == SUCCESS
     return status
+
+
+def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
+    return _forward_create_status(c_handle, "RMSNorm", c_name, names, specs, (epsilon,))
 
 
 @settings(max_examples=300)
@@ -302,15 +307,7 @@ def batch_norm_layouts(draw):
 
 
 def _batch_norm_create_status(c_handle, c_name, names, specs, scalars):
-    from _helpers import CTensorDescriptors, native
-
-    ffi, op, _ = native()
-    with CTensorDescriptors([specs[name] and tuple(specs[name]) for name in names]) as descriptors:
-        desc_ptr = ffi.new("infiniopBatchNormDescriptor_t *")
-        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, *scalars)
-        if status == SUCCESS:
-            assert op.infiniopDestroyBatchNormDescriptor(desc_ptr[0]) == SUCCESS
-    return status
+    return _forward_create_status(c_handle, "BatchNorm", c_name, names, specs, scalars)
 
 
 @settings(max_examples=400)
