@@ -385,3 +385,29 @@ def test_saved_statistics_give_torchs_gradients():
                                    eps=1e-5).backward(grad_output)
     for ours, leaf in zip(grads, leaves):
         torch.testing.assert_close(ours, leaf.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_same_bits_for_any_thread_count(tmp_path):
+    """The tiles depend on the shape only (docs/guarantees.md): OMP_NUM_THREADS=1, 2 and 3 give the same bits,
+    channels-first (several batch blocks and length chunks) and channels-last (several row blocks)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import sys, numpy as np, infiniop_py
+rng = np.random.default_rng(5)
+x = (rng.standard_normal((48, 6, 7000)) + 3).astype(np.float32)
+last = np.moveaxis(np.ascontiguousarray(np.moveaxis(x[:, :, :4096], 1, -1)), -1, 1)
+arrays = [a for v in (x, last) for a in infiniop_py.batch_norm(v, need_stats=True)]
+np.savez(sys.argv[1], *arrays)
+"""
+    results = []
+    for threads in (1, 2, 3):
+        path = tmp_path / f"{threads}.npz"
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        subprocess.run([sys.executable, "-c", code, str(path)], env=env, check=True, timeout=300)
+        results.append(np.load(path))
+    for other in results[1:]:
+        for name in results[0].files:
+            np.testing.assert_array_equal(results[0][name], other[name], err_msg=name)
