@@ -441,7 +441,8 @@ def _library_batch_norm(input, weight, bias, running_mean, running_var, training
         return output, save_mean, save_invstd
     output, _, _ = _BATCH_NORM_FORWARD.run((running_mean, running_var, input, weight, bias), None,
                                            (False, float(momentum), float(eps)), (True, False, False))
-    return output, _absent(input), _absent(input)
+    dtype = _statistics_dtype(input.dtype)  # PyTorch's empty statistics: of this dtype, two tensors (no aliases)
+    return output, input.new_empty(0, dtype=dtype), input.new_empty(0, dtype=dtype)
 
 
 def _batch_norm_forward_in_place(input, weight, bias, running_mean, running_var, training, momentum, eps):

@@ -173,6 +173,24 @@ def test_batch_norm_on_this_librarys_forward_matches_torch(dtype, parameter_dtyp
     assert_matches_torch(ours, theirs, x, grad_output, _channel_scale(theirs, x, grad_output))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("training, running", [(True, True), (True, False), (False, True)])
+def test_batch_norm_op_on_this_librarys_forward_gives_the_fakes_dtypes_and_shapes(dtype, training, running):
+    """Where the CPU forward is this library's, the custom op's five outputs have the dtypes and shapes of PyTorch's
+    (its fake), eval's empty saved statistics included: torch.compile traces with the fake."""
+    from infiniop_py.torch import ops
+
+    parameter_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+    x = torch.randn(4, 8, 32, 32).to(dtype)
+    weight, bias = torch.rand(8, dtype=parameter_dtype) + 0.5, torch.randn(8, dtype=parameter_dtype)
+    statistics = (torch.zeros(8, dtype=parameter_dtype), torch.ones(8, dtype=parameter_dtype)) if running else (None,
+                                                                                                               None)
+    assert ops._library_batch_norm_serves(x, weight, bias, *statistics)
+    ours = torch.ops.infiniop.batch_norm(x, weight, bias, *statistics, training, 0.1, 1e-5)
+    theirs = ops._torch_batch_norm(x, weight, bias, *statistics, training, 0.1, 1e-5)
+    assert [(t.dtype, t.shape) for t in ours] == [(t.dtype, t.shape) for t in theirs]
+
+
 def test_batch_norm_running_statistics_over_steps():
     """Ten training steps then eval: running statistics and num_batches_tracked move exactly as torch's."""
     generator = _seeded(5)
