@@ -1,5 +1,5 @@
-"""Python bindings (cffi, ABI mode) of infiniop's normalization operators: the three backwards and the RMSNorm
-and LayerNorm forwards.
+"""Python bindings (cffi, ABI mode) of infiniop's normalization operators: the three backwards and the RMSNorm,
+LayerNorm and BatchNorm forwards.
 
 Importing does not load the native library; the first call that needs it does
 (see ``library_path()`` for where it came from).
@@ -7,6 +7,7 @@ Importing does not load the native library; the first call that needs it does
 
 from ._device_memory import DeviceArray
 from ._ffi import LibraryNotFoundError, library_path
+from .batch_norm import BatchNorm, batch_norm
 from .batch_norm_backward import (BatchNormBackward, batch_norm_backward, batch_norm_backward_elementwise,
                                   batch_norm_backward_reduce)
 from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
@@ -51,12 +52,12 @@ def cpu_isa():
 
 
 __all__ = [
-    "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNormBackward",
-    "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
+    "BadParamError", "BadTensorDtypeError", "BadTensorShapeError", "BadTensorStridesError", "BatchNorm",
+    "BatchNormBackward", "ClosedError", "DeviceArchitectureNotSupportedError", "DeviceArray", "DeviceNotFoundError",
     "DeviceNotInitializedError", "DeviceTypeNotSupportedError", "Handle", "InfiniopError",
     "InsufficientWorkspaceError", "InternalError", "LayerNorm", "LayerNormBackward", "LayerNormBackwardFromInput",
     "LayerNormXhat", "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNorm", "RMSNormBackward",
     "TensorDesc", "__version__",
-    "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa", "include_dir",
-    "layer_norm", "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
+    "batch_norm", "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa",
+    "include_dir", "layer_norm", "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
 ]

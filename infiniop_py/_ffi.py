@@ -123,6 +123,32 @@ typedef struct InfiniopDescriptor *infiniopDescriptor_t;
 infiniStatus_t infiniopGetDescriptorDeviceType(infiniopDescriptor_t desc, infiniDevice_t *device_type);
 infiniStatus_t infiniopGetDescriptorDeviceId(infiniopDescriptor_t desc, int *device_id);
 
+/* infiniop/ops/batch_norm.h */
+typedef struct InfiniopDescriptor *infiniopBatchNormDescriptor_t;
+
+infiniStatus_t infiniopCreateBatchNormDescriptor(infiniopHandle_t handle, infiniopBatchNormDescriptor_t *desc_ptr,
+                                                 infiniopTensorDescriptor_t output_desc,
+                                                 infiniopTensorDescriptor_t running_mean_desc,
+                                                 infiniopTensorDescriptor_t running_var_desc,
+                                                 infiniopTensorDescriptor_t input_desc,
+                                                 infiniopTensorDescriptor_t weight_desc,
+                                                 infiniopTensorDescriptor_t bias_desc, float momentum, float eps);
+infiniStatus_t infiniopGetBatchNormWorkspaceSize(infiniopBatchNormDescriptor_t desc, size_t *size);
+infiniStatus_t infiniopBatchNorm(infiniopBatchNormDescriptor_t desc, void *workspace, size_t workspace_size,
+                                 void *output, void *running_mean, void *running_var, const void *input,
+                                 const void *weight, const void *bias, void *stream);
+infiniStatus_t infiniopCreateBatchNormDescriptorEx(
+    infiniopHandle_t handle, infiniopBatchNormDescriptor_t *desc_ptr, infiniopTensorDescriptor_t y_desc,
+    infiniopTensorDescriptor_t save_mean_desc, infiniopTensorDescriptor_t save_invstd_desc,
+    infiniopTensorDescriptor_t running_mean_desc, infiniopTensorDescriptor_t running_var_desc,
+    infiniopTensorDescriptor_t x_desc, infiniopTensorDescriptor_t weight_desc, infiniopTensorDescriptor_t bias_desc,
+    int training, double momentum, double eps);
+infiniStatus_t infiniopBatchNormEx(infiniopBatchNormDescriptor_t desc, void *workspace, size_t workspace_size,
+                                   void *y, void *save_mean, void *save_invstd, void *running_mean,
+                                   void *running_var, const void *x, const void *weight, const void *bias,
+                                   void *stream);
+infiniStatus_t infiniopDestroyBatchNormDescriptor(infiniopBatchNormDescriptor_t desc);
+
 /* infiniop/ops/rms_norm.h */
 typedef struct InfiniopDescriptor *infiniopRMSNormDescriptor_t;
 

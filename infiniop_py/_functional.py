@@ -153,6 +153,15 @@ def empty_in_layout(owner):
     return None
 
 
+def empty_like_channels_last(ref):
+    """A fresh array laid out like ``ref``'s when that is a channels-last packed (N, C, *spatial) one of rank >= 3
+    (a C-contiguous output would not share its layout, which BatchNorm's kernels need), else None."""
+    spec = TensorSpec(ref.shape, ref.dtype, ref.strides)
+    if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
+        return None
+    return empty_in_layout(ref.owner)
+
+
 def _require_out_shapes(output_refs, specs, input_refs):
     """out= arrays of the shapes the inputs give, and the data-shaped one (the first) of its input's dtype: an
     error about them names out and the rule, not the input the native rules would compare them with."""

@@ -467,6 +467,54 @@ def check_batch_norm_backward_ex(grad_input, grad_weight, grad_bias, input, grad
             _require_no_self_overlap(name, spec)
 
 
+def check_batch_norm(y, running_mean, running_var, x, weight, bias, momentum=0.1, epsilon=1e-5):
+    """infiniopCreateBatchNormDescriptor (batch_norm/info.h create): the documentation's rules, then the Ex ones."""
+    specs = {"y": y, "running_mean": running_mean, "running_var": running_var, "x": x, "weight": weight,
+             "bias": bias}
+    _require_present(specs)
+    _require_one_supported_dtype(specs)
+    _require_ndim("y", y, (3,))
+    check_batch_norm_ex(y, None, None, running_mean, running_var, x, weight, bias, 1, momentum, epsilon)
+    for name in ("y", "x"):
+        _require_fully_contiguous(name, specs[name])
+
+
+def check_batch_norm_ex(y, save_mean, save_invstd, running_mean, running_var, x, weight, bias, training=1,
+                        momentum=0.1, epsilon=1e-5):
+    _require_present({"y": y, "x": x})
+    _require_epsilon(epsilon)
+    if not math.isfinite(momentum):
+        raise BadParamError(f"momentum: {momentum!r} must be finite")
+    if (running_mean is None) != (running_var is None):
+        raise NullPointerError("running_mean, running_var: give both or neither")
+    if not training and running_mean is None:
+        raise NullPointerError("running_mean, running_var: eval mode (training=False) normalizes with them")
+    if not training and (save_mean is not None or save_invstd is not None):
+        raise BadParamError("save_mean, save_invstd: eval mode (training=False) has no batch statistics; pass None")
+    _require_ex_dtypes({"y": y, "x": x},
+                       {"weight": weight, "bias": bias, "running_mean": running_mean, "running_var": running_var},
+                       {"save_mean": save_mean, "save_invstd": save_invstd})
+    _require_ndim("y", y, (2, 3, 4, 5))
+    _require_shape("x", x, y.shape, "y.shape")
+    channels = y.shape[1]
+    vectors = {"save_mean": save_mean, "save_invstd": save_invstd, "running_mean": running_mean,
+               "running_var": running_var, "weight": weight, "bias": bias}
+    for name, spec in vectors.items():
+        if spec is not None:
+            _require_vector(name, spec, channels, "C", "y.shape[1]")
+    if training and running_mean is not None and math.prod(y.shape[:1] + y.shape[2:]) == 1:
+        raise BadTensorShapeError(f"x: shape {x.shape} has one value per channel; training with running statistics "
+                                  f"needs more (their unbiased variance divides by N * L - 1)")
+    if batch_norm_layout((y, x)) is None:
+        raise BadTensorStridesError(
+            f"y, x: strides {strides_of(y)}, {strides_of(x)} must both be channels-first packed (row-major) or both "
+            f"channels-last packed (C innermost, then the spatial dims, then N)")
+    written = ("save_mean", "save_invstd") + (("running_mean", "running_var") if training else ())
+    for name in written:
+        if vectors[name] is not None:
+            _require_no_self_overlap(name, vectors[name])
+
+
 def status_of(check, **specs):
     """The status C would return for these specs: 0, or the status of the error ``check`` raises."""
     try:

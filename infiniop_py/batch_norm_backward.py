@@ -138,10 +138,7 @@ def _outputs_like_channels_last(refs, wanted):
     like a channels-last input (a C-contiguous one would not share its layout and so cost copies); None for
     any other input, which takes the default outputs."""
     ref = refs["input"]
-    spec = _layout.TensorSpec(ref.shape, ref.dtype, ref.strides)
-    if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
-        return None
-    grad_input = _functional.empty_in_layout(ref.owner)
+    grad_input = _functional.empty_like_channels_last(ref)
     if grad_input is None:
         return None
     like = _parameter_like(refs)

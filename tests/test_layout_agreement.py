@@ -196,16 +196,21 @@ def rms_norm_layouts(draw):
     return specs, epsilon
 
 
-def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
+def _forward_create_status(c_handle, op_name, c_name, names, specs, scalars):
+    """The status of infiniopCreate<c_name>(handle, &desc, <specs by names>, *scalars) for op_name's descriptor."""
     from _helpers import CTensorDescriptors, native
 
     ffi, op, _ = native()
     with CTensorDescriptors([specs[name] and tuple(specs[name]) for name in names]) as descriptors:
-        desc_ptr = ffi.new("infiniopRMSNormDescriptor_t *")
-        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, epsilon)
+        desc_ptr = ffi.new(f"infiniop{op_name}Descriptor_t *")
+        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, *scalars)
         if status == SUCCESS:
-            assert op.infiniopDestroyRMSNormDescriptor(desc_ptr[0]) == SUCCESS
+            assert getattr(op, f"infiniopDestroy{op_name}Descriptor")(desc_ptr[0]) == SUCCESS
     return status
+
+
+def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
+    return _forward_create_status(c_handle, "RMSNorm", c_name, names, specs, (epsilon,))
 
 
 @settings(max_examples=300)
@@ -284,15 +289,7 @@ def layer_norm_layouts(draw):
 
 
 def _layer_norm_create_status(c_handle, c_name, specs, eps):
-    from _helpers import CTensorDescriptors, native
-
-    ffi, op, _ = native()
-    with CTensorDescriptors([spec and tuple(spec) for spec in specs.values()]) as descriptors:
-        desc_ptr = ffi.new("infiniopLayerNormDescriptor_t *")
-        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, eps)
-        if status == SUCCESS:
-            assert op.infiniopDestroyLayerNormDescriptor(desc_ptr[0]) == SUCCESS
-    return status
+    return _forward_create_status(c_handle, "LayerNorm", c_name, tuple(specs), specs, (eps,))
 
 
 @settings(max_examples=300)
@@ -325,6 +322,104 @@ def test_layer_norm_generator_reaches_every_verdict():
         ex, seed, eps = layout
         seen["ex"].add(_layout.status_of(_layout.check_layer_norm_ex, **ex, eps=eps))
         seen["seed"].add(_layout.status_of(_layout.check_layer_norm, **seed, eps=eps))
+
+
+# ---------------------------------------------------------------- the BatchNorm forward creates (seed and Ex)
+
+BATCH_NORM_NAMES = ("y", "save_mean", "save_invstd", "running_mean", "running_var", "x", "weight", "bias")
+BATCH_NORM_SEED_NAMES = ("y", "running_mean", "running_var", "x", "weight", "bias")
+
+
+def _channels_last_strides(shape):
+    """Packed with C innermost, then the spatial dims, then N."""
+    order = (1,) + tuple(range(len(shape) - 1, 1, -1)) + (0,)
+    strides, step = [0] * len(shape), 1
+    for dim in order:
+        strides[dim] = step
+        step *= shape[dim]
+    return tuple(strides)
+
+
+@st.composite
+def batch_norm_layouts(draw):
+    """Specs of the BatchNorm forward Ex create by name: ranks 2..5 (sometimes others), channels-first or
+    channels-last packed or perturbed strides, dtypes drawn apart, perturbed shapes, NULLs now and then; and its
+    scalars, sometimes bad ones."""
+    shape = tuple(draw(st.lists(st.integers(1, 3), min_size=2, max_size=5)))
+    if draw(st.sampled_from([False] * 6 + [True])):
+        shape = shape[:1] + (1,) * (len(shape) - 1) if draw(st.booleans()) else (0,) + shape[1:]
+    data = draw(st.sampled_from(EX_CODES + (5,)))
+    parameter = draw(st.sampled_from((data, data, 13, 12)))
+    statistic = draw(st.sampled_from((13, 13, 14, data)))
+    channels = (shape[1],)
+    shapes = {name: channels for name in BATCH_NORM_NAMES}
+    shapes["y"] = shapes["x"] = shape
+    if draw(st.sampled_from([False] * 3 + [True])):
+        name = draw(st.sampled_from(BATCH_NORM_NAMES))
+        shapes[name] = perturbed_shape(draw, shapes[name])
+    codes = {name: parameter for name in BATCH_NORM_NAMES}
+    codes.update(y=data, x=data, save_mean=statistic, save_invstd=statistic)
+    layout = draw(st.sampled_from(["first", "last", "last", "free"]))
+    specs = {}
+    for name in BATCH_NORM_NAMES:
+        big = name in ("y", "x")
+        if big and layout == "last" and len(shapes[name]) >= 2:
+            strides = _channels_last_strides(shapes[name])
+        else:
+            strides = draw(strides_for(shapes[name])) if (not big or layout == "free") else None
+        specs[name] = _layout.TensorSpec(shapes[name], codes[name], strides)
+    for name in ("save_mean", "save_invstd", "running_mean", "running_var", "weight", "bias"):
+        if draw(st.sampled_from([False] * 2 + [True])):
+            specs[name] = None
+    if draw(st.sampled_from([False] * 8 + [True])):
+        specs[draw(st.sampled_from(BATCH_NORM_NAMES))] = None
+    training = draw(st.sampled_from((1, 1, 0)))
+    momentum = draw(st.sampled_from((0.1, 0.1, 1.0, float("nan"), float("inf"))))
+    eps = draw(st.sampled_from((1e-5, 1e-5, 0.0, -1.0, float("nan"))))
+    return specs, training, momentum, eps
+
+
+def _batch_norm_create_status(c_handle, c_name, names, specs, scalars):
+    return _forward_create_status(c_handle, "BatchNorm", c_name, names, specs, scalars)
+
+
+@settings(max_examples=400)
+@given(layout=batch_norm_layouts())
+def test_batch_norm_ex_python_validator_agrees_with_c(c_handle, layout):
+    specs, training, momentum, eps = layout
+    python_status = _layout.status_of(_layout.check_batch_norm_ex, **specs, training=training, momentum=momentum,
+                                      epsilon=eps)
+    c_status = _batch_norm_create_status(c_handle, "BatchNormDescriptorEx", BATCH_NORM_NAMES, specs,
+                                         (training, momentum, eps))
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {layout}"
+
+
+@settings(max_examples=300)
+@given(layout=batch_norm_layouts())
+def test_batch_norm_seed_python_validator_agrees_with_c(c_handle, layout):
+    specs, _, momentum, eps = layout
+    seed = {name: specs[name] for name in BATCH_NORM_SEED_NAMES}
+    python_status = _layout.status_of(_layout.check_batch_norm, **seed, momentum=momentum, epsilon=eps)
+    c_status = _batch_norm_create_status(c_handle, "BatchNormDescriptor", BATCH_NORM_SEED_NAMES, seed,
+                                         (momentum, eps))
+    event(f"status {c_status}")
+    assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, {momentum}, {eps}"
+
+
+def test_batch_norm_generator_reaches_every_verdict():
+    """As test_generator_reaches_every_verdict, for the BatchNorm forward's strategy, through both mirrors."""
+    seen = {"ex": set(), "seed": set()}
+
+    @settings(max_examples=600, database=None, derandomize=True)
+    @given(layout=batch_norm_layouts())
+    def sample(layout):
+        specs, training, momentum, eps = layout
+        seen["ex"].add(_layout.status_of(_layout.check_batch_norm_ex, **specs, training=training,
+                                         momentum=momentum, epsilon=eps))
+        seen["seed"].add(_layout.status_of(_layout.check_batch_norm,
+                                           **{name: specs[name] for name in BATCH_NORM_SEED_NAMES},
+                                           momentum=momentum, epsilon=eps))
 
     sample()
     every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}

@@ -1,13 +1,14 @@
-"""`bench --forward`: the cases of the forward benchmark, each our training forward (saving what our backward
-takes) against torch's training forward and oneDNN's forward_training on the same arrays. The timing, table and
-plot are the backward benchmark's (cpu.py); only what a case moves differs: one row-sized read and one write."""
+"""`bench --forward`: the cases of the forward benchmark (RMSNorm, BatchNorm), each our training forward (saving
+what our backward takes) against torch's training forward and oneDNN's forward_training on the same arrays. The
+timing, table and plot are the backward benchmark's (cpu.py); only what a case moves differs: one row-sized read and
+one write (BatchNorm's kernel reads x twice; the count stays the minimal one)"""
 
 import numpy as np
 
 from . import onednn
 from .cpu import Case, _numpy_dtype, _to_torch, _torch, aligned
 
-OPS = ("rms_norm", "layer_norm")
+OPS = ("rms_norm", "layer_norm", "batch_norm")
 
 
 def bytes_moved(dtype, shape):
@@ -57,6 +58,28 @@ def _layer_norm(case, handle, torch, with_onednn):
     return operator, (y, mean, rstd, x, w, b), torch_run, reference
 
 
+def _batch_norm(case, handle, torch, with_onednn):
+    """(N, C, L), channels-first; parameters and running statistics in F32 (what infiniop_py.torch serves with
+    16-bit data), updated on every run by both sides."""
+    import infiniop_py as ip
+
+    shape = case.shape
+    x = case.random(shape)
+    channels = shape[1]
+    weight, bias = case.random((channels,)).astype(np.float32), case.random((channels,)).astype(np.float32)
+    running_mean, running_var = np.zeros(channels, np.float32), np.ones(channels, np.float32)
+    y = aligned(np.empty_like(x))
+    save_mean, save_invstd = np.empty(channels, np.float32), np.empty(channels, np.float32)
+    operator = ip.BatchNorm(handle, y, save_mean, save_invstd, running_mean, running_var, x, weight, bias)
+    torch_run = None
+    if torch is not None:  # torch's training forward on the same buffers, saving its statistics too
+        tx, tw, tb = _to_torch(torch, x), _to_torch(torch, weight), _to_torch(torch, bias)
+        tmean, tvar = _to_torch(torch, running_mean.copy()), _to_torch(torch, running_var.copy())
+        torch_run = lambda: torch.native_batch_norm(tx, tw, tb, tmean, tvar, True, 0.1, 1e-5)  # noqa: E731
+    reference = _onednn_forward(with_onednn, "batch_norm", case.dtype, shape, 1e-5, x, weight, bias)
+    return operator, (y, save_mean, save_invstd, running_mean, running_var, x, weight, bias), torch_run, reference
+
+
 def _onednn_forward(with_onednn, kind, dtype, shape, eps, src, weight, bias):
     """oneDNN's training forward on src (its parameters as F32 copies, outputs fresh), or why not."""
     if not with_onednn:
@@ -72,5 +95,5 @@ def _onednn_forward(with_onednn, kind, dtype, shape, eps, src, weight, bias):
         return str(why)
 
 
-_BUILDERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm}
+_BUILDERS = {"rms_norm": _rms_norm, "layer_norm": _layer_norm, "batch_norm": _batch_norm}
 assert set(_BUILDERS) == set(OPS)

@@ -1,8 +1,8 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the forward
-is PyTorch's own kernel (RMSNorm's on the CPU: this library's), the backward this library's: through plain autograd
-Functions in eager mode, through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under
-torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own functions: the
-backward kernels read plain memory, which functorch's wrapped and batched tensors do not have.
+is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), the backward this library's:
+through plain autograd Functions in eager mode, through the custom ops torch.ops.infiniop where torch.compile traces
+(ops.py). Under torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own
+functions: the backward kernels read plain memory, which functorch's wrapped and batched tensors do not have.
 """
 
 import numbers

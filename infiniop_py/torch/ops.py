@@ -1,6 +1,6 @@
 """The custom ops under torch.ops.infiniop: three backward kernels of this library, and three forwards (PyTorch's
-own kernels but RMSNorm's on the CPU, which is this library's; saving the statistics in F32) whose autograd formula
-calls them.
+own kernels but RMSNorm's and BatchNorm's on the CPU, which are this library's where they take the operands; saving
+the statistics in F32) whose autograd formula calls them.
 
 Each op has a fake implementation, so torch.compile(fullgraph=True) traces through it. The backward ops mirror
 ATen's schemas (``_fused_rms_norm_backward``, ``native_layer_norm_backward``, ``native_batch_norm_backward``),
@@ -24,6 +24,7 @@ from . import checks
 # The functional ops' signatures (the package's names are the functions, which shadow their modules).
 _RMS_NORM_FORWARD = importlib.import_module("infiniop_py.rms_norm")._SIGNATURE
 _LAYER_NORM_FORWARD = importlib.import_module("infiniop_py.layer_norm")._SIGNATURE
+_BATCH_NORM_FORWARD = importlib.import_module("infiniop_py.batch_norm")._SIGNATURE
 _RMS_NORM_BACKWARD = importlib.import_module("infiniop_py.rms_norm_backward")._SIGNATURE
 _LAYER_NORM_BACKWARD = importlib.import_module("infiniop_py.layer_norm_backward")._FROM_INPUT_SIGNATURE
 _BATCH_NORM_BACKWARD = importlib.import_module("infiniop_py.batch_norm_backward")._SIGNATURE
@@ -402,9 +403,10 @@ layer_norm.register_autograd(_layer_norm_backward, setup_context=_layer_norm_set
 def batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], running_mean: Optional[Tensor],
                running_var: Optional[Tensor], training: bool, momentum: float,
                eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(output, save_mean, save_invstd, new_running_mean, new_running_var): PyTorch's BatchNorm forward, exactly
-    (with 16-bit parameters it saves the statistics in 16 bits, and its output and running statistics differ
-    from the F32-parameter path's, so the parameters are passed as they are). It does not write the running statistics (an op with an autograd
+    """(output, save_mean, save_invstd, new_running_mean, new_running_var): on the CPU this library's forward where
+    it takes the operands (see _library_batch_norm_serves and docs/performance.md), else PyTorch's exactly (with
+    16-bit parameters it saves the statistics in 16 bits, and its output and running statistics differ from the
+    F32-parameter path's, so the parameters are passed as they are). It does not write the running statistics (an op with an autograd
     formula must be functional): the caller copies the new ones in; they are empty where nothing is updated
     (eval, or no running statistics)."""
     return _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -419,6 +421,25 @@ def _check_batch_norm(input, weight, bias, running_mean, running_var, training, 
 
 def _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
     _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
+        if not (training and running_mean is not None):
+            return (*_library_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps),
+                    _absent(input), _absent(input))
+        new_mean, new_var = running_mean.clone(), running_var.clone()  # the op stays functional
+        return (*_library_batch_norm(input, weight, bias, new_mean, new_var, training, momentum, eps), new_mean,
+                new_var)
+    return _torch_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@batch_norm.register_fake
+def _(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    # ATen's fakes; ours gives the same shapes and dtypes (it serves only F32 statistics where ATen saves F32).
+    _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    return _torch_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """PyTorch's functional forward: the custom op's five outputs."""
     if training and running_mean is not None and running_var is not None:
         return torch.ops.aten._native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var,
                                                                   training, momentum, eps)
@@ -427,7 +448,45 @@ def _batch_norm_forward(input, weight, bias, running_mean, running_var, training
     return output, save_mean, save_invstd, _absent(input), _absent(input)
 
 
-batch_norm.register_fake(_batch_norm_forward)
+def _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
+    """Whether this library's CPU forward takes these operands as they are, saves what PyTorch's would and is the
+    faster: an input of rank 2..5 and at least _LIBRARY_BATCH_NORM_MIN_ELEMENTS elements, channels-first or channels-last packed, whose parameters and running statistics
+    (those given, one-dimensional) share the input's dtype, or F32 with 16-bit data; not F16 / BF16 data without
+    F32 parameters (PyTorch then saves 16-bit statistics). Anything else (other devices) runs PyTorch's."""
+    if input.device.type != "cpu" or input.dtype not in _KERNEL_DTYPES or not 2 <= input.dim() <= 5:
+        return False
+    if (running_mean is None) != (running_var is None):
+        return False
+    present = [t for t in (weight, bias, running_mean, running_var) if t is not None]
+    if input.dtype in _HALF_DTYPES:
+        allowed = (torch.float32,)
+        if not present:
+            return False
+    else:
+        allowed = (input.dtype,)
+    return (all(t.dtype in allowed and t.dim() == 1 for t in present)
+            and input.numel() >= _LIBRARY_BATCH_NORM_MIN_ELEMENTS and _batch_packed(input))
+
+
+# Below this size PyTorch's forward is faster: our call's fixed cost (about 10 us of Python and launch, against
+# PyTorch's 5-6) outweighs the kernel's gain. Measured on the project's 2-core EPYC, one thread, 2026-11-29: 4096
+# and 8192 elements 0.5-0.6x (channels-first F32 (4, 16, 8, 8) alone 1.7x), 65536 1.05-5.5x, large shapes 1.5-5x
+# (docs/performance.md).
+_LIBRARY_BATCH_NORM_MIN_ELEMENTS = 32768
+
+
+def _library_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """(output, save_mean, save_invstd) from this library's forward, the running statistics (given in training)
+    updated in place as PyTorch updates them; eval saves nothing, as PyTorch's CPU forward (empty statistics)."""
+    if training:
+        output, save_mean, save_invstd = _BATCH_NORM_FORWARD.run(
+            (running_mean, running_var, input, weight, bias), None, (True, float(momentum), float(eps)),
+            (True, True, True))
+        return output, save_mean, save_invstd
+    output, _, _ = _BATCH_NORM_FORWARD.run((running_mean, running_var, input, weight, bias), None,
+                                           (False, float(momentum), float(eps)), (True, False, False))
+    dtype = _statistics_dtype(input.dtype)  # PyTorch's empty statistics: of this dtype, two tensors (no aliases)
+    return output, input.new_empty(0, dtype=dtype), input.new_empty(0, dtype=dtype)
 
 
 def _batch_norm_forward_in_place(input, weight, bias, running_mean, running_var, training, momentum, eps):
@@ -435,6 +494,8 @@ def _batch_norm_forward_in_place(input, weight, bias, running_mean, running_var,
     torch.nn.functional.batch_norm does (a plain Function may; the custom op must stay functional). A BatchNorm1d
     module's forward of 32x64 took 26-28 us with it, 40-43 with the functional variant and the caller's two copies."""
     _check_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+    if _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
+        return _library_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return torch.native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 

@@ -6,6 +6,7 @@
 #include "infiniop/cpu_isa.h"
 #include "infiniop/tensor_descriptor.h"
 #include "infiniop/operator_descriptor.h"
+#include "infiniop/ops/batch_norm.h"
 #include "infiniop/ops/rms_norm.h"
 #include "infiniop/ops/rms_norm_backward.h"
 #include "infiniop/ops/layer_norm.h"

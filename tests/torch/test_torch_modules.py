@@ -146,6 +146,51 @@ def _channel_scale(module, x, grad_output):
     return float(grad_output.double().abs().max() * weight / (variance.min() + module.eps).sqrt())
 
 
+@pytest.mark.parametrize("dtype, parameter_dtype", [(torch.float32, "same"), (torch.bfloat16, torch.float32),
+                                                     (torch.float16, torch.float32), (torch.float64, "same")])
+@pytest.mark.parametrize("shape, channels_last", [((4, 8, 32, 32), False), ((4, 8, 32, 32), True),
+                                                  ((2, 16, 4, 16, 16), True), ((512, 64), False)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_on_this_librarys_forward_matches_torch(dtype, parameter_dtype, shape, channels_last, training):
+    """Shapes where the CPU forward is this library's (ops._library_batch_norm_serves): output and running
+    statistics within the bound of the float64 reference, gradients as torch's."""
+    from infiniop_py.torch import ops
+
+    generator = _seeded(23)
+    torch_class, our_class = BATCH_NORMS[max(len(shape), 3)]
+    theirs = _with_parameters(torch_class(shape[1]), dtype, parameter_dtype, generator)
+    ours = _with_parameters(our_class(shape[1]), dtype, parameter_dtype, generator)
+    with torch.no_grad():
+        theirs.running_mean.copy_(_randn(shape[1], theirs.running_mean.dtype, generator, 0.5))
+        theirs.running_var.copy_(_randn(shape[1], theirs.running_var.dtype, generator, 0.2, 1.0).abs() + 0.5)
+    theirs.train(training)
+    ours.train(training)
+    x = _randn(shape, dtype, generator, 2.0, 0.5)
+    if channels_last:
+        x = x.movedim(1, -1).contiguous().movedim(-1, 1)
+    assert ops._library_batch_norm_serves(x, theirs.weight, theirs.bias, theirs.running_mean, theirs.running_var)
+    grad_output = _randn(x.shape, dtype, generator)
+    assert_matches_torch(ours, theirs, x, grad_output, _channel_scale(theirs, x, grad_output))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("training, running", [(True, True), (True, False), (False, True)])
+def test_batch_norm_op_on_this_librarys_forward_gives_the_fakes_dtypes_and_shapes(dtype, training, running):
+    """Where the CPU forward is this library's, the custom op's five outputs have the dtypes and shapes of PyTorch's
+    (its fake), eval's empty saved statistics included: torch.compile traces with the fake."""
+    from infiniop_py.torch import ops
+
+    parameter_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+    x = torch.randn(4, 8, 32, 32).to(dtype)
+    weight, bias = torch.rand(8, dtype=parameter_dtype) + 0.5, torch.randn(8, dtype=parameter_dtype)
+    statistics = (torch.zeros(8, dtype=parameter_dtype), torch.ones(8, dtype=parameter_dtype)) if running else (None,
+                                                                                                               None)
+    assert ops._library_batch_norm_serves(x, weight, bias, *statistics)
+    ours = torch.ops.infiniop.batch_norm(x, weight, bias, *statistics, training, 0.1, 1e-5)
+    theirs = ops._torch_batch_norm(x, weight, bias, *statistics, training, 0.1, 1e-5)
+    assert [(t.dtype, t.shape) for t in ours] == [(t.dtype, t.shape) for t in theirs]
+
+
 def test_batch_norm_running_statistics_over_steps():
     """Ten training steps then eval: running statistics and num_batches_tracked move exactly as torch's."""
     generator = _seeded(5)

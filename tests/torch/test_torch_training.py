@@ -148,6 +148,37 @@ def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
     assert library_calls.count("rms_norm_backward") == 12  # and three RMSNorms in each
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_compiled_batch_norm_on_this_librarys_forward_equals_eager(channels_last, monkeypatch):
+    """A BatchNorm large enough for this library's CPU forward, compiled (fullgraph: the functional custom op,
+    which returns new running statistics) and eager (the Function, which updates them in place): the same output,
+    gradients and running statistics over two training steps and an eval one, and the library's forward ran."""
+    torch.manual_seed(1)
+    eager = torch.nn.Sequential(ipt.BatchNorm2d(8), torch.nn.Tanh())
+    compiled_model = copy.deepcopy(eager)
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    calls = []
+    real = ipt.ops._library_batch_norm
+    monkeypatch.setattr(ipt.ops, "_library_batch_norm", lambda *args: calls.append(1) or real(*args))
+    for step in range(3):
+        if step == 2:
+            eager.eval(), compiled_model.eval()
+        x = torch.randn(4, 8, 32, 32) * 3 + 1
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        expected = eager(x).square().mean()
+        actual = compiled(x).square().mean()
+        torch.testing.assert_close(actual, expected)
+        if step < 2:
+            expected.backward()
+            actual.backward()
+        for (name, a), (_, e) in zip(compiled_model.named_parameters(), eager.named_parameters()):
+            torch.testing.assert_close(a.grad, e.grad, msg=name)
+        for (name, a), (_, e) in zip(compiled_model.named_buffers(), eager.named_buffers()):
+            torch.testing.assert_close(a, e, msg=name)
+    assert len(calls) >= 6  # eager and compiled, each step
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_activation_checkpointing_gives_torchs_gradients(reentrant, monkeypatch):
     """torch.utils.checkpoint (transformers' gradient checkpointing) recomputes each block's forward in the

@@ -4,16 +4,13 @@
 
 #include "common/layout.h"
 #include "common/status.h"
+#include "ops/batch_norm_layout.h"
 
 #include <cmath>
 
 namespace op::batch_norm_backward {
 
-// How the three big tensors lie in memory, seen as (N, C, L) with L = the spatial dims flattened.
-enum class Layout {
-    channels_first, // (N, C, L) row-major: each (n, c) is a run of L elements
-    channels_last,  // (N, L, C) row-major (NHWC): N*L rows of C contiguous channels
-};
+using Layout = BatchNormLayout;
 
 struct Info {
     infiniDtype_t dtype;           // grad_input, input, grad_output
@@ -62,7 +59,7 @@ struct Info {
                                                {save_mean, save_invstd}));
 
         const size_t ndim = grad_input->ndim();
-        if (ndim < 2 || ndim > kMaxRank) return INFINI_STATUS_BAD_TENSOR_SHAPE;
+        if (!BatchNormShape::rankOk(grad_input)) return INFINI_STATUS_BAD_TENSOR_SHAPE;
         const size_t channels = grad_input->shape[1];
         if (!infini::sameShape(input, grad_input) || !infini::sameShape(grad_output, grad_input)) {
             return INFINI_STATUS_BAD_TENSOR_SHAPE;
@@ -72,7 +69,7 @@ struct Info {
         }
 
         Layout layout;
-        if (!sharedLayout({grad_input, input, grad_output}, &layout) ||
+        if (!BatchNormShape::sharedLayout({grad_input, input, grad_output}, &layout) ||
             (grad_weight != nullptr && !infini::nonOverlapping(grad_weight)) ||
             (grad_bias != nullptr && !infini::nonOverlapping(grad_bias))) {
             return INFINI_STATUS_BAD_TENSOR_STRIDES;
@@ -101,40 +98,6 @@ struct Info {
                      training != 0,
                      epsilon};
         return INFINI_STATUS_SUCCESS;
-    }
-
-  private:
-    static constexpr size_t kMaxRank = 5;
-
-    // Packed with the dims visited innermost first in order[0..ndim) (dims of size <= 1 never step; empty t
-    // passes).
-    static bool packedInOrder(infini::Tensor t, const size_t *order) {
-        if (t->numel() == 0) return true;
-        ptrdiff_t expected = 1;
-        for (size_t i = 0; i < t->ndim(); ++i) {
-            const size_t dim = order[i];
-            if (t->shape[dim] > 1 && t->strides[dim] != expected) return false;
-            expected *= static_cast<ptrdiff_t>(t->shape[dim]);
-        }
-        return true;
-    }
-
-    // The one layout all tensors (of one rank <= kMaxRank) have, channels-first preferred where both fit
-    // (e.g. L == 1); false if none. Fixed arrays, not vectors: this header is compiled into the shared library.
-    static bool sharedLayout(std::initializer_list<infini::Tensor> tensors, Layout *layout) {
-        const size_t ndim = (*tensors.begin())->ndim();
-        size_t first[kMaxRank], last[kMaxRank]; // innermost first: (..., 2, 1, 0) and (1, ..., 2, 0)
-        last[0] = 1;
-        for (size_t i = 0; i < ndim; ++i) first[i] = ndim - 1 - i;
-        for (size_t i = 1; i + 1 < ndim; ++i) last[i] = ndim - i;
-        last[ndim - 1] = 0;
-        bool all_first = true, all_last = true;
-        for (infini::Tensor t : tensors) {
-            all_first = all_first && packedInOrder(t, first);
-            all_last = all_last && packedInOrder(t, last);
-        }
-        *layout = all_first ? Layout::channels_first : Layout::channels_last;
-        return all_first || all_last;
     }
 };
 

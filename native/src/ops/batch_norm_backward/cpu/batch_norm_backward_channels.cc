@@ -5,7 +5,6 @@
 #include <cmath>
 
 namespace op::batch_norm_backward {
-namespace {
 
 double element(const void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c) {
     const ptrdiff_t i = static_cast<ptrdiff_t>(c) * stride;
@@ -17,7 +16,6 @@ double element(const void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t
     }
 }
 
-// Narrowed through F32 for the 16-bit dtypes, as the kernels store F32 results.
 void store(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c, double value) {
     const ptrdiff_t i = static_cast<ptrdiff_t>(c) * stride;
     switch (dtype) {
@@ -27,8 +25,6 @@ void store(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c, double
     default: static_cast<double *>(vector)[i] = value; break;
     }
 }
-
-} // namespace
 
 ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vectors, size_t c) {
     ChannelStatistics s;

@@ -22,6 +22,11 @@ struct GradInputTerms {
     double scale_grad, scale_centered, shift;
 };
 
+// Element c of a per-channel vector of `dtype` (F16, BF16, F32 or F64) and `stride`, read as F64 or written from
+// it (narrowed through F32 for the 16-bit dtypes, as the kernels store F32 results). The forward's too.
+double element(const void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c);
+void store(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c, double value);
+
 // mean and invstd (from the saved or the running statistics, see the public header) and weight of channel c.
 ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vectors, size_t c);
 

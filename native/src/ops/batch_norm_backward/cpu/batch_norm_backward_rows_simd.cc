@@ -3,62 +3,11 @@
 // so the per-position coefficients and accumulators line up with whole vectors even for C = 3.
 #include "batch_norm_backward_simd.h"
 
+#include "batch_norm_sums_simd.h"
 #include "devices/cpu/simd.h"
 
 namespace op::batch_norm_backward {
 namespace {
-
-using simd::f32v;
-
-static_assert(kPeriodAlign % simd::kWidth == 0, "a period must hold whole vectors");
-
-constexpr size_t kFlushRows = 256; // rows whose terms an F32 accumulator takes before it goes into F64
-
-// grad[j] += grad_output[j], centered[j] += grad_output[j] * (input[j] - mean[j]) for j in [0, n).
-template <typename T>
-void accumulate(const T *grad_output, const T *input, const float *mean, size_t n, float *grad, float *centered) {
-    size_t j = 0;
-    for (; j + simd::kWidth <= n; j += simd::kWidth) {
-        const f32v go = simd::load(grad_output + j);
-        simd::store(grad + j, simd::load(grad + j) + go);
-        simd::store(centered + j, simd::load(centered + j) + go * (simd::load(input + j) - simd::load(mean + j)));
-    }
-    for (; j < n; ++j) {
-        const float go = cpu::toFloat(grad_output[j]);
-        grad[j] += go;
-        centered[j] += go * (cpu::toFloat(input[j]) - mean[j]);
-    }
-}
-
-// Adds each period position's accumulators into its channel's F64 sums, in position order, and clears them.
-void flush(const RowTile &tile, float *grad, float *centered, double *sums) {
-    for (size_t p = 0; p < tile.period; ++p) {
-        const size_t c = p / tile.run % tile.channels;
-        sums[2 * c] += grad[p];
-        sums[2 * c + 1] += centered[p];
-        grad[p] = centered[p] = 0.0f;
-    }
-}
-
-template <typename T>
-void sums(const RowTile &tile, const T *grad_output, const T *input, const float *mean, float *scratch,
-          double *sums) {
-    const size_t period = tile.period, end = tile.end * tile.rowElements();
-    const size_t rows_per_period = period / tile.rowElements();
-    const size_t periods_per_flush = rows_per_period >= kFlushRows ? 1 : kFlushRows / rows_per_period;
-    float *grad = scratch, *centered = scratch + period;
-    for (size_t p = 0; p < 2 * period; ++p) scratch[p] = 0.0f;
-    size_t i = tile.begin * tile.rowElements(), pending = 0;
-    for (; i + period <= end; i += period) {
-        accumulate(grad_output + i, input + i, mean, period, grad, centered);
-        if (++pending == periods_per_flush) {
-            flush(tile, grad, centered, sums);
-            pending = 0;
-        }
-    }
-    accumulate(grad_output + i, input + i, mean, end - i, grad, centered); // a last, partial period
-    flush(tile, grad, centered, sums);
-}
 
 template <typename T>
 void apply(const RowTile &tile, const T *grad_output, const T *input, const Coefficients &k, T *grad_input,
@@ -95,7 +44,7 @@ void scale(const RowTile &tile, const T *grad_output, const float *scale_grad, T
 
 template <typename T>
 const RowKernels<T> &table() {
-    static const RowKernels<T> table{sums<T>, apply<T>, scale<T>};
+    static const RowKernels<T> table{rowSums<GradTerms, T>, apply<T>, scale<T>};
     return table;
 }
 
