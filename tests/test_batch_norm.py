@@ -1,5 +1,6 @@
-"""BatchNorm forward (functional API and operator objects, CPU) against float64 references from the exact rounded
-inputs and against torch.nn.functional.batch_norm; its saved statistics against what the backward takes."""
+"""BatchNorm forward (functional API and operator objects; the values on every device) against float64 references
+from the exact rounded inputs and against torch.nn.functional.batch_norm; its saved statistics against what the
+backward takes."""
 
 import numpy as np
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import strategies as st
 
 import infiniop_py
 from infiniop_py import errors
+from _devices import DEVICES, DeviceData
 from _helpers import BF16, F16, F32, F64, f16_sequential_sum, f64, rounded
 
 # Per element, |y - ref| <= bound * (|ref| + |weight| + |bias|) + tiny: the output's own rounding (half an ulp: 2^-11
@@ -80,6 +82,20 @@ def make_inputs(rng, shape, dtype, parameter_dtype, offset=2.0):
     return (rounded(x, dtype), *vectors)
 
 
+def forward_on(device, x, weight=None, bias=None, running_mean=None, running_var=None, **keywords):
+    """(y, save_mean, save_invstd) of infiniop_py.batch_norm on ``device`` as numpy arrays (the statistics None
+    unless need_stats, which defaults to training); the running statistics, updated in place there, are written back
+    into the arrays given."""
+    need_stats = keywords.pop("need_stats", keywords.get("training", True))
+    data = DeviceData(device)
+    put = lambda array, output=False: None if array is None else data.put(array, output)  # noqa: E731
+    result = infiniop_py.batch_norm(put(x), put(weight), put(bias), put(running_mean, True), put(running_var, True),
+                                    need_stats=need_stats, **keywords)
+    fetched = tuple(data.fetch(array) for array in (result if need_stats else (result, None, None)))
+    data.write_back()
+    return fetched
+
+
 def parameter_dtypes_for(dtype):
     return (dtype, F32) if dtype in (F16, BF16) else (dtype,)
 
@@ -94,7 +110,8 @@ ranked_shapes = st.integers(2, 5).flatmap(
        running=st.booleans(), affine=st.booleans(), need_stats=st.booleans(), seed=st.integers(0, 2**32 - 1))
 @example(shape=(2, 3, 5, 4), dtype=BF16, f32_parameters=True, layout="channels_last", training=True, running=True,
          affine=True, need_stats=True, seed=0)
-def test_matches_reference(shape, dtype, f32_parameters, layout, training, running, affine, need_stats, seed):
+@pytest.mark.parametrize("device", DEVICES)
+def test_matches_reference(device, shape, dtype, f32_parameters, layout, training, running, affine, need_stats, seed):
     parameter_dtype = F32 if f32_parameters and dtype in (F16, BF16) else dtype
     x, weight, bias, running_mean, running_var = make_inputs(np.random.default_rng(seed), shape, dtype,
                                                              parameter_dtype)
@@ -108,8 +125,13 @@ def test_matches_reference(shape, dtype, f32_parameters, layout, training, runni
     weight, bias = (weight, bias) if affine else (None, None)
     before = (running_mean.copy(), running_var.copy())
     args = (running_mean, running_var) if running else (None, None)
-    result = infiniop_py.batch_norm(x, weight, bias, *args, training=training, momentum=0.3, eps=1e-5,
-                                    need_stats=need_stats)
+    if device == "cpu":
+        result = infiniop_py.batch_norm(x, weight, bias, *args, training=training, momentum=0.3, eps=1e-5,
+                                        need_stats=need_stats)
+    else:
+        result = forward_on(device, x, weight, bias, *args, training=training, momentum=0.3, eps=1e-5,
+                            need_stats=need_stats)
+        result = result if need_stats else result[0]
     y_ref, mean_ref, invstd_ref, new_mean, new_var = reference(x, weight, bias, *before if running else (None, None),
                                                                training, 0.3, 1e-5)
     y = result[0] if need_stats else result
@@ -132,13 +154,14 @@ def test_matches_reference(shape, dtype, f32_parameters, layout, training, runni
         np.testing.assert_array_equal(running_var, before[1])
 
 
-def test_large_mean_channels_keep_their_precision():
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_mean_channels_keep_their_precision(device):
     # Channels whose mean is 10^4 times their spread: sums of x and x^2 would cancel away every digit of the
     # variance in F32 (and lose most in F64); the shifted sums keep it.
     rng = np.random.default_rng(1)
     x = rounded(rng.standard_normal((16, 4, 33, 17)) + np.array([1e4, -3e4, 5e3, 0.0]).reshape(1, 4, 1, 1), F32)
     for array in (x, channels_last(x)):
-        y, mean, invstd = infiniop_py.batch_norm(array, need_stats=True)
+        y, mean, invstd = forward_on(device, array)
         y_ref, mean_ref, invstd_ref, _, _ = reference(array, None, None, None, None, True, 0.1, 1e-5)
         assert_relative(invstd, invstd_ref, 1e-5, "save_invstd")
         # y's error: F32's rounding of the large x itself is exact in the reference, so only the arithmetic counts.
@@ -163,22 +186,24 @@ def test_f16_accumulation_misses_the_bounds():
 
 @pytest.mark.parametrize("shape", [(4096, 3), (2, 5, 70000), (1, 70, 3, 3), (300, 17, 16), (64, 20, 5)])
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
-def test_every_tiling_matches_reference(shape, layout):
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_tiling_matches_reference(device, shape, layout):
     # Long channels (several length chunks and batch blocks), many rows of few channels, short runs (periodic rows).
     x, weight, bias, running_mean, running_var = make_inputs(np.random.default_rng(3), shape, BF16, F32)
     x = channels_last(x) if layout == "channels_last" else x
     expected = reference(x, weight, bias, running_mean.copy(), running_var.copy(), True, 0.1, 1e-5)
-    y, mean, invstd = infiniop_py.batch_norm(x, weight, bias, running_mean, running_var, need_stats=True)
+    y, mean, invstd = forward_on(device, x, weight, bias, running_mean, running_var)
     assert_y_close(y, expected[0], BF16, weight, bias)
     assert_relative(invstd, expected[2], 1e-5, "save_invstd")
     np.testing.assert_allclose(running_var, expected[4], rtol=1e-5)
 
 
-def test_bitwise_reproducible():
+@pytest.mark.parametrize("device", DEVICES)
+def test_bitwise_reproducible(device):
     x = rounded(np.random.default_rng(4).standard_normal((8, 16, 999)), F32)
-    first = infiniop_py.batch_norm(x, need_stats=True)
+    first = forward_on(device, x)
     for _ in range(3):
-        for a, b in zip(first, infiniop_py.batch_norm(x, need_stats=True)):
+        for a, b in zip(first, forward_on(device, x)):
             np.testing.assert_array_equal(a, b)
 
 
@@ -190,20 +215,22 @@ def test_in_place_and_out():
     np.testing.assert_array_equal(y, expected)
 
 
-def test_eval_reads_the_running_statistics_only():
+@pytest.mark.parametrize("device", DEVICES)
+def test_eval_reads_the_running_statistics_only(device):
     x, weight, bias, running_mean, running_var = make_inputs(np.random.default_rng(6), (3, 4, 5, 6), F32, F32)
     before = running_mean.copy(), running_var.copy()
-    y = infiniop_py.batch_norm(x, weight, bias, running_mean, running_var, training=False)
+    y, _, _ = forward_on(device, x, weight, bias, running_mean, running_var, training=False)
     assert_y_close(y, reference(x, weight, bias, *before, False, 0.1, 1e-5)[0], F32, weight, bias)
     np.testing.assert_array_equal(running_mean, before[0])
     np.testing.assert_array_equal(running_var, before[1])
 
 
 @pytest.mark.parametrize("shape", [(0, 3, 4), (2, 3, 0), (0, 3), (2, 0, 5)])
-def test_empty_batches(shape):
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batches(device, shape):
     x = np.zeros(shape, np.float32)
     running_mean, running_var = np.full(shape[1], 0.5, np.float32), np.full(shape[1], 2.0, np.float32)
-    y, mean, invstd = infiniop_py.batch_norm(x, None, None, running_mean, running_var, need_stats=True)
+    y, mean, invstd = forward_on(device, x, None, None, running_mean, running_var)
     assert y.shape == shape
     np.testing.assert_array_equal(mean, np.zeros(shape[1]))
     np.testing.assert_array_equal(running_mean, np.full(shape[1], 0.5))  # as torch leaves them
