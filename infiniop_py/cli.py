@@ -1,7 +1,9 @@
-"""The infiniop-py command: ``smoke`` checks every operator in every dtype on random data against the float64
-reference (exit 0: all pass; 1: a failure; 2: no such device); ``bench`` times them (the bench sub-package)."""
+"""The infiniop-py command: ``smoke`` checks every operator, backward and forward, in every dtype on random data
+against the float64 reference (exit 0: all pass; 1: a failure; 2: no such device; a forward the device's backend
+does not have is listed as such); ``bench`` times them (the bench sub-package)."""
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -12,39 +14,57 @@ import numpy as np
 from . import cpu_isa, reference
 from ._device_memory import DeviceArray
 from ._ffi import LibraryNotFoundError, library_path, libraries
+from .batch_norm import BatchNorm
 from .batch_norm_backward import BatchNormBackward
 from .errors import (DeviceArchitectureNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
-                     DeviceTypeNotSupportedError, InfiniopError, check)
+                     DeviceTypeNotSupportedError, InfiniopError, NotImplementedStatusError, check)
 from .handle import Handle, resolve_alias, selected_device
+from .layer_norm import LayerNorm
 from .layer_norm_backward import LayerNormBackward
+from .rms_norm import RMSNorm
 from .rms_norm_backward import RMSNormBackward
 
-# (name, operator class, input maker, float64 reference, shape of the main tensor)
+
+def _forward_inputs(*names):
+    return functools.partial(reference.make_forward_inputs, names=names)
+
+
+# (name, operator class, input maker, float64 reference, shape of the main tensor, the outputs that are statistics
+# (F32); the others take the data's dtype). Inputs and outputs are passed by the operator's argument names.
 CASES = (
     ("rms_norm_backward", RMSNormBackward, reference.make_rms_norm_inputs, reference.rms_norm_backward,
-     (4, 32, 256)),
+     (4, 32, 256), ()),
     ("layer_norm_backward", LayerNormBackward, reference.make_layer_norm_inputs, reference.layer_norm_backward,
-     (4, 32, 256)),
+     (4, 32, 256), ()),
     ("batch_norm_backward", BatchNormBackward, reference.make_batch_norm_inputs, reference.batch_norm_backward,
-     (8, 16, 64)),
+     (8, 16, 64), ()),
+    ("rms_norm", RMSNorm, _forward_inputs("w"), reference.rms_norm, (4, 32, 256), ("rstd",)),
+    ("layer_norm", LayerNorm, _forward_inputs("w", "b"), reference.layer_norm, (4, 32, 256), ("mean", "rstd")),
+    ("batch_norm", BatchNorm, _forward_inputs("weight", "bias", "running_mean", "running_var"), reference.batch_norm,
+     (8, 16, 64), ("save_mean", "save_invstd")),
 )
+
 DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 BUILT_DEVICES = ("cpu", "nvidia", "ascend")  # the backends this project builds (handle.py knows more names)
 DEVICE_UNAVAILABLE = (DeviceTypeNotSupportedError, DeviceNotFoundError, DeviceNotInitializedError,
                       DeviceArchitectureNotSupportedError)
 
 
-def _run_case(handle, operator_class, inputs, expected):
-    """Run once to warm up and once timed; return (max relative error over the outputs, seconds)."""
+def _run_case(handle, operator_class, inputs, expected, statistics):
+    """Run once to warm up and once timed; return (max relative error over the outputs, seconds). Arrays go to the
+    operator by its argument names: its outputs (the first len(expected) of operator_class._outputs) and inputs."""
     dtype = next(iter(inputs.values())).dtype
-    outputs = [np.zeros(e.shape, dtype=dtype) for e in expected]
+    names = operator_class._outputs[:len(expected)]
+    outputs = [np.zeros(e.shape, dtype=np.float32 if name in statistics else dtype)
+               for name, e in zip(names, expected)]
     arrays = outputs + list(inputs.values())
     if handle.device != "cpu":
         arrays = [DeviceArray.from_numpy(a, handle.device, handle.device_id) for a in arrays]
-    with operator_class(handle, *arrays) as operator:
-        operator(*arrays)
+    named = dict(zip((*names, *inputs), arrays))
+    with operator_class(handle, **named) as operator:
+        operator(**named)
         start = time.perf_counter()
-        operator(*arrays)
+        operator(**named)
         if handle.device != "cpu":
             with selected_device(handle.device, handle.device_id):
                 check(libraries().rt.infinirtDeviceSynchronize(), "infinirtDeviceSynchronize")
@@ -69,13 +89,16 @@ def smoke(device, device_id, seed):
     print(row.format("op", "dtype", "shape", "max rel error", "tolerance", "result", "time"))
     failures = 0
     with handle:
-        for name, operator_class, make_inputs, reference_of, shape in CASES:
+        for name, operator_class, make_inputs, reference_of, shape, statistics in CASES:
             for dtype in DTYPES:
                 inputs = make_inputs(shape, dtype, rng)
                 expected = reference_of(**inputs)
                 tolerance = reference.TOLERANCES[dtype]
                 try:
-                    error, seconds = _run_case(handle, operator_class, inputs, expected)
+                    error, seconds = _run_case(handle, operator_class, inputs, expected, statistics)
+                except NotImplementedStatusError:  # a forward this device's backend does not have yet
+                    print(row.format(name, dtype.name, str(shape), "-", "-", "n/a", "-"))
+                    continue
                 except InfiniopError as failure:
                     failures += 1
                     print(row.format(name, dtype.name, str(shape), "-", f"{tolerance:.1e}", "FAIL", "-"))

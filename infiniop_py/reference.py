@@ -1,4 +1,5 @@
-"""float64 references of the three operators (design.md section 2), input makers, tolerances.
+"""float64 references of the three operators, backward (design.md section 2) and forward (training, saving what the
+backward takes), input makers, tolerances.
 
 The references take the dT-rounded inputs (any float dtype) and compute in float64.
 """
@@ -49,6 +50,42 @@ def batch_norm_backward(input, grad_output, weight, running_mean, running_var):
         grad_output - sum_grad[None, :, None] / count - xhat * sum_grad_xhat[None, :, None] / count
     )
     return grad_input, sum_grad_xhat, sum_grad
+
+
+def rms_norm(x, w, eps=1e-6):
+    """(y, rstd) of the RMSNorm forward over the last dim."""
+    x, w = _f64(x, w)
+    rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1) + eps)
+    return x * rstd[..., None] * w, rstd
+
+
+def layer_norm(x, w, b, eps=1e-5):
+    """(y, mean, rstd) of the LayerNorm forward over the last dim (biased variance)."""
+    x, w, b = _f64(x, w, b)
+    mean = x.mean(axis=-1)
+    rstd = 1.0 / np.sqrt(x.var(axis=-1) + eps)
+    return (x - mean[..., None]) * rstd[..., None] * w + b, mean, rstd
+
+
+def batch_norm(x, weight, bias, running_mean, running_var, eps=1e-5):
+    """(y, save_mean, save_invstd) of the BatchNorm training forward over (N, C, L): batch statistics (biased
+    variance); the running statistics are only updated, never read."""
+    x, weight, bias = _f64(x, weight, bias)
+    mean, invstd = x.mean(axis=(0, 2)), 1.0 / np.sqrt(x.var(axis=(0, 2)) + eps)
+    y = (x - mean[None, :, None]) * (invstd * weight)[None, :, None] + bias[None, :, None]
+    return y, mean, invstd
+
+
+def make_forward_inputs(shape, dtype, rng, names):
+    """x of ``shape`` (offset from zero) and, per name in ``names``, a parameter vector of the normalized dim (the last,
+    or dim 1 for BatchNorm's (N, C, L)), rounded to ``dtype``."""
+    dtype = np.dtype(dtype)
+    length = shape[1] if "running_mean" in names else shape[-1]
+    inputs = {"x": (rng.standard_normal(shape) * 1.5 + 0.5).astype(dtype)}
+    for name in names:
+        values = rng.standard_normal(length) if name != "running_var" else rng.uniform(0.5, 2.0, length)
+        inputs[name] = values.astype(dtype)
+    return inputs
 
 
 def make_rms_norm_inputs(shape, dtype, rng):

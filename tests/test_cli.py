@@ -12,7 +12,7 @@ import infiniop_py
 
 from _helpers import OPS
 
-OP_NAMES = tuple(case.name for case in OPS)
+OP_NAMES = tuple(case.name for case in OPS) + ("rms_norm", "layer_norm", "batch_norm")  # backwards, forwards
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -30,9 +30,25 @@ def test_smoke_passes_every_op_and_dtype():
     rows = [line.split() for line in result.stdout.splitlines() if line.split()[:1] and line.split()[0] in OP_NAMES]
     assert {(row[0], row[1]) for row in rows} == {(op, dtype) for op in OP_NAMES
                                                   for dtype in ("float32", "float16", "bfloat16")}
-    assert len(rows) == 9 and all("PASS" in row for row in rows), result.stdout
+    assert len(rows) == 18 and all("PASS" in row for row in rows), result.stdout
     # The first line says which kernels ran: the ISA changes the CPU's speed severalfold.
     assert f"(CPU kernels {infiniop_py.cpu_isa()})" in result.stdout.splitlines()[0], result.stdout
+
+
+def test_smoke_lists_a_forward_the_device_lacks_and_still_passes(monkeypatch, capsys):
+    """Ascend has no forwards yet: their rows say n/a, and the run passes on what the device has."""
+    from infiniop_py import cli, errors
+
+    class Missing(infiniop_py.RMSNorm):
+        def __init__(self, handle, **arrays):
+            raise errors.NotImplementedStatusError("RMSNorm: NOT_IMPLEMENTED")
+
+    rms_norm_case = next(case for case in cli.CASES if case[0] == "rms_norm")
+    monkeypatch.setattr(cli, "CASES", (rms_norm_case, ("rms_norm_missing", Missing) + rms_norm_case[2:]))
+    assert cli.smoke("cpu", 0, 0) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("rms_norm")]
+    assert [row[0] for row in rows] == ["rms_norm"] * 3 + ["rms_norm_missing"] * 3
+    assert all("PASS" in row for row in rows[:3]) and all(row[-2:] == ["n/a", "-"] for row in rows[3:]), rows
 
 
 def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
