@@ -145,6 +145,35 @@ __device__ __forceinline__ double rstdOf(double sum_squares, size_t dim, double 
     return 1.0 / sqrt(sum_squares / static_cast<double>(dim) + epsilon);
 }
 
+// A row's statistics from this thread's values of it: for_each(f) calls f(value, in_row) for each (values past the
+// row's end are 0). Centred (LayerNorm): the mean of a first F32 tree sum, then the corrected two-pass moments of
+// d = x - that mean; else (RMSNorm) the sum of squares. Every thread of the group gets the same bits.
+template <bool kCentres, int G, typename C, typename ForEach>
+__device__ __forceinline__ RowStats rowStats(ForEach &&for_each, size_t dim, double epsilon, C *scratch) {
+    if constexpr (kCentres) {
+        C sum = 0;
+        for_each([&](C value, bool) { sum += value; });
+        const double mean0 = static_cast<double>(groupSum<G>(sum, scratch)) / static_cast<double>(dim);
+        const SplitMean<C> first = SplitMean<C>::of(mean0);
+        C sum_d = 0, sum_d2 = 0;
+        for_each([&](C value, bool in_row) {
+            const C d = in_row ? first.centre(value) : C(0);
+            sum_d += d;
+            sum_d2 += d * d;
+        });
+        groupSums<G>(sum_d, sum_d2, scratch);
+        RowStats stats;
+        double variance;
+        correctedMoments(mean0, sum_d, sum_d2, dim, &stats.mean, &variance);
+        stats.rstd = 1.0 / sqrt(variance + epsilon);
+        return stats;
+    } else {
+        C squares = 0;
+        for_each([&](C value, bool) { squares += value * value; });
+        return RowStats{0.0, rstdOf(groupSum<G>(squares, scratch), dim, epsilon)};
+    }
+}
+
 // Rows in registers. CTA threads: G, or kWarpCta for G == 32; each group takes rows group, group + groups, ...
 template <bool kCentres, typename T, typename W, typename S, int G, int V>
 __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(Args<T, W, S> args) {
@@ -173,31 +202,12 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
         for (int k = 0; k < kItems / V; ++k) {
             nvidia::loadSpan<V>(x_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
         }
-        RowStats stats{0.0, 0.0};
-        if constexpr (kCentres) {
-            C sum = 0;
+        const RowStats stats = rowStats<kCentres, G>(
+            [&](auto &&f) {
 #pragma unroll
-            for (int e = 0; e < kItems; ++e) sum += x[e]; // padded columns hold 0
-            const double mean0 = static_cast<double>(groupSum<G>(sum, scratch)) / static_cast<double>(args.dim);
-            const SplitMean<C> first = SplitMean<C>::of(mean0);
-            C sum_d = 0, sum_d2 = 0;
-#pragma unroll
-            for (int e = 0; e < kItems; ++e) {
-                const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
-                const C d = col < args.dim ? first.centre(x[e]) : C(0);
-                sum_d += d;
-                sum_d2 += d * d;
-            }
-            groupSums<G>(sum_d, sum_d2, scratch);
-            double variance;
-            correctedMoments(mean0, sum_d, sum_d2, args.dim, &stats.mean, &variance);
-            stats.rstd = 1.0 / sqrt(variance + args.epsilon);
-        } else {
-            C squares = 0;
-#pragma unroll
-            for (int e = 0; e < kItems; ++e) squares += x[e] * x[e]; // padded columns hold 0
-            stats.rstd = rstdOf(groupSum<G>(squares, scratch), args.dim, args.epsilon);
-        }
+                for (int e = 0; e < kItems; ++e) f(x[e], static_cast<size_t>((e / V) * G + lane) * V + e % V < args.dim);
+            },
+            args.dim, args.epsilon, scratch);
         if (lane == 0) writeStats(args, row, stats);
         const SplitMean<C> mean = SplitMean<C>::of(stats.mean);
         const C r = static_cast<C>(stats.rstd);
@@ -234,30 +244,11 @@ __global__ void __launch_bounds__(kMaxGroup) longRowsKernel(Args<T, W, S> args) 
     __shared__ C scratch[66];
     for (size_t row = blockIdx.x; row < args.rows; row += gridDim.x) {
         const T *x_row = args.x + args.x_rows.offset(row);
-        RowStats stats{0.0, 0.0};
-        if constexpr (kCentres) {
-            C sum = 0;
-            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) sum += nvidia::widen(x_row[col]);
-            const double mean0 = static_cast<double>(groupSum<kMaxGroup>(sum, scratch)) / static_cast<double>(args.dim);
-            const SplitMean<C> first = SplitMean<C>::of(mean0);
-            C sum_d = 0, sum_d2 = 0;
-            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
-                const C d = first.centre(nvidia::widen(x_row[col]));
-                sum_d += d;
-                sum_d2 += d * d;
-            }
-            groupSums<kMaxGroup>(sum_d, sum_d2, scratch);
-            double variance;
-            correctedMoments(mean0, sum_d, sum_d2, args.dim, &stats.mean, &variance);
-            stats.rstd = 1.0 / sqrt(variance + args.epsilon);
-        } else {
-            C squares = 0;
-            for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
-                const C v = nvidia::widen(x_row[col]);
-                squares += v * v;
-            }
-            stats.rstd = rstdOf(groupSum<kMaxGroup>(squares, scratch), args.dim, args.epsilon);
-        }
+        const RowStats stats = rowStats<kCentres, kMaxGroup>(
+            [&](auto &&f) {
+                for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) f(nvidia::widen(x_row[col]), true);
+            },
+            args.dim, args.epsilon, scratch);
         if (threadIdx.x == 0) writeStats(args, row, stats);
         const C r = static_cast<C>(stats.rstd);
         const SplitMean<C> mean = SplitMean<C>::of(stats.mean);
