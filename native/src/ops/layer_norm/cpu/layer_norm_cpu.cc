@@ -1,8 +1,7 @@
 // LayerNorm forward on the CPU: per row, one pass reduces sum(x - x0) and sum((x - x0)^2) about the row's first
-// element x0 (each 4096-element chunk about its own mean, read twice from L1: see layer_norm_simd.h), a second writes y (and xhat) while the row is still in
-// cache, so x is read from DRAM once and y written once. The schedules are the backward's (devices/cpu/
-// row_driver.h) without reducing the next row inside the elementwise pass: that reduction takes one pass over
-// its data, and a chunk's reduction here takes two.
+// element x0 (each 4096-element chunk about an estimate of its mean: see layer_norm_simd.h), a second writes y
+// (and xhat) while the row is still in cache, so x is read from DRAM once and y written once. The schedules are
+// the backward's (devices/cpu/row_driver.h) without reducing the next row inside the elementwise pass.
 #include "../layer_norm.h"
 
 #include "devices/cpu/row_driver.h"
