@@ -12,7 +12,7 @@
 
 namespace op::layer_norm {
 
-// A row's statistics as the kernels apply them: xhat = ((x - mean_high) - mean_low) * rstd. The mean is split in
+// A row's statistics as the kernels apply them: xhat = (x - mean_high) * rstd - mean_low * rstd. The mean is split in
 // two of the compute type so that rows whose mean is large against their spread lose no bits of x - mean (the
 // F64 kernels keep mean_low 0).
 template <typename C>
