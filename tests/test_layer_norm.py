@@ -275,6 +275,27 @@ def test_large_mean_rows(device, dtype, d):
         assert float(np.max(np.abs(naive_rstd - expected_rstd) / expected_rstd)) > STAT_BOUND[F32]
 
 
+@pytest.mark.parametrize("dtype", (F16, BF16, F32), ids=str)
+@pytest.mark.parametrize("d", (40, 512, 5000), ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_starting_far_from_their_mean(device, dtype, d):
+    """The CPU kernel sums each chunk about its first vector's mean: where that lies far from the chunk's mean
+    (here the first 16 elements sit 1e3 spreads away, or a single element does), it sums again about the mean."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((4, d))
+    x[0, :16] += 1e3 if np.dtype(dtype) == F32 else 30.0
+    x[1, :16] -= 50.0
+    x[2, 0] += 1e3 if np.dtype(dtype) == F32 else 30.0
+    x[3, 4096:4112] += 100.0  # the second chunk's first vector
+    x = rounded(x + 100.0, dtype)
+    w, b = rounded(rng.normal(1.0, 0.5, d), dtype), rounded(rng.normal(0.0, 0.5, d), dtype)
+
+    y, mean, rstd = forward_on(device, x, w, b)
+
+    assert_y_close(y, x, w, b, 1, dtype)
+    assert_statistics_close(mean, rstd, x, 1, dtype)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_functional(device, dtype):

@@ -114,6 +114,18 @@ SIMD_INLINE f32v splat(float value) {
 #endif
 }
 
+// a * b + c, rounded once where the ISA has FMA (the x86-64-v3 and v4 builds), as two operations elsewhere.
+SIMD_INLINE f32v mulAdd(f32v a, f32v b, f32v c) {
+#if defined(__AVX512F__)
+    return (f32v)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    return {(f32x8)_mm256_fmadd_ps((__m256)a.low, (__m256)b.low, (__m256)c.low),
+            (f32x8)_mm256_fmadd_ps((__m256)a.high, (__m256)b.high, (__m256)c.high)};
+#else
+    return a * b + c;
+#endif
+}
+
 SIMD_INLINE f32v load(const float *p) {
 #if defined(__AVX__) && !defined(__AVX512F__)
     return joinHalves(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));

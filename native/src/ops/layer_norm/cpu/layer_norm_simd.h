@@ -12,7 +12,7 @@
 
 namespace op::layer_norm {
 
-// A row's statistics as the kernels apply them: xhat = ((x - mean_high) - mean_low) * rstd. The mean is split in
+// A row's statistics as the kernels apply them: xhat = (x - mean_high) * rstd - mean_low * rstd. The mean is split in
 // two of the compute type so that rows whose mean is large against their spread lose no bits of x - mean (the
 // F64 kernels keep mean_low 0).
 template <typename C>
@@ -25,10 +25,11 @@ template <typename T, typename W>
 struct Kernels {
     using C = cpu::ComputeOf<T>;
     // {sum of (x - shift), sum of (x - shift)^2} over [0, n) in F64, built chunk by chunk (fixed 4096-element
-    // chunks from the segment's start): each chunk's own mean m first, then sum(x - m) and sum((x - m)^2) in F32
-    // lanes, carried into F64 about the shift. The caller's shift is an element of the row (its first), so the
-    // variance it forms, sum((x - shift)^2)/L - (sum(x - shift)/L)^2, cancels no more than (shift - mean)^2/var
-    // times F64 rounding, however large the mean is against the spread.
+    // chunks from the segment's start): each chunk summed in one pass about its first vector's mean (a second
+    // pass, from L1, about the chunk's mean where that lies far from it), in F32 lanes, carried into F64 about
+    // the shift. The caller's shift is an element of the row (its first), so the variance it forms,
+    // sum((x - shift)^2)/L - (sum(x - shift)/L)^2, cancels no more than (shift - mean)^2/var times F64 rounding,
+    // however large the mean is against the spread.
     cpu::PairSums (*sums)(size_t n, const T *x, C shift);
     // y = xhat * w + b over [0, n), and xhat itself where `xhat` is non-NULL; b NULL: no bias. y may be x.
     // stream: write y past the caches (cpu::RowHints).
