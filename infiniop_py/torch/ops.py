@@ -332,9 +332,20 @@ def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
     checks.layer_norm(input, normalized_shape, weight, bias, eps)
     if _library_layer_norm_serves(input, normalized_shape, weight, bias):
         return _library_layer_norm(input, normalized_shape, weight, bias, eps)
+    return _torch_layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def _torch_layer_norm(input, normalized_shape, weight, bias, eps):
+    """PyTorch's forward, its statistics F32 (F64 for F64 data) as this library's forward saves them: the CPU kernel
+    saves 16-bit ones unless a parameter is F32, so 16-bit parameters are widened first (exact), and without any the
+    statistics are converted."""
     if input.device.type == "cpu":  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
         weight, bias = _f32_parameters(input, weight, bias)  # parameters of another dtype than the data's
-    return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
+    output, mean, rstd = torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
+    statistics_dtype = _statistics_dtype(input.dtype)
+    if mean.dtype is not statistics_dtype:
+        mean, rstd = mean.to(statistics_dtype), rstd.to(statistics_dtype)
+    return output, mean, rstd
 
 
 def _library_layer_norm_serves(input, normalized_shape, weight, bias):
@@ -376,9 +387,7 @@ def _library_layer_norm(input, normalized_shape, weight, bias, eps):
 @layer_norm.register_fake
 def _(input, normalized_shape, weight, bias, eps):
     checks.layer_norm(input, normalized_shape, weight, bias, eps)
-    if input.device.type == "cpu":
-        weight, bias = _f32_parameters(input, weight, bias)
-    return torch.native_layer_norm(input, normalized_shape, weight, bias, eps)  # ATen's fakes; ours: same shapes
+    return _torch_layer_norm(input, normalized_shape, weight, bias, eps)  # ATen's fakes; ours: the same metadata
 
 
 def _layer_norm_setup(ctx, inputs, output):

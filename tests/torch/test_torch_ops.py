@@ -38,6 +38,9 @@ def _cases():
         ("rms_norm f32 no weight", torch.ops.infiniop.rms_norm, (xf, [4, 6], None, None)),
         ("layer_norm", torch.ops.infiniop.layer_norm, (xg, [6], wg, bg, 1e-5)),
         ("layer_norm no affine", torch.ops.infiniop.layer_norm, (xf, [6], None, None, 1e-5)),
+        # 16-bit data, no parameters: torch's CPU kernel would save 16-bit statistics; the op saves F32 either way
+        ("layer_norm bf16 no affine", torch.ops.infiniop.layer_norm,
+         (x.bfloat16().requires_grad_(), [6], None, None, 1e-5)),
         ("batch_norm training", torch.ops.infiniop.batch_norm, (xbg, wbg, bb, rm, rv, True, 0.1, 1e-5)),
         ("batch_norm eval", torch.ops.infiniop.batch_norm, (xbg, wbg, None, rm, rv, False, 0.1, 1e-5)),
         ("rms_norm_backward", torch.ops.infiniop.rms_norm_backward, (go, x, [6], rstd.detach(), w, [True, True])),
