@@ -72,16 +72,14 @@ def test_forward_reports_say_forward_and_count_one_read_and_one_write(monkeypatc
 
 def test_forward_cli_refuses_what_it_cannot_time(capsys):
     from infiniop_py import bench
-    for argv, message in ((["--forward", "--device", "nvidia"], "the forwards run on the CPU only"),
+    for argv, message in ((["--forward", "--device", "nvidia"], "the forward cases are timed on the CPU only"),
                           (["--forward", "--ops", "rms_norm", "softmax"], "invalid choice")):
         with pytest.raises(SystemExit):
             bench.main(argv)
         assert message in capsys.readouterr().err
-    missing = [op for op in ("layer_norm", "batch_norm") if op not in forward.OPS]
-    if missing:  # until those forwards land, asking for them says which exist
-        with pytest.raises(SystemExit):
-            bench.main(["--forward", "--ops", *missing])
-        assert f"no forward of {', '.join(missing)} yet" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # LayerNorm's from-input form is a backward form only
+        bench.main(["--forward", "--ops", "rms_norm", "layer_norm_from_input"])
+    assert "no forward of layer_norm_from_input (forwards: rms_norm, layer_norm, batch_norm)" in capsys.readouterr().err
 
 
 def test_onednn_forward_reference_refuses_non_f32_statistics(onednn_ready):  # noqa: F811

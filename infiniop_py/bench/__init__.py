@@ -26,7 +26,7 @@ def main(argv=None):
                              "saves them) instead of xhat and std")
     parser.add_argument("--forward", action="store_true",
                         help="CPU: time the forwards instead (ours saving what our backward takes, against torch's "
-                             "and oneDNN's training forwards); --ops defaults to the ops that have one")
+                             "and oneDNN's training forwards)")
     parser.add_argument("--dtypes", nargs="+", default=cpu.DTYPES, choices=cpu.DTYPES)
     parser.add_argument("--repeats", type=int, default=7,
                         help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
@@ -57,12 +57,10 @@ def main(argv=None):
     if args.forward:
         from . import forward
         if args.device != "cpu":
-            parser.error("--forward: the forwards run on the CPU only so far (the CUDA ones are not written)")
-        if args.ops == parser.get_default("ops"):
-            args.ops = list(forward.OPS)
+            parser.error("--forward: the forward cases are timed on the CPU only so far (the GPU benchmark has none)")
         missing = [op for op in args.ops if op not in forward.OPS]
         if missing:
-            parser.error(f"--forward: no forward of {', '.join(missing)} yet (forwards: {', '.join(forward.OPS)})")
+            parser.error(f"--forward: no forward of {', '.join(missing)} (forwards: {', '.join(forward.OPS)})")
     if args.plot:  # before minutes of timing, not after
         try:
             import matplotlib  # noqa: F401

@@ -349,11 +349,11 @@ def _torch_layer_norm(input, normalized_shape, weight, bias, eps):
 
 
 def _library_layer_norm_serves(input, normalized_shape, weight, bias):
-    """Whether this library's CPU forward takes these operands as they are and is the faster one (LAYER_NORM_LIBRARY
-    below): packed data, not empty, whose trailing dims are normalized_shape; parameters of that shape and of the
-    data's dtype or F32 (16-bit data), the same for both; at least one of them where several dims are normalized (the
-    library reads the normalized dims from their rank). Anything else goes to PyTorch's kernel, which runs it or
-    raises its own error."""
+    """Whether this library's CPU forward takes these operands as they are and is the faster one
+    (_LAYER_NORM_LIBRARY_DTYPES below): packed data, not empty, whose trailing dims are normalized_shape; parameters
+    of that shape and of the data's dtype or F32 (16-bit data), the same for both; at least one of them where several
+    dims are normalized (the library reads the normalized dims from their rank). Anything else goes to PyTorch's
+    kernel, which runs it or raises its own error."""
     if (input.device.type != "cpu" or input.dtype not in _LAYER_NORM_LIBRARY_DTYPES or input.numel() == 0
             or not input.is_contiguous()):
         return False
@@ -415,9 +415,9 @@ def batch_norm(input: Tensor, weight: Optional[Tensor], bias: Optional[Tensor], 
     """(output, save_mean, save_invstd, new_running_mean, new_running_var): on the CPU this library's forward where
     it takes the operands (see _library_batch_norm_serves and docs/performance.md), else PyTorch's exactly (with
     16-bit parameters it saves the statistics in 16 bits, and its output and running statistics differ from the
-    F32-parameter path's, so the parameters are passed as they are). It does not write the running statistics (an op with an autograd
-    formula must be functional): the caller copies the new ones in; they are empty where nothing is updated
-    (eval, or no running statistics)."""
+    F32-parameter path's, so the parameters are passed as they are). It does not write the running statistics (an op
+    with an autograd formula must be functional): the caller copies the new ones in; they are empty where nothing is
+    updated (eval, or no running statistics)."""
     return _batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
@@ -459,9 +459,10 @@ def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, 
 
 def _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
     """Whether this library's CPU forward takes these operands as they are, saves what PyTorch's would and is the
-    faster: an input of rank 2..5 and at least _LIBRARY_BATCH_NORM_MIN_ELEMENTS elements, channels-first or channels-last packed, whose parameters and running statistics
-    (those given, one-dimensional) share the input's dtype, or F32 with 16-bit data; not F16 / BF16 data without
-    F32 parameters (PyTorch then saves 16-bit statistics). Anything else (other devices) runs PyTorch's."""
+    faster: an input of rank 2..5 and at least _LIBRARY_BATCH_NORM_MIN_ELEMENTS elements, channels-first or
+    channels-last packed, whose parameters and running statistics (those given, one-dimensional) share the input's
+    dtype, or F32 with 16-bit data; not F16 / BF16 data without F32 parameters (PyTorch then saves 16-bit
+    statistics). Anything else (other devices) runs PyTorch's."""
     if input.device.type != "cpu" or input.dtype not in _KERNEL_DTYPES or not 2 <= input.dim() <= 5:
         return False
     if (running_mean is None) != (running_var is None):
