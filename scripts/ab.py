@@ -5,13 +5,14 @@ machine's phases, so A and B run in separate processes, alternating ABBA..., eac
 benchmark's case, seeded), and each sample carries the copy bandwidth its process measured. It also says whether
 both sides' gradients have the same bits.
 
-    python scripts/ab.py A B --op layer_norm --dtype bfloat16 --shape 4096x4096 [--processes 6] [--calls 30]
-                         [--threads 2] [--after-copy] [--json]
+    python scripts/ab.py A B --op layer_norm --dtype bfloat16 --shape 4096x4096 [--forward] [--processes 6]
+                         [--calls 30] [--threads 2] [--after-copy] [--json]
 
 A and B: a directory holding libinfiniop.so (set as INFINIOP_PY_LIBRARY_DIR), or `installed` for the library the
 package finds itself, each optionally followed by `:ISA` (INFINIOP_CPU_ISA), e.g. `installed:avx2`. Without
 --after-copy the calls run back to back (the data in the caches where it fits); with it each timed call follows a
-256 MiB copy and one untimed call, as the benchmark's rounds do. Each process reports the median of its calls.
+256 MiB copy and one untimed call, as the benchmark's rounds do. --forward times the op's forward (`bench --forward`'s
+case) instead of its backward. Each process reports the median of its calls.
 """
 
 import argparse
@@ -29,6 +30,7 @@ def _child(args):
     import numpy as np
 
     import infiniop_py as ip
+    from infiniop_py.bench import forward
     from infiniop_py.bench.cpu import COPY_BYTES, _torch, build_case, copy_call
 
     torch = _torch()
@@ -37,7 +39,7 @@ def _child(args):
     copy, _ = copy_call(torch)
     shape = tuple(int(size) for size in args.shape.split("x"))
     with ip.Handle("cpu") as handle:
-        case, operator, run, _, _ = build_case(args.op, args.dtype, shape, handle, np.random.default_rng(0))
+        case, operator, run, _, _ = (forward.build_case if args.forward else build_case)(args.op, args.dtype, shape, handle, np.random.default_rng(0))
         with operator:
             run()
             bits = hashlib.sha256(b"".join(np.ascontiguousarray(out).tobytes() for out in case.outputs)).hexdigest()
@@ -75,8 +77,7 @@ def _environment(side, threads):
 def _sample(side, args):
     command = [sys.executable, os.path.abspath(__file__), "--child", "--op", args.op, "--dtype", args.dtype,
                "--shape", args.shape, "--calls", str(args.calls), "--threads", str(args.threads)]
-    if args.after_copy:
-        command.append("--after-copy")
+    command += [flag for flag, wanted in (("--after-copy", args.after_copy), ("--forward", args.forward)) if wanted]
     result = subprocess.run(command, env=_environment(side, args.threads), capture_output=True, text=True,
                             timeout=600)
     if result.returncode != 0:
@@ -94,7 +95,8 @@ def compare(args):
     a, b = ([s["median_s"] for s in samples[name]] for name in "AB")
     every = samples["A"] + samples["B"]
     return {
-        "case": f"{args.op} {args.dtype} {args.shape}", "threads": args.threads, "after_copy": args.after_copy,
+        "case": f"{args.op} {args.dtype} {args.shape}", "forward": args.forward, "threads": args.threads,
+        "after_copy": args.after_copy,
         "sides": sides, "samples": samples,
         "b_over_a_median": statistics.median(b) / statistics.median(a),
         "b_over_a_min": min(b) / min(a),
@@ -104,7 +106,7 @@ def compare(args):
 
 
 def format_report(report):
-    lines = [f"{report['case']}, {report['threads']} threads, "
+    lines = [f"{report['case']}{' forward' if report['forward'] else ''}, {report['threads']} threads, "
              f"{'each call after a 256 MiB copy' if report['after_copy'] else 'calls back to back'}"]
     for name, side in report["sides"].items():
         own = report["samples"][name]
@@ -128,6 +130,7 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=30, help="timed calls per process (default 30)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
     parser.add_argument("--after-copy", action="store_true", help="each timed call after a 256 MiB copy")
+    parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

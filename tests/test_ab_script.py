@@ -8,19 +8,20 @@ import pytest
 from _scripts import load_script
 
 
-def test_one_library_against_itself(capsys):
-    arguments = ["installed", "installed", "--op", "rms_norm", "--dtype", "float32", "--shape", "8x96",
+@pytest.mark.parametrize("op, forward", [("rms_norm", False), ("layer_norm", True)])
+def test_one_library_against_itself(capsys, op, forward):
+    arguments = ["installed", "installed", "--op", op, "--dtype", "float32", "--shape", "8x96",
                  "--processes", "2", "--calls", "3", "--threads", "1", "--after-copy", "--json"]
-    assert load_script("ab").main(arguments) == 0
+    assert load_script("ab").main(arguments + ["--forward"] * forward) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["case"] == "rms_norm float32 8x96" and report["after_copy"] is True
+    assert report["case"] == f"{op} float32 8x96" and report["after_copy"] is True and report["forward"] is forward
     assert report["sides"] == {"A": "installed", "B": "installed"} and list(report["samples"]) == ["A", "B"]
     for samples in report["samples"].values():
         assert len(samples) == 2
         for sample in samples:
             assert 0 < sample["min_s"] <= sample["median_s"] and sample["copy_gbs"] > 0
     assert report["b_over_a_median"] > 0 and report["b_over_a_min"] > 0
-    assert report["same_bits"], report["samples"]  # one library, the same seeded data: the same gradients
+    assert report["same_bits"], report["samples"]  # one library, the same seeded data: the same outputs
 
 
 def test_the_summary_and_different_bits(monkeypatch):
@@ -35,7 +36,7 @@ def test_the_summary_and_different_bits(monkeypatch):
 
     monkeypatch.setattr(module, "_sample", sample)
     args = module.argparse.Namespace(a="A", b="B", processes=3, op="rms_norm", dtype="float32", shape="4x4",
-                                     threads=2, after_copy=False)
+                                     threads=2, after_copy=False, forward=False)
     report = module.compare(args)
     assert order == ["A", "B", "B", "A", "A", "B"]  # ABBA...: neither side always runs first
     assert report["b_over_a_median"] == pytest.approx(1.5 / 3.0)
