@@ -237,6 +237,21 @@ def test_empty_batches(device, shape):
     np.testing.assert_array_equal(running_var, np.full(shape[1], 2.0))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_non_finite_channels_give_nan_statistics(device):
+    """A channel holding an infinity or a NaN gets a NaN invstd and NaN outputs, as torch's does (its NaN variance
+    is not clamped to 0, which would give 1/sqrt(eps)); the other channels are untouched."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 3, 5)).astype(np.float32)
+    x[1, 0, 2] = np.inf
+    x[2, 1, 1] = np.nan
+    y, mean, invstd = forward_on(device, x)
+    assert np.isnan(invstd[:2]).all() and np.isnan(y[:, :2]).all()
+    expected_y, expected_mean, expected_invstd, _, _ = reference(x[:, 2:], None, None, None, None, True, 0.1, 1e-5)
+    assert_relative(invstd[2:], expected_invstd, 1e-6, "invstd")
+    assert_y_close(y[:, 2:], expected_y, np.dtype(np.float32))
+
+
 def test_one_value_per_channel_with_running_statistics():
     x = np.ones((1, 3), np.float32)
     running = np.zeros(3, np.float32), np.ones(3, np.float32)

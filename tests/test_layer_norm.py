@@ -296,6 +296,28 @@ def test_rows_starting_far_from_their_mean(device, dtype, d):
     assert_statistics_close(mean, rstd, x, 1, dtype)
 
 
+@pytest.mark.parametrize("dtype", (F16, BF16, F32), ids=str)
+@pytest.mark.parametrize("d", (77, 512, 5000), ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiny_and_non_finite_rows(device, dtype, d):
+    """A row of tiny values (eps 0: its variance alone sets rstd) beside ordinary ones, and rows holding an infinity
+    or a NaN: their outputs and rstd are NaN, as torch's are (a NaN variance is not clamped to 0, which would give
+    rstd = 1/sqrt(eps)), and the other rows are untouched."""
+    rng = np.random.default_rng(13)
+    tiny = {F32: 1e-18, F16: 1e-3, BF16: 1e-18}[np.dtype(dtype)]  # squares still normal F32 (F16) numbers
+    x = rng.uniform(-2.0, 2.0, (4, d)) * np.array([[tiny], [1.0], [1.0], [1.0]])
+    x[2, d // 2] = np.inf
+    x[3, 1] = np.nan
+    x = rounded(x, dtype)
+    w, b = rounded(rng.normal(1.0, 0.5, d), dtype), rounded(rng.normal(0.0, 0.5, d), dtype)
+
+    y, mean, rstd = forward_on(device, x, w, b, eps=0.0)
+
+    assert_y_close(y[:2], x[:2], w, b, 1, dtype, eps=0.0)
+    assert_statistics_close(mean[:2], rstd[:2], x[:2], 1, dtype, eps=0.0)
+    assert np.isnan(f64(y[2:])).all() and np.isnan(f64(rstd[2:])).all()
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_functional(device, dtype):

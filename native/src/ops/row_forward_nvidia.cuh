@@ -125,7 +125,8 @@ __device__ __forceinline__ void correctedMoments(double mean0, double sum_d, dou
                                                  double *mean, double *variance) {
     const double n = static_cast<double>(dim);
     *mean = mean0 + sum_d / n;
-    *variance = fmax((sum_d2 - sum_d * sum_d / n) / n, 0.0);
+    const double biased = (sum_d2 - sum_d * sum_d / n) / n;
+    *variance = biased < 0.0 ? 0.0 : biased; // rounding may leave it below 0; NaN (a non-finite row) stays NaN
 }
 
 // The row's statistics from its sums: (mean, rstd), mean 0 where the op does not centre.

@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
     const C reference = referenceOf(data, c, rows_of_channels);
     const double offset = sums.x / args.count; // mean - reference
     const double mean = static_cast<double>(reference) + offset;
-    const double var = fmax(sums.y / args.count - offset * offset, 0.0); // biased
+    const double biased = sums.y / args.count - offset * offset;
+    const double var = biased < 0.0 ? 0.0 : biased; // as the CPU's: a NaN (non-finite channel) stays NaN
     const double invstd = 1.0 / sqrt(var + args.epsilon);
     storeAt(args.save_mean, args.save_mean_stride, c, mean);
     storeAt(args.save_invstd, args.save_invstd_stride, c, invstd);

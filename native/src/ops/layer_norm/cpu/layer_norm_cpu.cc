@@ -118,8 +118,8 @@ class CpuDescriptor final : public Descriptor {
         auto rowOf = [&](size_t row, const cpu::PairSums &total) {
             const double offset = total.first * inverse_dim;
             const double variance = total.second * inverse_dim - offset * offset;
-            // Rounding may leave the variance below 0.
-            const double variance_eps = (variance > 0.0 ? variance : 0.0) + info.epsilon;
+            // Rounding may leave the variance below 0; a NaN one (a non-finite row) stays NaN, as torch's does.
+            const double variance_eps = (variance < 0.0 ? 0.0 : variance) + info.epsilon;
             return Row{static_cast<double>(shiftOf(row)) + offset, variance_eps, 1.0 / std::sqrt(variance_eps)};
         };
         auto writeStatistics = [&](size_t row, const Row &r) {
