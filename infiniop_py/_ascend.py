@@ -14,8 +14,8 @@ LIBRARIES = ("libascendcl.so", "libnnopbase.so")  # the runtime: without either,
 # After current CANN's libopapi_*.so (found by listing the directories), in torch_npu's order.
 OLDER_OPERATOR_LIBRARIES = ("libopapi.so", "libaclnn_ops_train.so", "libaclnn_math.so")
 # The aclnn operators the backend resolves (loader.cc's OPERATOR list), each with its ...GetWorkspaceSize phase.
-OPERATORS = ("aclnnRmsNorm", "aclnnRmsNormGrad", "aclnnLayerNormBackward", "aclnnBatchNormBackward", "aclnnCast",
-             "aclnnAdds", "aclnnRsqrt", "aclnnDiv")
+OPERATORS = ("aclnnRmsNorm", "aclnnRmsNormGrad", "aclnnLayerNorm", "aclnnLayerNormBackward", "aclnnBatchNorm",
+             "aclnnBatchNormBackward", "aclnnCast", "aclnnAdds", "aclnnRsqrt", "aclnnDiv")
 
 
 def search_directories():

@@ -96,7 +96,7 @@ def smoke(device, device_id, seed):
                 tolerance = reference.TOLERANCES[dtype]
                 try:
                     error, seconds = _run_case(handle, operator_class, inputs, expected, statistics)
-                except NotImplementedStatusError:  # a forward this device's backend does not have yet
+                except NotImplementedStatusError:  # what the library or its CANN install lacks (named by the error)
                     print(row.format(name, dtype.name, str(shape), "-", "-", "n/a", "-"))
                     continue
                 except InfiniopError as failure:

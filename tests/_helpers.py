@@ -183,6 +183,52 @@ def layer_norm_reference(grad_output, weight, xhat, std):
     return grad_input, grad_weight, grad_bias
 
 
+# ---------------------------------------------------------------- float64 references of the forwards
+
+def rms_norm_forward_reference(x, w, eps):
+    """(y, rstd) in float64 from the exact (rounded) inputs, normalized over w's dims."""
+    x, w = f64(x), f64(w)
+    axes = tuple(range(x.ndim - w.ndim, x.ndim))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rstd = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
+    return x * rstd * w, rstd.reshape(x.shape[:x.ndim - w.ndim])
+
+
+def layer_norm_forward_reference(x, w, b, normalized, eps):
+    """(y, mean, rstd, xhat, std) in float64 from the exact (rounded) inputs, over the last `normalized` dims."""
+    x = f64(x)
+    axes = tuple(range(x.ndim - normalized, x.ndim))
+    lead = x.shape[:x.ndim - normalized]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.mean(x, axis=axes, keepdims=True)
+        std = np.sqrt(np.mean((x - mean) ** 2, axis=axes, keepdims=True) + eps)
+        xhat = (x - mean) / std
+    y = xhat * (1.0 if w is None else f64(w)) + (0.0 if b is None else f64(b))
+    return y, mean.reshape(lead), (1.0 / std).reshape(lead), xhat, std.reshape(lead)
+
+
+def batch_norm_forward_reference(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """(y, mean, invstd, new running_mean, new running_var) in float64 from the exact inputs."""
+    x = f64(x)
+    channels = x.shape[1]
+    per_channel = (1, channels) + (1,) * (x.ndim - 2)
+    axes = (0,) + tuple(range(2, x.ndim))
+    count = x.size // max(channels, 1)
+    new_mean = new_var = None
+    if training:
+        mean, var = x.mean(axis=axes), x.var(axis=axes)
+        if running_mean is not None:
+            new_mean = (1 - momentum) * f64(running_mean) + momentum * mean
+            new_var = (1 - momentum) * f64(running_var) + momentum * var * count / (count - 1)
+    else:
+        mean, var = f64(running_mean), f64(running_var)
+    invstd = 1.0 / np.sqrt(var + eps)
+    w = np.ones(channels) if weight is None else f64(weight)
+    b = np.zeros(channels) if bias is None else f64(bias)
+    y = (x - mean.reshape(per_channel)) * (invstd * w).reshape(per_channel) + b.reshape(per_channel)
+    return y, mean, invstd, new_mean, new_var
+
+
 # ---------------------------------------------------------------- inputs (already rounded to dT)
 
 def rounded(values, dtype):

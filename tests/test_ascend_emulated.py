@@ -126,10 +126,34 @@ def test_the_callers_device_stays_selected(mixed):
     assert mixed["other-device:devices-seen"] == [0]
 
 
-@pytest.mark.parametrize("op", ["rms", "ln", "bn"])
+@pytest.mark.parametrize("op", ["rms", "ln", "bn", "rms-fwd", "ln-fwd", "bn-fwd"])
 def test_a_shape_the_kernel_cannot_tile_is_bad_tensor_shape(mixed, op):
     """561002 (ACLNN_ERR_INNER_TILING_ERROR) is how the real operators refuse shapes: BAD_TENSOR_SHAPE (11)."""
     assert mixed[f"tiling:{op}"] == 11
+
+
+# BatchNorm forwards writing save_invstd, which aclnnBatchNorm's saveInvstd gives differently by product.
+SAVED_INVSTD = ("bn-fwd/F32/training", "bn-fwd/F16/f32-parameters", "bn-fwd/BF16/channels-last",
+                "bn-fwd/F32/strided-vectors", "bn-fwd/F32/no-batch")
+
+
+def test_batch_norm_forward_on_ascend_950(emulated_cann):
+    """On Ascend 950 aclnnBatchNorm's saveInvstd is 1/sqrt(var + eps) itself (elsewhere the batch variance): the
+    backend tells the two apart by aclrtGetSocName, and save_invstd comes out the same."""
+    results = run_suite(on(emulated_cann, soc="Ascend950PR_9579"), *SAVED_INVSTD)
+    for name in SAVED_INVSTD:
+        check_case(results, name, 0)
+
+
+def test_a_soc_the_document_does_not_name_refuses_only_save_invstd(emulated_cann):
+    """aclrtGetSocName answering NULL: what saveInvstd holds is unknown, so only a descriptor that would compute
+    save_invstd is NOT_IMPLEMENTED (2); eval, training without it, and no samples (a fill) work."""
+    working = ("bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves", "bn-fwd/F32/no-batch", "bn-ex/F32/eps")
+    results = run_suite(on(emulated_cann, soc=""), *SAVED_INVSTD, *working)
+    for name in SAVED_INVSTD:
+        check_case(results, name, 0 if name in working else 2)
+    for name in working:
+        check_case(results, name, 0)
 
 
 def test_runtime(mixed):
@@ -145,8 +169,10 @@ def test_runtime(mixed):
 
 
 # One case per operator needing only the norm operators, then one per elementwise operator the plans add.
-NORM_ONLY = ("rms-ex/F32/eps", "ln-ex/F32/from-input", "bn-ex/F32/saved")
-NEEDING_ELEMENTWISE = ("rms/F16/(3, 5, 64)", "ln/F32/(3, 5, 64)", "bn/F32/(4, 6, 9)", "bn-ex/F32/eps")
+NORM_ONLY = ("rms-ex/F32/eps", "ln-ex/F32/from-input", "bn-ex/F32/saved", "rms-fwd/F16/rstd", "ln-fwd/F32/ex",
+             "bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves")
+NEEDING_ELEMENTWISE = ("rms/F16/(3, 5, 64)", "ln/F32/(3, 5, 64)", "bn/F32/(4, 6, 9)", "bn-ex/F32/eps",
+                       "ln-fwd/F32/seed", "bn-fwd/F32/training", "bn-fwd/F16/eval")
 
 
 @pytest.mark.parametrize("layout", ["legacy", "train", "shadowed"])
@@ -190,6 +216,19 @@ def test_a_missing_operator_disables_only_the_operators_needing_it(emulated_cann
     assert "aclnnRmsNorm," not in message and "aclnnLayerNormBackward" not in message, message
     assert str(layout / "lib64" / "libopapi_nn.so") in message and "libopapi.so (not loaded" in message, message
     assert "libaclnn_math.so (not loaded" in message, message
+
+
+def test_smoke_passes_every_op_and_dtype_on_ascend(emulated_cann):
+    """`infiniop-py smoke --device ascend` against the emulation: every backward and forward in F32, F16 and BF16
+    passes (none is n/a)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ASCEND")}
+    env.update(on(emulated_cann), PYTHONPATH=str(HERE.parent), INFINIOP_PY_LIBRARY_DIR=str(library_dir()))
+    done = subprocess.run([sys.executable, "-m", "infiniop_py", "smoke", "--device", "ascend"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ops = {"rms_norm_backward", "layer_norm_backward", "batch_norm_backward", "rms_norm", "layer_norm", "batch_norm"}
+    rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] and line.split()[0] in ops]
+    assert len(rows) == 18 and all("PASS" in row for row in rows), done.stdout
 
 
 def test_python_searches_as_the_loader_does():

@@ -11,6 +11,7 @@ import infiniop_py
 from infiniop_py import errors
 from _devices import DEVICES, DeviceData
 from _helpers import BF16, F16, F32, F64, f16_sequential_sum, f64, rounded
+from _helpers import batch_norm_forward_reference as reference
 
 # Per element, |y - ref| <= bound * (|ref| + |weight| + |bias|) + tiny: the output's own rounding (half an ulp: 2^-11
 # for F16, 2^-8 for BF16) plus F32 arithmetic on (x - r) * scale + shift (y's scale is that of the weight and bias,
@@ -20,28 +21,6 @@ Y_BOUND = {F32: 2e-6, F16: 2.0**-11 + 2e-6, BF16: 2.0**-8 + 2e-6, F64: 1e-13}
 STAT_BOUND = {F32: 1e-5, F16: 1e-5, BF16: 1e-5, F64: 1e-12}
 TINY = {F32: 0.0, F16: 2.0**-24, BF16: 0.0, F64: 0.0}
 DTYPES = (F16, BF16, F32, F64)
-
-
-def reference(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    """(y, mean, invstd, new running_mean, new running_var) in float64 from the exact inputs."""
-    x = f64(x)
-    channels = x.shape[1]
-    per_channel = (1, channels) + (1,) * (x.ndim - 2)
-    axes = (0,) + tuple(range(2, x.ndim))
-    count = x.size // max(channels, 1)
-    new_mean = new_var = None
-    if training:
-        mean, var = x.mean(axis=axes), x.var(axis=axes)
-        if running_mean is not None:
-            new_mean = (1 - momentum) * f64(running_mean) + momentum * mean
-            new_var = (1 - momentum) * f64(running_var) + momentum * var * count / (count - 1)
-    else:
-        mean, var = f64(running_mean), f64(running_var)
-    invstd = 1.0 / np.sqrt(var + eps)
-    w = np.ones(channels) if weight is None else f64(weight)
-    b = np.zeros(channels) if bias is None else f64(bias)
-    y = (x - mean.reshape(per_channel)) * (invstd * w).reshape(per_channel) + b.reshape(per_channel)
-    return y, mean, invstd, new_mean, new_var
 
 
 def y_error_ratio(actual, expected, dtype, weight, bias):

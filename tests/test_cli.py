@@ -36,7 +36,8 @@ def test_smoke_passes_every_op_and_dtype():
 
 
 def test_smoke_lists_a_forward_the_device_lacks_and_still_passes(monkeypatch, capsys):
-    """Ascend has no forwards yet: their rows say n/a, and the run passes on what the device has."""
+    """An operator the library or device lacks (an InfiniCore install without the Ex functions, a CANN install
+    without an aclnn operator): its rows say n/a, and the run passes on what the device has."""
     from infiniop_py import cli, errors
 
     class Missing(infiniop_py.RMSNorm):

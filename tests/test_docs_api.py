@@ -71,28 +71,42 @@ ASCEND_CASES_OF_ROW = {
     "`infiniopBatchNormBackwardReduceEx`": lambda name: name.startswith("bn-ex/") and "phase" in name,
 }
 
+# The same for the table of each forward (under its heading; rows "seed" and the Ex create's).
+ASCEND_FORWARD_CASES_OF_ROW = {
+    op: {"seed": lambda name, prefix=prefix: name.startswith(prefix) and "/seed" in name,
+         "`infiniopCreate": lambda name, prefix=prefix: name.startswith(prefix) and "/seed" not in name}
+    for op, prefix in (("RMSNorm", "rms-fwd/"), ("LayerNorm", "ln-fwd/"), ("BatchNorm", "bn-fwd/"))
+}
 
-def _entry_point_rows():
-    text = API_MD.read_text()
-    table = text[text.index("| entry point |"):]
+
+def _table_rows(text, header):
+    """{first cell: last cell} of the first table of `text` whose header row starts with `header`."""
+    table = text[text.index(header):]
     table = table[:table.index("\n\n")].splitlines()[2:]
     return {row.split("|")[1].strip(): row.strip().strip("|").split("|")[-1].strip() for row in table}
 
 
-def test_the_ascend_support_api_md_states_is_what_the_emulated_backend_is_held_to():
-    """Each row's backends cell says of Ascend one of: supported (seed rows), "all but F64 (NOT_IMPLEMENTED)" or
-    "NOT_IMPLEMENTED"; the Ascend suite's cases of that row must expect exactly that (issue 55: api.md said the
-    from-input LayerNorm was NOT_IMPLEMENTED on Ascend, which runs it)."""
+def _entry_point_rows():
+    return _table_rows(API_MD.read_text(), "| entry point |")
+
+
+def _forward_rows(op):
+    text = API_MD.read_text()
+    return _table_rows(text[text.index(f"## The {op} forward"):], "| create |")
+
+
+def _assert_ascend_claims(rows, cases_of_row):
+    """Each row's backends cell says of Ascend one of: supported, "all but F64 (NOT_IMPLEMENTED)" or
+    "NOT_IMPLEMENTED"; the Ascend suite's cases of that row must expect exactly that."""
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent / "ascend_emulation"))
     import ascend_suite
 
     expected = {name: status for name, _, status in ascend_suite.cases()}
-    rows = _entry_point_rows()
-    assert len(rows) == len(ASCEND_CASES_OF_ROW), list(rows)
+    assert len(rows) == len(cases_of_row), list(rows)
     for first_cell, backends in rows.items():
-        start = next(key for key in ASCEND_CASES_OF_ROW if first_cell.startswith(key))
-        cases = {name: status for name, status in expected.items() if ASCEND_CASES_OF_ROW[start](name)}
+        start = next(key for key in cases_of_row if first_cell.startswith(key))
+        cases = {name: status for name, status in expected.items() if cases_of_row[start](name)}
         assert cases, f"no Ascend case exercises {start}"
         not_implemented = {name for name, status in cases.items() if status == ascend_suite.NOT_IMPLEMENTED}
         f64 = {name for name in cases if "/F64/" in name}
@@ -105,3 +119,15 @@ def test_the_ascend_support_api_md_states_is_what_the_emulated_backend_is_held_t
             assert not_implemented == set(cases), (start, sorted(set(cases) - not_implemented))
         else:
             pytest.fail(f"{start}: backends cell {backends!r} has a form this test does not know")
+
+
+def test_the_ascend_support_api_md_states_is_what_the_emulated_backend_is_held_to():
+    """The entry point table's Ascend claims (issue 55: api.md said the from-input LayerNorm was NOT_IMPLEMENTED on
+    Ascend, which runs it)."""
+    _assert_ascend_claims(_entry_point_rows(), ASCEND_CASES_OF_ROW)
+
+
+@pytest.mark.parametrize("op", sorted(ASCEND_FORWARD_CASES_OF_ROW))
+def test_the_ascend_support_of_each_forward_is_what_the_emulated_backend_is_held_to(op):
+    """Each forward's table (issue 54: they said CPU, CUDA while Ascend ran them)."""
+    _assert_ascend_claims(_forward_rows(op), ASCEND_FORWARD_CASES_OF_ROW[op])

@@ -14,6 +14,7 @@ from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
     rounded, with_free_layout, with_row_layout,
 )
+from _helpers import layer_norm_forward_reference as reference
 
 # Per element, |y - ref| <= ROUND * |ref| + ARITH * ((|xhat| + 1) * |w| + |b|) + TINY: the output's own rounding
 # (half an ulp: 2^-11 for F16, 2^-8 for BF16), F32 arithmetic on xhat (relative to it, and to the row's spread
@@ -27,19 +28,6 @@ MEAN_BOUND = {F32: 1e-6, F16: 1e-6, BF16: 1e-6, F64: 1e-14}
 STAT_BOUND = {F32: 1e-5, F16: 1e-5, BF16: 1e-5, F64: 1e-13}
 DTYPES = (F16, BF16, F32, F64)
 EPS = 1e-5
-
-
-def reference(x, w, b, normalized, eps):
-    """(y, mean, rstd, xhat, std) in float64 from the exact (rounded) inputs, over the last `normalized` dims."""
-    x = f64(x)
-    axes = tuple(range(x.ndim - normalized, x.ndim))
-    lead = x.shape[:x.ndim - normalized]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean = np.mean(x, axis=axes, keepdims=True)
-        std = np.sqrt(np.mean((x - mean) ** 2, axis=axes, keepdims=True) + eps)
-        xhat = (x - mean) / std
-    y = xhat * (1.0 if w is None else f64(w)) + (0.0 if b is None else f64(b))
-    return y, mean.reshape(lead), (1.0 / std).reshape(lead), xhat, std.reshape(lead)
 
 
 def error_ratio(actual, expected, terms, dtype):

@@ -13,6 +13,7 @@ from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
     rounded, with_free_layout, with_row_layout,
 )
+from _helpers import rms_norm_forward_reference as reference
 
 # Per element, |y - ref| <= bound * |ref| + the dtype's smallest subnormal: the output's own rounding (half an
 # ulp: 2^-11 for F16, 2^-8 for BF16) plus 1e-5 for F32 arithmetic. rstd (F32 for F32/F16/BF16 data) within 1e-5
@@ -22,15 +23,6 @@ RSTD_BOUND = {F32: 1e-5, F16: 1e-5, BF16: 1e-5, F64: 1e-13}
 TINY = {F32: 0.0, F16: 2.0**-24, BF16: 0.0, F64: 0.0}
 DTYPES = (F16, BF16, F32, F64)
 EPS = 1e-6
-
-
-def reference(x, w, eps):
-    """(y, rstd) in float64 from the exact (rounded) inputs, normalized over w's dims."""
-    x, w = f64(x), f64(w)
-    axes = tuple(range(x.ndim - w.ndim, x.ndim))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rstd = 1.0 / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps)
-    return x * rstd * w, rstd.reshape(x.shape[:x.ndim - w.ndim])
 
 
 def y_error_ratio(actual, expected, dtype):

@@ -10,13 +10,15 @@ import json
 import os
 import sys
 import threading
+import warnings
 
 import cffi
 import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tests/, for the references
-from _helpers import (batch_norm_backward_reference, batch_norm_inputs, f64, layer_norm_reference,  # noqa: E402
+from _helpers import (batch_norm_backward_reference, batch_norm_forward_reference, batch_norm_inputs,  # noqa: E402
+                      f64, layer_norm_forward_reference, layer_norm_reference, rms_norm_forward_reference,
                       rms_reference, rounded)
 
 CDEF = """
@@ -81,6 +83,26 @@ infiniStatus_t infiniopGetBatchNormBackwardWorkspaceSize(D, size_t*);
 infiniStatus_t infiniopBatchNormBackward(D, void*, size_t, void*, void*, void*, const void*, const void*,
     const void*, const void*, const void*, void*);
 infiniStatus_t infiniopDestroyBatchNormBackwardDescriptor(D);
+typedef infiniopTensorDescriptor_t T;
+infiniStatus_t infiniopCreateRMSNormDescriptor(infiniopHandle_t, D*, T, T, T, float);
+infiniStatus_t infiniopCreateRMSNormDescriptorEx(infiniopHandle_t, D*, T, T, T, T, double);
+infiniStatus_t infiniopGetRMSNormWorkspaceSize(D, size_t*);
+infiniStatus_t infiniopRMSNorm(D, void*, size_t, void*, const void*, const void*, void*);
+infiniStatus_t infiniopRMSNormEx(D, void*, size_t, void*, void*, const void*, const void*, void*);
+infiniStatus_t infiniopDestroyRMSNormDescriptor(D);
+infiniStatus_t infiniopCreateLayerNormDescriptor(infiniopHandle_t, D*, T, T, T, T, T, T, float);
+infiniStatus_t infiniopCreateLayerNormDescriptorEx(infiniopHandle_t, D*, T, T, T, T, T, T, double);
+infiniStatus_t infiniopGetLayerNormWorkspaceSize(D, size_t*);
+infiniStatus_t infiniopLayerNorm(D, void*, size_t, void*, void*, void*, const void*, const void*, const void*, void*);
+infiniStatus_t infiniopLayerNormEx(D, void*, size_t, void*, void*, void*, const void*, const void*, const void*, void*);
+infiniStatus_t infiniopDestroyLayerNormDescriptor(D);
+infiniStatus_t infiniopCreateBatchNormDescriptor(infiniopHandle_t, D*, T, T, T, T, T, T, float, float);
+infiniStatus_t infiniopCreateBatchNormDescriptorEx(infiniopHandle_t, D*, T, T, T, T, T, T, T, T, int, double, double);
+infiniStatus_t infiniopGetBatchNormWorkspaceSize(D, size_t*);
+infiniStatus_t infiniopBatchNorm(D, void*, size_t, void*, void*, void*, const void*, const void*, const void*, void*);
+infiniStatus_t infiniopBatchNormEx(D, void*, size_t, void*, void*, void*, void*, void*, const void*, const void*,
+    const void*, void*);
+infiniStatus_t infiniopDestroyBatchNormDescriptor(D);
 int aclrtGetDevice(int32_t *device_id);  /* the emulated libascendcl's: which device this thread has */
 """
 ASCEND = 3
@@ -89,6 +111,7 @@ TOLERANCE = {"F32": 5e-5, "F16": 2e-3, "BF16": 1.6e-2}
 DTYPE_CODES = {np.dtype(np.float16): 12, np.dtype(np.float32): 13, np.dtype(np.float64): 14,
                np.dtype(ml_dtypes.bfloat16): 19}
 NOT_IMPLEMENTED = 2
+BAD_TENSOR_STRIDES = 12
 
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
@@ -172,14 +195,14 @@ class Runner:
         return d[0]
 
     def run(self, name, outputs, inputs):
-        """The seed create and run of op `name` on outputs + inputs (see run_arrays)."""
-        return self.run_arrays(name, f"infiniopCreate{name}BackwardDescriptor", f"infiniop{name}Backward",
-                               outputs + inputs)
+        """The seed create and run of backward `name` on outputs + inputs (see run_arrays)."""
+        return self.run_arrays(f"{name}Backward", f"infiniopCreate{name}BackwardDescriptor",
+                               f"infiniop{name}Backward", outputs + inputs)
 
     def run_arrays(self, name, create, run, arrays, scalars=()):
         """Status of create (then of the runs, then of synchronizing) with `arrays` in C order, None for a NULL
         descriptor and pointer; each descriptor takes its array's dtype. The tensor descriptors are destroyed right
-        after create, the op descriptor right after its last run."""
+        after create, the op descriptor (of op `name`: RMSNormBackward, BatchNorm, ...) right after its last run."""
         buffers = self.stage(arrays) if self.staged else arrays
         if self.threaded:
             outcome = []
@@ -213,7 +236,7 @@ class Runner:
         lib.infiniopGetDescriptorDeviceType(desc[0], device_type)
         assert device_type[0] == ASCEND
         size = ffi.new("size_t*")
-        assert getattr(lib, f"infiniopGet{name}BackwardWorkspaceSize")(desc[0], size) == 0
+        assert getattr(lib, f"infiniopGet{name}WorkspaceSize")(desc[0], size) == 0
         pointers = [null if b is None else ffi.cast("void*", b if isinstance(b, int) else b.ctypes.data)
                     for b in buffers]
         too_small = aligned_empty((max(size[0], 1) - 1,), np.uint8)
@@ -230,7 +253,7 @@ class Runner:
             self.devices_seen.add(acl_device())
             if status != 0:
                 break
-        getattr(lib, f"infiniopDestroy{name}BackwardDescriptor")(desc[0])
+        getattr(lib, f"infiniopDestroy{name}Descriptor")(desc[0])
         self.devices_seen.add(acl_device())
         return status
 
@@ -421,8 +444,8 @@ def rms_ex_case(runner, dtype, shape, k, rng, eps=0.0, rstd_eps=None, grad_w=Tru
     gw = output_like(w.shape, weight_dtype) if grad_w else None
     arrays = [gx, gw, device_copy(grad_y, dtype), device_copy(x, dtype), device_copy(w, weight_dtype),
               None if rstd is None else device_copy(rstd, rstd.dtype)]
-    status = runner.run_arrays("RMSNorm", "infiniopCreateRMSNormBackwardDescriptorEx", "infiniopRMSNormBackwardEx",
-                               arrays, (eps,))
+    status = runner.run_arrays("RMSNormBackward", "infiniopCreateRMSNormBackwardDescriptorEx",
+                               "infiniopRMSNormBackwardEx", arrays, (eps,))
     return ex_result(status, [(gx, ref_gx), (gw, ref_gw)])
 
 
@@ -469,7 +492,7 @@ def run_ln(runner, create, run, dtype, parameter_dtype, leading, strided, wanted
     arrays = [gi, gw, gb, big(grad_output, "grad_output"),
               None if weight is None else device_copy(weight, parameter_dtype), big(row_input[1], row_input[0]),
               *statistics]
-    status = runner.run_arrays("LayerNorm", create, run, arrays)
+    status = runner.run_arrays("LayerNormBackward", create, run, arrays)
     return ex_result(status, list(zip((gi, gw, gb), references)))
 
 
@@ -553,18 +576,241 @@ def bn_ex_case(runner, dtype, shape, rng, parameter_dtype=None, eps=0.0, trainin
     gb = output_like((channels,), parameter_dtype) if grad_bias else None
     arrays = [gi, gw, gb, big(x), big(grad_output), vector(weight), vector(mean), vector(var), vector(save_mean),
               vector(save_invstd)]
-    status = runner.run_arrays("BatchNorm", "infiniopCreateBatchNormBackwardDescriptorEx", "infiniopBatchNormBackwardEx",
-                               arrays, (eps, int(training)))
+    status = runner.run_arrays("BatchNormBackward", "infiniopCreateBatchNormBackwardDescriptorEx",
+                               "infiniopBatchNormBackwardEx", arrays, (eps, int(training)))
     return ex_result(status, [(gi, ref_gi), (gw, ref_gw), (gb, ref_gb)])
+
+
+# ---------------------------------------------------------------- the forwards (issue 54)
+
+def quiet(reference, *args):
+    """reference(*args) without numpy's warnings for rows or channels of no elements (their statistics are NaN)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return reference(*args)
+
+
+def forward_result(status, pairs):
+    """ex_result, but an all-NaN reference (the statistics of rows of zero length) wants all NaN."""
+    if status != 0:
+        return {"status": status}
+    pairs = [(got, ref) for got, ref in pairs if got is not None and np.size(ref) > 0]
+    errors = [rel_err(got, ref) for got, ref in pairs if not np.isnan(ref).all()]
+    errors += [0.0 if np.isnan(f64(got)).all() else 1.0 for got, ref in pairs if np.isnan(ref).all()]
+    return {"status": 0, "err": max(errors + [0.0])}
+
+
+def row_outputs(dtype, shape, leading, strided):
+    """Sentinel-filled outputs of `shape`: leading dims that do not merge where `strided`, else packed."""
+    values = np.full(shape, SENTINEL)
+    return leading_strided(values, dtype, leading) if strided else device_copy(values, dtype)
+
+
+def rms_forward_case(runner, dtype, shape, k, rng, seed=False, rstd=True, weight_dtype=None, strided=False,
+                     in_place=False, eps=1e-6):
+    """RMSNorm forward over the last k dims: the seed create (rank 2 or 3, no rstd) or the Ex one (rstd unless
+    `rstd` is False); `strided`: leading dims that do not merge; `in_place`: y is x, so the second of the two runs
+    normalizes the first's y."""
+    weight_dtype = weight_dtype or dtype
+    leading = len(shape) - k
+    x = rounded(rng.standard_normal(shape) * 1.5 + 0.3, dtype)
+    w = rounded(rng.normal(1.0, 0.5, shape[leading:]), weight_dtype)
+    ref_y, ref_rstd = quiet(rms_norm_forward_reference, x, w, eps)
+    if in_place:
+        ref_y, ref_rstd = rms_norm_forward_reference(rounded(ref_y, dtype), w, eps)
+    xd = row_outputs(dtype, shape, leading, strided)
+    xd[...] = x
+    y = xd if in_place else row_outputs(dtype, shape, leading, strided)
+    r = row_outputs(statistic_dtype(dtype), shape[:leading], leading, strided) if rstd and not seed else None
+    wd = device_copy(w, weight_dtype)
+    if seed:
+        status = runner.run_arrays("RMSNorm", "infiniopCreateRMSNormDescriptor", "infiniopRMSNorm", [y, xd, wd], (eps,))
+    else:
+        status = runner.run_arrays("RMSNorm", "infiniopCreateRMSNormDescriptorEx", "infiniopRMSNormEx",
+                                   [y, r, xd, wd], (eps,))
+    return forward_result(status, [(y, ref_y), (r, ref_rstd)])
+
+
+def ln_forward_case(runner, dtype, shape, k, rng, seed=False, weight=True, bias=True, statistics=True,
+                    parameter_dtype=None, strided=False, in_place=False, eps=1e-5):
+    """LayerNorm forward over the last k dims: the seed create (rank 2 or 3, k = 1, a weight) writing xhat and std,
+    or the Ex one writing mean and rstd, those only when `statistics`; `strided` and `in_place` as for RMSNorm."""
+    parameter_dtype = parameter_dtype or dtype
+    leading = len(shape) - k
+    x = rounded(rng.standard_normal(shape) * 2 + 0.5, dtype)
+    w = rounded(rng.normal(1.0, 0.5, shape[leading:]), parameter_dtype) if weight else None
+    b = rounded(rng.normal(0.0, 0.5, shape[leading:]), parameter_dtype) if bias else None
+    refs = quiet(layer_norm_forward_reference, x, w, b, k, eps)
+    if in_place:
+        refs = layer_norm_forward_reference(rounded(refs[0], dtype), w, b, k, eps)
+    ref_y, ref_mean, ref_rstd, ref_xhat, ref_std = refs
+    xd = row_outputs(dtype, shape, leading, strided)
+    xd[...] = x
+    y = xd if in_place else row_outputs(dtype, shape, leading, strided)
+    vectors = [None if v is None else device_copy(v, parameter_dtype) for v in (w, b)]
+
+    def per_row(statistic):
+        return row_outputs(statistic, shape[:leading], leading, strided) if statistics else None
+
+    if seed:
+        xhat, std = (row_outputs(dtype, shape, leading, strided) if statistics else None), per_row(parameter_dtype)
+        status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormDescriptor", "infiniopLayerNorm",
+                                   [y, xhat, std, xd, *vectors], (eps,))
+        return forward_result(status, [(y, ref_y), (xhat, ref_xhat), (std, ref_std)])
+    mean, rstd = per_row(statistic_dtype(dtype)), per_row(statistic_dtype(dtype))
+    status = runner.run_arrays("LayerNorm", "infiniopCreateLayerNormDescriptorEx", "infiniopLayerNormEx",
+                               [y, mean, rstd, xd, *vectors], (eps,))
+    return forward_result(status, [(y, ref_y), (mean, ref_mean), (rstd, ref_rstd)])
+
+
+def bn_forward_reference(x, vectors, training, momentum, eps, dtype, parameter_dtype, in_place):
+    """(y, save_mean, save_invstd, running_mean, running_var) after two runs: the running statistics (when given)
+    are updated by each run in training (rounded to their dtype in between); `in_place`: the second run reads the
+    first's y. No samples: y empty, save_mean 0, save_invstd 1/sqrt(eps), the running statistics as they were."""
+    weight, bias, running_mean, running_var = vectors
+    if x.size == 0:
+        channels = x.shape[1]
+        return x, np.zeros(channels), np.full(channels, 1 / np.sqrt(eps)), running_mean, running_var
+    first = batch_norm_forward_reference(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    if training and running_mean is not None:
+        running_mean, running_var = rounded(first[3], parameter_dtype), rounded(first[4], parameter_dtype)
+    source = rounded(first[0], dtype) if in_place else x
+    second = batch_norm_forward_reference(source, weight, bias, running_mean, running_var, training, momentum, eps)
+    updated = training and running_mean is not None
+    return second[:3] + ((second[3], second[4]) if updated else (running_mean, running_var))
+
+
+def bn_forward_case(runner, dtype, shape, rng, seed=False, training=True, running=True, saves=True, affine=True,
+                    parameter_dtype=None, channels_last=False, step=1, in_place=False, momentum=0.1, eps=1e-5):
+    """BatchNorm forward on (N, C, *spatial), run twice: the seed create (training, every tensor) or the Ex one
+    (save_mean / save_invstd when `saves` in training; running statistics when `running`). `step`: per-channel
+    vectors spaced that far apart; `in_place` (training without running statistics): y is x."""
+    parameter_dtype = parameter_dtype or dtype
+    channels = shape[1]
+    x = rounded(rng.standard_normal(shape) * 1.5 + 0.3, dtype)
+    vectors = [rounded(rng.standard_normal(channels), parameter_dtype) if affine else None,
+               rounded(rng.standard_normal(channels), parameter_dtype) if affine else None,
+               rounded(rng.normal(0.0, 0.5, channels), parameter_dtype) if running else None,
+               rounded(rng.uniform(0.5, 2.0, channels), parameter_dtype) if running else None]
+    refs = quiet(bn_forward_reference, x, vectors, training, momentum, eps, dtype, parameter_dtype, in_place)
+    big = (lambda v: channels_last_copy(v, dtype)) if channels_last else (lambda v: device_copy(v, dtype))
+    xd = big(x)
+    y = xd if in_place else big(np.full(shape, SENTINEL))
+    weight, bias, running_mean, running_var = (None if v is None else spaced_vector(v, v.dtype, step) for v in vectors)
+    statistics = training and saves and not seed
+    save_mean, save_invstd = (spaced_vector(np.full(channels, SENTINEL), statistic_dtype(dtype), step)
+                              if statistics else None for _ in range(2))
+    if seed:
+        status = runner.run_arrays("BatchNorm", "infiniopCreateBatchNormDescriptor", "infiniopBatchNorm",
+                                   [y, running_mean, running_var, xd, weight, bias], (momentum, eps))
+    else:
+        status = runner.run_arrays("BatchNorm", "infiniopCreateBatchNormDescriptorEx", "infiniopBatchNormEx",
+                                   [y, save_mean, save_invstd, running_mean, running_var, xd, weight, bias],
+                                   (int(training), momentum, eps))
+    return forward_result(status, list(zip((y, save_mean, save_invstd, running_mean, running_var), refs)))
+
+
+def case_adder(out, kind):
+    """add(op, dtype_name, feature, run, expected=0), appending to `out` the case op-KIND/DTYPE/feature that runs
+    run(runner, dtype, rng)."""
+    def add(op, dtype_name, feature, run, expected=0):
+        dtype = np.float64 if dtype_name == "F64" else DTYPES[dtype_name][0]
+        out.append((f"{op}-{kind}/{dtype_name}/{feature}", lambda r, g, run=run, dtype=dtype: run(r, dtype, g),
+                    expected))
+    return add
+
+
+def forward_cases():
+    """(name, run, expected status) of the forwards on Ascend; names are op-fwd/DTYPE/feature."""
+    out = []
+    add = case_adder(out, "fwd")
+
+    for name in DTYPES:
+        add("rms", name, "seed-rank2", lambda r, d, g: rms_forward_case(r, d, (4, 40), 1, g, seed=True))
+        add("rms", name, "seed-rank3", lambda r, d, g: rms_forward_case(r, d, (2, 3, 24), 1, g, seed=True))
+        add("rms", name, "rstd", lambda r, d, g: rms_forward_case(r, d, (3, 5, 32), 1, g, eps=1e-3))
+        add("rms", name, "no-rstd", lambda r, d, g: rms_forward_case(r, d, (4, 24), 1, g, rstd=False))
+        add("rms", name, "rank1", lambda r, d, g: rms_forward_case(r, d, (48,), 1, g))
+        add("rms", name, "rank4-k2", lambda r, d, g: rms_forward_case(r, d, (2, 3, 4, 8), 2, g, eps=0.0))
+        add("rms", name, "rank4-strided", lambda r, d, g: rms_forward_case(r, d, (2, 3, 4, 16), 1, g, strided=True))
+        add("rms", name, "in-place", lambda r, d, g: rms_forward_case(r, d, (3, 32), 1, g, in_place=True))
+        add("rms", name, "no-rows", lambda r, d, g: rms_forward_case(r, d, (0, 16), 1, g))
+        # Rows of zero length: rstd = NaN (0/0), written without aclnn (which refuses empty tensors): packed only.
+        add("rms", name, "empty-rows", lambda r, d, g: rms_forward_case(r, d, (3, 0), 1, g))
+        add("rms", name, "empty-rows-strided",
+            lambda r, d, g: rms_forward_case(r, d, (2, 3, 0), 1, g, strided=True), BAD_TENSOR_STRIDES)
+
+        add("ln", name, "seed", lambda r, d, g: ln_forward_case(r, d, (3, 5, 24), 1, g, seed=True))
+        add("ln", name, "seed-rank2-no-bias", lambda r, d, g: ln_forward_case(r, d, (4, 40), 1, g, seed=True,
+                                                                               bias=False))
+        add("ln", name, "seed-no-statistics", lambda r, d, g: ln_forward_case(r, d, (4, 24), 1, g, seed=True,
+                                                                               statistics=False))
+        add("ln", name, "seed-in-place", lambda r, d, g: ln_forward_case(r, d, (2, 3, 24), 1, g, seed=True,
+                                                                          in_place=True))
+        add("ln", name, "seed-empty-rows", lambda r, d, g: ln_forward_case(r, d, (3, 0), 1, g, seed=True))
+        add("ln", name, "ex", lambda r, d, g: ln_forward_case(r, d, (3, 5, 24), 1, g))
+        add("ln", name, "ex-no-affine-no-statistics",
+            lambda r, d, g: ln_forward_case(r, d, (4, 24), 1, g, weight=False, bias=False, statistics=False))
+        add("ln", name, "ex-bias-only", lambda r, d, g: ln_forward_case(r, d, (4, 24), 1, g, weight=False))
+        add("ln", name, "ex-rank1", lambda r, d, g: ln_forward_case(r, d, (40,), 1, g))
+        add("ln", name, "ex-rank4-k2", lambda r, d, g: ln_forward_case(r, d, (2, 3, 4, 8), 2, g, eps=0.0))
+        add("ln", name, "ex-rank5-strided", lambda r, d, g: ln_forward_case(r, d, (2, 3, 4, 2, 8), 2, g,
+                                                                             strided=True))
+        add("ln", name, "ex-in-place", lambda r, d, g: ln_forward_case(r, d, (3, 32), 1, g, in_place=True))
+        add("ln", name, "ex-no-rows", lambda r, d, g: ln_forward_case(r, d, (0, 16), 1, g))
+        add("ln", name, "ex-empty-rows", lambda r, d, g: ln_forward_case(r, d, (3, 0), 1, g))
+
+        add("bn", name, "seed", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, seed=True))
+        add("bn", name, "training", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, eps=1e-3))
+        add("bn", name, "training-no-running", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, running=False))
+        add("bn", name, "training-no-saves", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, saves=False))
+        add("bn", name, "eval", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, training=False, eps=1e-3))
+        add("bn", name, "no-affine", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, affine=False, eps=0.0))
+        add("bn", name, "rank2", lambda r, d, g: bn_forward_case(r, d, (16, 5), g, momentum=0.3))
+        add("bn", name, "rank4", lambda r, d, g: bn_forward_case(r, d, (2, 3, 4, 5), g))
+        add("bn", name, "rank5", lambda r, d, g: bn_forward_case(r, d, (2, 3, 2, 3, 4), g))
+        add("bn", name, "channels-last", lambda r, d, g: bn_forward_case(r, d, (2, 6, 3, 5), g, channels_last=True))
+        add("bn", name, "channels-last-rank5-eval-no-affine",
+            lambda r, d, g: bn_forward_case(r, d, (2, 4, 2, 3, 2), g, training=False, affine=False,
+                                            channels_last=True))
+        add("bn", name, "strided-vectors", lambda r, d, g: bn_forward_case(r, d, (3, 4, 5), g, step=3))
+        add("bn", name, "in-place", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, running=False, in_place=True))
+        # No samples: save_mean 0 and save_invstd 1/sqrt(eps) are written without aclnn: packed only.
+        add("bn", name, "no-batch", lambda r, d, g: bn_forward_case(r, d, (0, 4, 5), g))
+        add("bn", name, "no-batch-strided", lambda r, d, g: bn_forward_case(r, d, (0, 4, 5), g, step=2),
+            BAD_TENSOR_STRIDES)
+
+    for name in ("F16", "BF16"):  # F32 parameters with F16/BF16 data: in every table CANN documents
+        add("rms", name, "f32-weight", lambda r, d, g: rms_forward_case(r, d, (3, 5, 32), 1, g,
+                                                                       weight_dtype=np.float32))
+        add("rms", name, "seed-f32-weight", lambda r, d, g: rms_forward_case(r, d, (4, 32), 1, g, seed=True,
+                                                                            weight_dtype=np.float32))
+        add("ln", name, "seed-f32-parameters", lambda r, d, g: ln_forward_case(r, d, (3, 5, 24), 1, g, seed=True,
+                                                                              parameter_dtype=np.float32))
+        add("ln", name, "ex-f32-parameters", lambda r, d, g: ln_forward_case(r, d, (3, 24), 1, g,
+                                                                            parameter_dtype=np.float32))
+        add("ln", name, "ex-f32-weight-only", lambda r, d, g: ln_forward_case(r, d, (3, 24), 1, g, bias=False,
+                                                                             parameter_dtype=np.float32))
+        add("bn", name, "f32-parameters", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g,
+                                                                         parameter_dtype=np.float32))
+        add("bn", name, "f32-parameters-eval", lambda r, d, g: bn_forward_case(r, d, (4, 3, 10), g, training=False,
+                                                                              parameter_dtype=np.float32))
+
+    # CANN's norm kernels take no DOUBLE: F64 descriptors are NOT_IMPLEMENTED on Ascend (and only there).
+    add("rms", "F64", "not-implemented", lambda r, d, g: rms_forward_case(r, d, (3, 16), 1, g), NOT_IMPLEMENTED)
+    add("rms", "F64", "seed-not-implemented", lambda r, d, g: rms_forward_case(r, d, (3, 16), 1, g, seed=True),
+        NOT_IMPLEMENTED)
+    add("ln", "F64", "not-implemented", lambda r, d, g: ln_forward_case(r, d, (3, 16), 1, g), NOT_IMPLEMENTED)
+    add("ln", "F64", "seed-not-implemented", lambda r, d, g: ln_forward_case(r, d, (3, 16), 1, g, seed=True),
+        NOT_IMPLEMENTED)
+    add("bn", "F64", "not-implemented", lambda r, d, g: bn_forward_case(r, d, (2, 3, 4), g), NOT_IMPLEMENTED)
+    return out
 
 
 def ex_cases():
     """(name, run, expected status) of the Ex features on Ascend; names are op-ex/DTYPE/feature."""
     out = []
-
-    def add(op, dtype_name, feature, run, expected=0):
-        dtype = np.float64 if dtype_name == "F64" else DTYPES[dtype_name][0]
-        out.append((f"{op}-ex/{dtype_name}/{feature}", lambda r, g, run=run, dtype=dtype: run(r, dtype, g), expected))
+    add = case_adder(out, "ex")
 
     for name in DTYPES:
         add("rms", name, "eps", lambda r, d, g: rms_ex_case(r, d, (3, 40), 1, g, eps=0.5))
@@ -668,12 +914,14 @@ def cases():
             (f"ln-no-rows-strided/{name}", lambda r, g, n=name: empty_case(r, "LayerNorm", n, (0, 16), step=2), 12),
             (f"bn-no-batch-strided/{name}", lambda r, g, n=name: empty_case(r, "BatchNorm", n, (0, 4, 5), step=2), 12),
         ]
-    return out + ex_cases()
+    return out + ex_cases() + forward_cases()
 
 
 # A few cases of each operator, run again in the client situations of context_results.
 CONTEXT_CASES = ("rms/F32/(3, 5, 64)", "ln/F16/(3, 5, 64)", "bn/BF16/(4, 6, 9)", "ln-ex/F32/from-input",
-                 "ln-ex/BF16/f32-parameters-no-weight", "bn-ex/F16/f32-parameters", "rms-ex/BF16/f32-weight")
+                 "ln-ex/BF16/f32-parameters-no-weight", "bn-ex/F16/f32-parameters", "rms-ex/BF16/f32-weight",
+                 "rms-fwd/F32/rstd", "ln-fwd/F16/seed", "ln-fwd/BF16/ex-f32-parameters", "bn-fwd/BF16/training",
+                 "bn-fwd/F16/f32-parameters")
 
 
 def context_results(lib, rng, devices):
@@ -699,7 +947,10 @@ def tiling_results(runner, rng):
     try:
         return {"tiling:rms": rms_case(runner, "F32", (2, 37), rng)["status"],
                 "tiling:ln": ln_case(runner, "F32", (3, 5, 64), rng)["status"],
-                "tiling:bn": bn_case(runner, "F32", (4, 6, 9), rng)["status"]}
+                "tiling:bn": bn_case(runner, "F32", (4, 6, 9), rng)["status"],
+                "tiling:rms-fwd": rms_forward_case(runner, np.float32, (2, 37), 1, rng)["status"],
+                "tiling:ln-fwd": ln_forward_case(runner, np.float32, (3, 64), 1, rng)["status"],
+                "tiling:bn-fwd": bn_forward_case(runner, np.float32, (4, 6, 9), rng)["status"]}
     finally:
         del os.environ["ASCEND_EMULATION_TILING_MAX_COLS"]
 

@@ -224,6 +224,13 @@ aclError aclInit(const char *) {
     return kSuccess;
 }
 
+// The SoC's name: ASCEND_EMULATION_SOC (an Atlas A2 one by default; set but empty: the query fails, NULL).
+const char *aclrtGetSocName() {
+    const char *name = std::getenv("ASCEND_EMULATION_SOC");
+    if (name == nullptr) return "Ascend910B1";
+    return *name == '\0' ? nullptr : name;
+}
+
 aclError aclrtGetDeviceCount(uint32_t *count) {
     if (count == nullptr) return kInvalidParam;
     *count = deviceCount();

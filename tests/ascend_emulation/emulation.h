@@ -14,6 +14,7 @@ extern "C" {
 typedef int aclError;
 typedef int32_t aclnnStatus;
 typedef void *aclrtStream;
+const char *aclrtGetSocName(); // the emulated libascendcl's; the operator libraries read the product from it
 }
 
 namespace emu {

@@ -1,11 +1,15 @@
 // Emulated libopapi_nn: the norm aclnn operators the Ascend backend calls (aclnnRmsNorm, aclnnRmsNormGrad,
-// aclnnLayerNormBackward, aclnnBatchNormBackward), computed in double on host memory. The first phase checks what
-// each operator's CANN document lists (dtypes and their combinations, formats, contiguity, empty tensors) and
-// answers 161001 / 161002 as documented, except shapes: those checks live in the real kernels' tiling, which
-// answers 561002 (ACLNN_ERR_INNER_TILING_ERROR). The second phase is opapi.h's launch.
+// aclnnLayerNorm, aclnnLayerNormBackward, aclnnBatchNorm, aclnnBatchNormBackward), computed in double on host
+// memory. The first phase checks what each operator's CANN document lists (dtypes and their combinations, formats,
+// contiguity, empty tensors) and answers 161001 / 161002 as documented, except the shapes of the operators whose
+// real kernels check them in their tiling, which answers 561002 (ACLNN_ERR_INNER_TILING_ERROR); aclnnLayerNorm and
+// aclnnBatchNorm check shapes in their first phase (161002, as their documents list). The second phase is opapi.h's
+// launch.
 #include "opapi.h"
 
 #include <cmath>
+#include <cstring>
+#include <initializer_list>
 
 using namespace emu;
 
@@ -28,6 +32,42 @@ bool rmsDtypes(int x, int gamma) {
            (gamma == x && (x == kFloat16 || x == kBf16));
 }
 
+// Per row of a (rows, cols) view: mean and biased variance, two passes in double.
+void rowMoments(const aclTensor *t, int64_t row, int64_t cols, double *mean, double *var) {
+    double sum = 0, squares = 0;
+    for (int64_t c = 0; c < cols; ++c) sum += load(t, row * cols + c);
+    *mean = sum / cols;
+    for (int64_t c = 0; c < cols; ++c) squares += std::pow(load(t, row * cols + c) - *mean, 2);
+    *var = squares / cols;
+}
+
+// aclnnLayerNorm's dtype rules: weight / bias the input's dtype or FLOAT, one dtype when both are given; meanOut /
+// rstdOut the input's dtype (the newest document's words) or FLOAT, which CANN's first phase accepts and torch_npu
+// passes for 16-bit input.
+bool layerNormDtypes(const aclTensor *input, const aclTensor *weight, const aclTensor *bias, const aclTensor *out,
+                     const aclTensor *mean, const aclTensor *rstd) {
+    int dt = input->dtype;
+    if (!isFloat(dt) || out->dtype != dt || (weight && bias && weight->dtype != bias->dtype)) return false;
+    for (const aclTensor *t : {weight, bias, mean, rstd}) {
+        if (t && t->dtype != dt && t->dtype != kFloat) return false;
+    }
+    return true;
+}
+
+// aclnnLayerNorm's shape rules (its first phase checks them: 161002): normalizedShape the input's trailing dims,
+// weight / bias of that shape, out of the input's, meanOut / rstdOut [A1..Ai, 1..1] of the input's rank.
+bool layerNormShapes(const aclTensor *input, const std::vector<int64_t> &norm, const aclTensor *weight,
+                     const aclTensor *bias, const aclTensor *out, const aclTensor *mean, const aclTensor *rstd) {
+    size_t rank = input->shape.size();
+    if (norm.empty() || norm.size() > rank || tail(input->shape, norm.size()) != norm || out->shape != input->shape) {
+        return false;
+    }
+    std::vector<int64_t> statistic = head(input->shape, rank - norm.size());
+    statistic.resize(rank, 1);
+    return (!weight || weight->shape == norm) && (!bias || bias->shape == norm) && (!mean || mean->shape == statistic) &&
+           (!rstd || rstd->shape == statistic);
+}
+
 int bnFormatFor(size_t rank) {
     switch (rank) {
     case 2: return kNc;
@@ -36,6 +76,42 @@ int bnFormatFor(size_t rank) {
     case 5: return kNcdhw;
     default: return kNd;
     }
+}
+
+// What aclnnBatchNorm leaves in saveInvstd, by product (its document): 1/sqrt(var + eps) on Ascend 950, the biased
+// batch variance on the others it supports (Atlas training, inference, A2 and A3 products).
+bool savesInvstd() {
+    const char *soc = aclrtGetSocName();
+    return soc != nullptr && std::strncmp(soc, "Ascend950", 9) == 0;
+}
+
+// aclnnBatchNorm's first-phase checks (161002 for each, shapes included): float dtypes, input and output of one
+// format (the rank's: NC, NCL, NCHW, NCDHW, ND) and shape of rank 2..8, the per-channel tensors given of shape (C,).
+bool batchNormArgumentsOk(const aclTensor *input, const aclTensor *output,
+                          std::initializer_list<const aclTensor *> vectors) {
+    size_t rank = input->shape.size();
+    if (!isFloat(input->dtype) || !isFloat(output->dtype) || rank < 2 || rank > 8) return false;
+    if (input->format != bnFormatFor(rank) || output->format != input->format || output->shape != input->shape) {
+        return false;
+    }
+    for (const aclTensor *t : vectors) {
+        if (t && (!isFloat(t->dtype) || t->shape != std::vector<int64_t>{input->shape[1]})) return false;
+    }
+    return true;
+}
+
+// Per channel c of an (N, C, L) view: mean and biased variance over N and L, two passes in double.
+void channelMoments(const aclTensor *t, int64_t batch, int64_t channels, int64_t length, int64_t c, double *mean,
+                    double *var) {
+    double sum = 0, squares = 0, count = static_cast<double>(batch * length);
+    for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t l = 0; l < length; ++l) sum += load(t, (n * channels + c) * length + l);
+    }
+    *mean = sum / count;
+    for (int64_t n = 0; n < batch; ++n) {
+        for (int64_t l = 0; l < length; ++l) squares += std::pow(load(t, (n * channels + c) * length + l) - *mean, 2);
+    }
+    *var = squares / count;
 }
 
 } // namespace
@@ -190,6 +266,41 @@ aclnnStatus aclnnLayerNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
 
 EMULATED_SECOND_PHASE(aclnnLayerNormBackward)
 
+// aclnnLayerNorm: out = (x - E[x]) / sqrt(Var[x] + eps) * w + b over normalizedShape's trailing dims, the biased
+// variance; the optional meanOut = E[x] and rstdOut = 1/sqrt(Var[x] + eps). weight absent: ones, bias absent: zeros.
+// Strided tensors allowed.
+aclnnStatus aclnnLayerNormGetWorkspaceSize(const aclTensor *input, const aclIntArray *normalized_shape,
+                                           const aclTensor *weight, const aclTensor *bias, double eps, aclTensor *out,
+                                           aclTensor *mean, aclTensor *rstd, uint64_t *ws, aclOpExecutor **ex) {
+    if (!input || !normalized_shape || !out || !ws || !ex) return kParamNullptr;
+    if (!layerNormDtypes(input, weight, bias, out, mean, rstd)) return kParamInvalid;
+    for (const aclTensor *t : {input, weight, bias, (const aclTensor *)out, (const aclTensor *)mean,
+                               (const aclTensor *)rstd}) {
+        if (t && (!rankOk(t) || t->format != kNd)) return kParamInvalid;
+    }
+    const std::vector<int64_t> &norm = normalized_shape->values;
+    if (!layerNormShapes(input, norm, weight, bias, out, mean, rstd)) return kParamInvalid;
+    int64_t cols = product(norm, 0, norm.size()), rows = cols == 0 ? 0 : numel(input) / cols;
+    if (!tilable(cols)) return kTilingError;
+    bool has_weight = weight, has_bias = bias, has_mean = mean, has_rstd = rstd;
+    return plan({input, weight, bias}, {out, mean, rstd},
+                [rows, cols, eps, has_weight, has_bias, has_mean, has_rstd](aclTensor *t) {
+        for (int64_t r = 0; r < rows; ++r) {
+            double mu, var;
+            rowMoments(&t[0], r, cols, &mu, &var);
+            double inv = 1.0 / std::sqrt(var + eps);
+            for (int64_t c = 0; c < cols; ++c) {
+                double w = has_weight ? load(&t[1], c) : 1.0, b = has_bias ? load(&t[2], c) : 0.0;
+                store(&t[3], r * cols + c, (load(&t[0], r * cols + c) - mu) * inv * w + b);
+            }
+            if (has_mean) store(&t[4], r, mu);
+            if (has_rstd) store(&t[5], r, inv);
+        }
+    }, ws, ex);
+}
+
+EMULATED_SECOND_PHASE(aclnnLayerNorm)
+
 // aclnnBatchNormBackward: channel axis 1, format by rank (NC, NCL, NCHW, NCDHW, ND), strided views allowed,
 // per-channel tensors FLOAT (the strictest documented version), empty tensors allowed. weight, the running and
 // the saved statistics are optional ("non-null" is when their checks apply); weight NULL is ones. Training
@@ -257,5 +368,53 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
 }
 
 EMULATED_SECOND_PHASE(aclnnBatchNormBackward)
+
+// aclnnBatchNorm: channel axis 1, strided views allowed. Training normalizes with the batch statistics, writes
+// saveMean and saveInvstd (see savesInvstd) and updates runningMean / runningVar to (1 - momentum) * running +
+// momentum * batch, the variance unbiased (M / (M - 1); 0 for M = 1, as BNTrainingUpdate documents); eval
+// normalizes with the running statistics. Absent weight, bias, runningMean, runningVar: ones, zeros, zeros, ones,
+// the running ones then not written. An empty input writes saveMean = 0 and saveInvstd = NaN, as CANN's first
+// phase does.
+aclnnStatus aclnnBatchNormGetWorkspaceSize(const aclTensor *input, const aclTensor *weight, const aclTensor *bias,
+                                           aclTensor *running_mean, aclTensor *running_var, bool training,
+                                           double momentum, double eps, aclTensor *output, aclTensor *save_mean,
+                                           aclTensor *save_invstd, uint64_t *ws, aclOpExecutor **ex) {
+    if (!input || !output || !ws || !ex || (training && (!save_mean || !save_invstd))) return kParamNullptr;
+    const aclTensor *saves[2] = {training ? save_mean : nullptr, training ? save_invstd : nullptr};
+    if (!batchNormArgumentsOk(input, output, {weight, bias, running_mean, running_var, saves[0], saves[1]})) {
+        return kParamInvalid;
+    }
+    int64_t batch = input->shape[0], channels = input->shape[1], length = product(input->shape, 2, input->shape.size());
+    if (!tilable(batch * length)) return kTilingError;
+    bool has[4] = {weight != nullptr, bias != nullptr, running_mean != nullptr, running_var != nullptr};
+    bool invstd_saved = savesInvstd();
+    return plan({input, weight, bias, running_mean, running_var}, {output, save_mean, save_invstd},
+                [=](aclTensor *t) {
+        double count = static_cast<double>(batch * length);
+        for (int64_t c = 0; c < channels; ++c) {
+            double mean = has[2] ? load(&t[3], c) : 0.0, var = has[3] ? load(&t[4], c) : 1.0;
+            if (training && count > 0) channelMoments(&t[0], batch, channels, length, c, &mean, &var);
+            double inv = 1.0 / std::sqrt(var + eps);
+            double scale = inv * (has[0] ? load(&t[1], c) : 1.0), shift = has[1] ? load(&t[2], c) : 0.0;
+            for (int64_t i = 0; i < batch * length; ++i) {
+                int64_t at = ((i / length) * channels + c) * length + i % length;
+                store(&t[5], at, (load(&t[0], at) - mean) * scale + shift);
+            }
+            if (!training) continue;
+            if (count == 0) {
+                store(&t[6], c, 0.0);
+                store(&t[7], c, std::nan(""));
+                continue;
+            }
+            store(&t[6], c, mean);
+            store(&t[7], c, invstd_saved ? inv : var);
+            double unbiased = count > 1 ? var * count / (count - 1) : 0.0;
+            if (has[2]) store(&t[3], c, (1 - momentum) * load(&t[3], c) + momentum * mean);
+            if (has[3]) store(&t[4], c, (1 - momentum) * load(&t[4], c) + momentum * unbiased);
+        }
+    }, ws, ex);
+}
+
+EMULATED_SECOND_PHASE(aclnnBatchNorm)
 
 } // extern "C"

@@ -83,6 +83,7 @@ struct Api {
                                  aclrtStream stream);
     aclError (*aclrtMemset)(void *ptr, size_t max_count, int32_t value, size_t count);
     aclError (*aclrtMemsetAsync)(void *ptr, size_t max_count, int32_t value, size_t count, aclrtStream stream);
+    const char *(*aclrtGetSocName)(); // the SoC's name, NULL where it cannot tell; optional: NULL where not exported
 
     // libnnopbase: tensors, arrays, executors.
     aclTensor *(*aclCreateTensor)(const int64_t *view_dims, uint64_t view_dims_num, aclDataType dtype,
@@ -106,6 +107,20 @@ struct Api {
                                                 const aclTensor *y_out, const aclTensor *rstd_out,
                                                 uint64_t *workspace_size, aclOpExecutor **executor);
     aclnnStatus (*aclnnRmsNorm)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor, aclrtStream stream);
+    aclnnStatus (*aclnnLayerNormGetWorkspaceSize)(const aclTensor *input, const aclIntArray *normalized_shape,
+                                                  const aclTensor *weight_optional, const aclTensor *bias_optional,
+                                                  double eps, aclTensor *out, aclTensor *mean_out_optional,
+                                                  aclTensor *rstd_out_optional, uint64_t *workspace_size,
+                                                  aclOpExecutor **executor);
+    aclnnStatus (*aclnnLayerNorm)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                                  aclrtStream stream);
+    aclnnStatus (*aclnnBatchNormGetWorkspaceSize)(const aclTensor *input, const aclTensor *weight,
+                                                  const aclTensor *bias, aclTensor *running_mean,
+                                                  aclTensor *running_var, bool training, double momentum, double eps,
+                                                  aclTensor *output, aclTensor *save_mean, aclTensor *save_invstd,
+                                                  uint64_t *workspace_size, aclOpExecutor **executor);
+    aclnnStatus (*aclnnBatchNorm)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                                  aclrtStream stream);
     aclnnStatus (*aclnnRmsNormGradGetWorkspaceSize)(const aclTensor *dy, const aclTensor *x, const aclTensor *rstd,
                                                     const aclTensor *gamma, const aclTensor *dx_out,
                                                     const aclTensor *dgamma_out, uint64_t *workspace_size,

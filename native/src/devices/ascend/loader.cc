@@ -157,13 +157,16 @@ infiniStatus_t load(Api *api) {
     RESOLVE(nnopbase, aclSetOutputTensorAddr);
 #undef RESOLVE
     if (!ok) return INFINI_STATUS_DEVICE_NOT_FOUND;
+    resolve(acl, "aclrtGetSocName", api->aclrtGetSocName); // optional: only BatchNorm's saved invstd needs it
 
     // infiniop_py/_ascend.py lists the same operators, to name those missing.
     OperatorLibraries operators;
 #define OPERATOR(name) resolveOperator(operators, #name, api->name##GetWorkspaceSize, api->name)
     OPERATOR(aclnnRmsNorm);
     OPERATOR(aclnnRmsNormGrad);
+    OPERATOR(aclnnLayerNorm);
     OPERATOR(aclnnLayerNormBackward);
+    OPERATOR(aclnnBatchNorm);
     OPERATOR(aclnnBatchNormBackward);
     OPERATOR(aclnnCast);
     OPERATOR(aclnnAdds);

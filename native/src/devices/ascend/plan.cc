@@ -3,8 +3,11 @@
 #include "context.h"
 
 #include "common/status.h"
+#include "devices/cpu/half.h"
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 namespace ascend {
 namespace {
@@ -21,6 +24,20 @@ bool isContiguous(const TensorSpec &spec) {
         expected *= spec.shape[i];
     }
     return true;
+}
+
+size_t elementBytes(aclDataType dtype) { return dtype == ACL_FLOAT ? 4 : 2; }
+
+// `count` copies of `value` as the device stores `dtype`.
+std::vector<unsigned char> repeated(aclDataType dtype, float value, size_t count) {
+    uint16_t half = 0;
+    if (dtype == ACL_FLOAT16) half = cpu::fromFloat<cpu::f16_t>(value).bits;
+    if (dtype == ACL_BF16) half = cpu::fromFloat<cpu::bf16_t>(value).bits;
+    const void *element = dtype == ACL_FLOAT ? static_cast<const void *>(&value) : &half;
+    const size_t size = elementBytes(dtype);
+    std::vector<unsigned char> bytes(count * size);
+    for (size_t i = 0; i < count; ++i) std::memcpy(bytes.data() + i * size, element, size);
+    return bytes;
 }
 
 } // namespace
@@ -117,6 +134,16 @@ size_t Plan::addConstant(const void *host, size_t bytes) {
     constants_host_.insert(constants_host_.end(), begin, begin + bytes);
     constants_host_.resize(alignUp(constants_host_.size()));
     return offset;
+}
+
+void Plan::addFill(size_t index, aclDataType dtype, size_t count, float value) {
+    const size_t bytes = count * elementBytes(dtype);
+    if (value == 0.0f && !std::signbit(value)) {
+        fills_.push_back({index, bytes, std::nullopt});
+        return;
+    }
+    const std::vector<unsigned char> copies = repeated(dtype, value, count);
+    fills_.push_back({index, bytes, addConstant(copies.data(), bytes)});
 }
 
 const aclIntArray *Plan::intArray(const std::vector<int64_t> &values) {
@@ -257,18 +284,36 @@ infiniStatus_t Plan::run(void *workspace, const std::vector<const void *> &args,
     std::lock_guard<std::mutex> lock(run_mutex_);
     return onDevice(*api_, device_, [&] {
         infiniStatus_t launched = launchAll(workspace, args, stream);
-        // Recorded even when a launch failed, after others were queued. Only launched kernels read what the plan
-        // owns (a zero fill writes the caller's memory only).
-        infiniStatus_t recorded = calls_.empty() ? INFINI_STATUS_SUCCESS : recordRun(stream);
+        // Recorded even when a launch failed, after others were queued: the plan's memory must outlive what reads it.
+        infiniStatus_t recorded = readsPlanMemory() ? recordRun(stream) : INFINI_STATUS_SUCCESS;
         return launched != INFINI_STATUS_SUCCESS ? launched : recorded;
     });
 }
 
+// Launched kernels read the executors and constants; a fill of a value other than zero reads the constants.
+bool Plan::readsPlanMemory() const {
+    bool copies = false;
+    for (const Fill &fill : fills_) copies = copies || fill.constant.has_value();
+    return copies || !calls_.empty();
+}
+
+infiniStatus_t Plan::launchFills(const std::vector<const void *> &args, aclrtStream stream) const {
+    for (const Fill &fill : fills_) {
+        void *target = const_cast<void *>(args[fill.index]);
+        if (fill.constant) {
+            const void *copies = static_cast<const char *>(constants_) + *fill.constant;
+            ACL_CHECK(api_->aclrtMemcpyAsync(target, fill.bytes, copies, fill.bytes, ACL_MEMCPY_DEVICE_TO_DEVICE,
+                                             stream));
+        } else {
+            ACL_CHECK(api_->aclrtMemsetAsync(target, fill.bytes, 0, fill.bytes, stream));
+        }
+    }
+    return INFINI_STATUS_SUCCESS;
+}
+
 infiniStatus_t Plan::launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const {
     void *aclnn_workspace = aclnn_bytes_ > 0 ? static_cast<char *>(workspace) + aclnn_offset_ : nullptr;
-    for (const auto &[index, bytes] : zero_fills_) {
-        ACL_CHECK(api_->aclrtMemsetAsync(const_cast<void *>(args[index]), bytes, 0, bytes, stream));
-    }
+    INFINI_CHECK(launchFills(args, stream));
     for (const Stage &stage : calls_) {
         std::vector<void *> addresses;
         bool aligned = true;

@@ -77,8 +77,9 @@ class Plan {
         calls_.emplace_back();
         calls_.back().call = std::move(call);
     }
-    // Zeroes `bytes` at argument `index` first on every run (outputs of empty reductions, which aclnn refuses).
-    void addZeroFill(size_t index, size_t bytes) { zero_fills_.emplace_back(index, bytes); }
+    // Sets the `count` packed elements (of `dtype`) at argument `index` to `value` first on every run: outputs of
+    // reductions over no elements, which aclnn refuses (empty sums, statistics of empty rows).
+    void addFill(size_t index, aclDataType dtype, size_t count, float value);
 
     // Uploads the constants and plans every call; after this, workspaceSize() is final.
     infiniStatus_t build();
@@ -103,13 +104,19 @@ class Plan {
                            aclrtStream stream) const;
     infiniStatus_t buildOnDevice();
     infiniStatus_t launchAll(void *workspace, const std::vector<const void *> &args, aclrtStream stream) const;
+    infiniStatus_t launchFills(const std::vector<const void *> &args, aclrtStream stream) const;
+    bool readsPlanMemory() const;
     infiniStatus_t recordRun(aclrtStream stream) const;
     void waitForRuns() const;
 
     const Api *api_;
     const int device_;
     std::vector<Stage> calls_;
-    std::vector<std::pair<size_t, size_t>> zero_fills_;
+    struct Fill {
+        size_t index, bytes;
+        std::optional<size_t> constant; // the value's copies among the constants; none: zeros
+    };
+    std::vector<Fill> fills_;
     std::vector<const aclIntArray *> int_arrays_;
     std::vector<const aclBoolArray *> bool_arrays_;
     std::vector<const aclScalar *> scalars_;

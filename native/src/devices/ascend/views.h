@@ -7,6 +7,7 @@
 #include "ops/rows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <memory>
 #include <utility>
@@ -82,29 +83,41 @@ inline bool packedRows(const op::RowLayout &rows_layout, size_t rows, size_t dim
 
 inline bool unitStride(size_t length, ptrdiff_t stride) { return length <= 1 || stride == 1; }
 
-// A gradient vector argument: where it is in the run's pointers, its stride, and whether it is asked for.
-struct GradientVector {
-    size_t index;
-    ptrdiff_t stride;
-    bool wanted;
+// An output a plan with nothing to compute sets at each run (aclnn refuses empty tensors): the sums of no samples
+// (0), the statistics of rows or channels of no elements (NaN; BatchNorm's saved invstd 1/sqrt(eps)).
+struct ConstantOutput {
+    size_t index;      // in the run's pointers
+    size_t count;      // elements; 0: nothing to set (not wanted, or empty)
+    bool packed;       // a fill needs its elements contiguous
+    aclDataType dtype;
+    float value;
 };
 
-// An op descriptor's plan on `device`, built: `plan_calls(plan)` when there are samples to compute on; otherwise
-// the wanted gradient vectors of `length` elements are empty sums, zeroed at each run, which needs every one
-// packed (BAD_TENSOR_STRIDES otherwise).
+// The gradient vector at `index`, when wanted, as a sum of no samples.
+inline ConstantOutput emptySum(size_t index, bool wanted, size_t length, ptrdiff_t stride, infiniDtype_t dtype) {
+    return {index, wanted ? length : 0, unitStride(length, stride), aclDtypeOf(dtype), 0.0f};
+}
+
+// The per-row statistic at `index`, when wanted, of rows with no elements: NaN (0/0).
+inline ConstantOutput emptyStatistic(size_t index, bool wanted, const op::RowLayout &layout, size_t rows,
+                                     aclDataType dtype) {
+    return {index, wanted ? rows : 0, !wanted || packedRows(layout, rows, 1), dtype, NAN};
+}
+
+// An op descriptor's plan on `device`, built: `plan_calls(plan)` when there is something to compute, otherwise a fill
+// of each constant output, which needs every one packed (BAD_TENSOR_STRIDES otherwise).
 template <typename PlanCalls>
-infiniStatus_t makePlan(const Api *acl, int device, bool has_samples, size_t length, size_t element_bytes,
-                        std::initializer_list<GradientVector> sums, PlanCalls &&plan_calls,
-                        std::unique_ptr<Plan> *out) {
+infiniStatus_t makePlan(const Api *acl, int device, bool computes, std::initializer_list<ConstantOutput> constants,
+                        PlanCalls &&plan_calls, std::unique_ptr<Plan> *out) {
     auto plan = std::make_unique<Plan>(acl, device);
-    if (has_samples) {
+    if (computes) {
         plan_calls(*plan);
-    } else if (length > 0) {
-        for (const GradientVector &v : sums) {
-            if (v.wanted && !unitStride(length, v.stride)) return INFINI_STATUS_BAD_TENSOR_STRIDES;
+    } else {
+        for (const ConstantOutput &c : constants) {
+            if (c.count > 0 && !c.packed) return INFINI_STATUS_BAD_TENSOR_STRIDES;
         }
-        for (const GradientVector &v : sums) {
-            if (v.wanted) plan->addZeroFill(v.index, length * element_bytes);
+        for (const ConstantOutput &c : constants) {
+            if (c.count > 0) plan->addFill(c.index, c.dtype, c.count, c.value);
         }
     }
     INFINI_CHECK(plan->build());
@@ -116,6 +129,15 @@ infiniStatus_t makePlan(const Api *acl, int device, bool has_samples, size_t len
 // NOT_IMPLEMENTED on Ascend.
 inline bool cannHasDtype(infiniDtype_t dtype) {
     return dtype == INFINI_DTYPE_F16 || dtype == INFINI_DTYPE_F32 || dtype == INFINI_DTYPE_BF16;
+}
+
+// What every Ascend create checks first, in this order: a data dtype CANN's norm kernels take (F64:
+// NOT_IMPLEMENTED), CANN itself (loaded into *acl), and strides its views can take (BAD_TENSOR_STRIDES otherwise:
+// aclCreateTensor takes non-negative ones only, some operators packed ones only).
+inline infiniStatus_t loadFor(infiniDtype_t dtype, bool strides_taken, const Api **acl) {
+    if (!cannHasDtype(dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
+    INFINI_CHECK(api(acl));
+    return strides_taken ? INFINI_STATUS_SUCCESS : INFINI_STATUS_BAD_TENSOR_STRIDES;
 }
 
 } // namespace ascend

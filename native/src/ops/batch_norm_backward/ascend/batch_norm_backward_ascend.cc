@@ -8,10 +8,11 @@
 //   through aclnnCast both ways; F32 ones (F32 parameters with any data, saved statistics) are passed as they are.
 #include "../batch_norm_backward.h"
 
-#include "devices/ascend/views.h"
+#include "devices/ascend/batch_norm_views.h"
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 namespace op::batch_norm_backward {
 namespace {
@@ -48,81 +49,32 @@ class AscendDescriptor final : public Descriptor {
 
 using OptionalTensor = std::optional<TensorSpec>;
 
+// saveMean / saveInvstd of the training backward: the caller's saved ones, else the batch mean (the running mean's
+// F32 view) and 1/sqrt(var + eps) into the workspace. Neither in eval.
+std::pair<OptionalTensor, OptionalTensor> savedStatistics(const Info &info, ascend::ChannelVectors &vectors,
+                                                          const OptionalTensor &mean, const OptionalTensor &var) {
+    if (info.has_save) {
+        return {vectors.argument(kSaveMean, info.save_mean_stride, ACL_FLOAT),
+                vectors.argument(kSaveInvstd, info.save_invstd_stride, ACL_FLOAT)};
+    }
+    if (!info.training) return {std::nullopt, std::nullopt};
+    TensorSpec invstd = vectors.scratch();
+    ascend::addInverseSqrt(vectors.plan(), *var, info.epsilon, invstd);
+    return {mean, invstd};
+}
+
 void planCalls(const Info &info, ascend::Plan &plan) {
     const ascend::Api &acl = plan.acl();
-    const aclDataType dtype = ascend::aclDtypeOf(info.dtype);
-    const aclDataType parameter_dtype = ascend::aclDtypeOf(info.parameter_dtype);
-    const size_t channels = info.channels;
-    const bool cast = parameter_dtype != ACL_FLOAT;
-
-    auto userVector = [&](Arg arg, ptrdiff_t stride, aclDataType type) {
-        return ascend::vectorView(channels, stride, type, Buffer::argument(arg));
-    };
-    auto f32Scratch = [&] {
-        return TensorSpec::contiguous({static_cast<int64_t>(channels)}, ACL_FLOAT,
-                                      Buffer::scratch(plan.reserveScratch(infini::CheckedSize(channels) * sizeof(float))));
-    };
-    auto unaryCall = [&](const TensorSpec &from, const TensorSpec &to, ascend::Call::Prepare prepare,
-                         ascend::Call::Launch launch) { plan.add({{from}, {to}, std::move(prepare), launch}); };
-    auto castCall = [&](const TensorSpec &from, const TensorSpec &to) {
-        aclDataType target = to.dtype;
-        unaryCall(from, to,
-                  [&acl, target](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                      return acl.aclnnCastGetWorkspaceSize(t[0], target, t[1], ws, ex);
-                  },
-                  acl.aclnnCast);
-    };
-    // The F32 view of a parameter argument (absent when not used): itself when F32, else a workspace copy.
-    auto asF32Input = [&](bool used, Arg arg, ptrdiff_t stride) -> OptionalTensor {
-        if (!used) return std::nullopt;
-        if (!cast) return userVector(arg, stride, ACL_FLOAT);
-        TensorSpec copy = f32Scratch();
-        castCall(userVector(arg, stride, parameter_dtype), copy);
-        return copy;
-    };
-    auto asF32Output = [&](bool wanted, Arg arg, ptrdiff_t stride) -> OptionalTensor {
-        if (!wanted) return std::nullopt;
-        return cast ? f32Scratch() : userVector(arg, stride, ACL_FLOAT);
-    };
-    const OptionalTensor weight = asF32Input(info.has_weight, kWeight, info.weight_stride);
+    ascend::ChannelVectors vectors(plan, info.channels, ascend::aclDtypeOf(info.parameter_dtype));
+    const OptionalTensor weight = vectors.input(info.has_weight, kWeight, info.weight_stride);
     const bool uses_running = info.usesRunning();
-    const OptionalTensor mean = asF32Input(uses_running, kMean, info.running_mean_stride);
-    const OptionalTensor var = asF32Input(uses_running, kVar, info.running_var_stride);
-    OptionalTensor save_mean, save_invstd;
-    if (info.has_save) {
-        save_mean = userVector(kSaveMean, info.save_mean_stride, ACL_FLOAT);
-        save_invstd = userVector(kSaveInvstd, info.save_invstd_stride, ACL_FLOAT);
-    } else if (info.training) { // the batch statistics: invstd = 1/sqrt(var + eps)
-        TensorSpec shifted = *var;
-        if (info.epsilon > 0.0) {
-            shifted = f32Scratch();
-            const aclScalar *eps = plan.floatScalar(static_cast<float>(info.epsilon)), *one = plan.floatScalar(1.0f);
-            unaryCall(*var, shifted,
-                      [&acl, eps, one](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                          return acl.aclnnAddsGetWorkspaceSize(t[0], eps, one, t[1], ws, ex);
-                      },
-                      acl.aclnnAdds);
-        }
-        save_mean = mean;
-        save_invstd = f32Scratch();
-        unaryCall(shifted, *save_invstd,
-                  [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                      return acl.aclnnRsqrtGetWorkspaceSize(t[0], t[1], ws, ex);
-                  },
-                  acl.aclnnRsqrt);
-    }
+    const OptionalTensor mean = vectors.input(uses_running, kMean, info.running_mean_stride);
+    const OptionalTensor var = vectors.input(uses_running, kVar, info.running_var_stride);
+    const auto [save_mean, save_invstd] = savedStatistics(info, vectors, mean, var);
+    const OptionalTensor grad_weight = vectors.output(info.has_grad_weight, kGradWeight, info.grad_weight_stride);
+    const OptionalTensor grad_bias = vectors.output(info.has_grad_bias, kGradBias, info.grad_bias_stride);
 
-    const OptionalTensor grad_weight = asF32Output(info.has_grad_weight, kGradWeight, info.grad_weight_stride);
-    const OptionalTensor grad_bias = asF32Output(info.has_grad_bias, kGradBias, info.grad_bias_stride);
-    const int64_t batch = static_cast<int64_t>(info.batch), length = static_cast<int64_t>(info.length);
-    const int64_t c = static_cast<int64_t>(channels);
-    auto ncl = [&](Arg arg) {
-        if (info.layout == Layout::channels_first) {
-            return TensorSpec::contiguous({batch, c, length}, dtype, Buffer::argument(arg), ACL_FORMAT_NCL);
-        }
-        // (N, L, C) in memory (channels-last), seen as (N, C, L).
-        return TensorSpec{{batch, c, length}, {length * c, 1, c}, dtype, Buffer::argument(arg), ACL_FORMAT_NCL};
-    };
+    auto ncl = [&](Arg arg) { return ascend::nclView(info, arg); };
     const bool training = info.training;
     const double epsilon = info.epsilon;
     const aclBoolArray *output_mask = plan.boolArray({true, info.has_grad_weight, info.has_grad_bias});
@@ -134,27 +86,26 @@ void planCalls(const Info &info, ascend::Plan &plan) {
                                                                     t[9], ws, ex);
               },
               acl.aclnnBatchNormBackward});
-    if (cast && grad_weight) castCall(*grad_weight, userVector(kGradWeight, info.grad_weight_stride, parameter_dtype));
-    if (cast && grad_bias) castCall(*grad_bias, userVector(kGradBias, info.grad_bias_stride, parameter_dtype));
+    vectors.finish(grad_weight, kGradWeight, info.grad_weight_stride);
+    vectors.finish(grad_bias, kGradBias, info.grad_bias_stride);
 }
 
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
+    const bool strides_taken = info.weight_stride >= 0 && info.running_mean_stride >= 0 &&
+                               info.running_var_stride >= 0 && info.save_mean_stride >= 0 &&
+                               info.save_invstd_stride >= 0 && info.grad_weight_stride >= 0 &&
+                               info.grad_bias_stride >= 0;
     const ascend::Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    if (info.weight_stride < 0 || info.running_mean_stride < 0 || info.running_var_stride < 0 ||
-        info.save_mean_stride < 0 || info.save_invstd_stride < 0 || info.grad_weight_stride < 0 ||
-        info.grad_bias_stride < 0) {
-        return INFINI_STATUS_BAD_TENSOR_STRIDES; // aclCreateTensor takes non-negative strides only
-    }
+    INFINI_CHECK(ascend::loadFor(info.dtype, strides_taken, &acl));
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, device_id, info.elements() > 0, info.channels,
-                                  infini::dtypeSize(info.parameter_dtype),
-                                  {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
-                                   {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
-                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
+    const size_t c = info.channels;
+    INFINI_CHECK(ascend::makePlan(
+        acl, device_id, info.elements() > 0,
+        {ascend::emptySum(kGradWeight, info.has_grad_weight, c, info.grad_weight_stride, info.parameter_dtype),
+         ascend::emptySum(kGradBias, info.has_grad_bias, c, info.grad_bias_stride, info.parameter_dtype)},
+        [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }

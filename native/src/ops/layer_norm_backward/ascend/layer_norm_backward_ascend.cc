@@ -7,6 +7,7 @@
 // constant stands in. The normalized dims (packed) are passed as one, normalizedShape = [L].
 #include "../layer_norm_backward.h"
 
+#include "devices/ascend/calls.h"
 #include "devices/ascend/views.h"
 
 #include <memory>
@@ -103,33 +104,26 @@ void planCalls(const Info &info, ascend::Plan &plan) {
               {packed, gradientVector(info.has_grad_weight, kGradWeight, info.grad_weight_stride),
                gradientVector(info.has_grad_bias, kGradBias, info.grad_bias_stride)},
               layerNormBackward, acl.aclnnLayerNormBackward});
-    plan.add({{packed, rowsOf(info.row_scale, 1, parameter_dtype, kScale)},
-              {rowsOf(info.grad_input, dim, dtype, kGradInput)},
-              [&acl](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                  return acl.aclnnDivGetWorkspaceSize(t[0], t[1], t[2], ws, ex);
-              },
-              acl.aclnnDiv});
+    ascend::addDiv(plan, packed, rowsOf(info.row_scale, 1, parameter_dtype, kScale),
+                   rowsOf(info.grad_input, dim, dtype, kGradInput));
 }
 
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
+    const bool strides_taken =
+        ascend::nonNegative(info.grad_input) && ascend::nonNegative(info.grad_output) &&
+        ascend::nonNegative(info.row_input) && ascend::nonNegative(info.row_scale) &&
+        (info.form != Info::Form::from_input || ascend::nonNegative(info.row_mean)) && info.weight_stride >= 0 &&
+        info.grad_weight_stride >= 0 && info.grad_bias_stride >= 0;
     const ascend::Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    // aclCreateTensor takes non-negative strides only.
-    if (!ascend::nonNegative(info.grad_input) || !ascend::nonNegative(info.grad_output) ||
-        !ascend::nonNegative(info.row_input) || !ascend::nonNegative(info.row_scale) ||
-        (info.form == Info::Form::from_input && !ascend::nonNegative(info.row_mean)) ||
-        info.weight_stride < 0 || info.grad_weight_stride < 0 || info.grad_bias_stride < 0) {
-        return INFINI_STATUS_BAD_TENSOR_STRIDES;
-    }
+    INFINI_CHECK(ascend::loadFor(info.dtype, strides_taken, &acl));
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, device_id, info.rows > 0 && info.dim > 0, info.dim,
-                                  infini::dtypeSize(info.parameter_dtype),
-                                  {{kGradWeight, info.grad_weight_stride, info.has_grad_weight},
-                                   {kGradBias, info.grad_bias_stride, info.has_grad_bias}},
-                                  [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
+    INFINI_CHECK(ascend::makePlan(
+        acl, device_id, info.rows > 0 && info.dim > 0,
+        {ascend::emptySum(kGradWeight, info.has_grad_weight, info.dim, info.grad_weight_stride, info.parameter_dtype),
+         ascend::emptySum(kGradBias, info.has_grad_bias, info.dim, info.grad_bias_stride, info.parameter_dtype)},
+        [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
 }

@@ -5,6 +5,7 @@
 // aclnnRmsNormGrad takes no strided input, so every tensor must be packed (BAD_TENSOR_STRIDES otherwise).
 #include "../rms_norm_backward.h"
 
+#include "devices/ascend/calls.h"
 #include "devices/ascend/views.h"
 
 #include <memory>
@@ -65,31 +66,25 @@ void planCalls(const Info &info, ascend::Plan &plan) {
               },
               acl.aclnnRmsNormGrad});
     if (info.has_grad_w && !direct_dgamma) {
-        plan.add({{vector(dgamma, ACL_FLOAT)},
-                  {vector(Buffer::argument(kGradW), weight_dtype)},
-                  [&acl, weight_dtype](aclTensor *const *t, uint64_t *ws, aclOpExecutor **ex) {
-                      return acl.aclnnCastGetWorkspaceSize(t[0], weight_dtype, t[1], ws, ex);
-                  },
-                  acl.aclnnCast});
+        ascend::addCast(plan, vector(dgamma, ACL_FLOAT), vector(Buffer::argument(kGradW), weight_dtype));
     }
 }
 
 } // namespace
 
 infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **desc) {
-    if (!ascend::cannHasDtype(info.dtype)) return INFINI_STATUS_NOT_IMPLEMENTED;
+    // aclnnRmsNormGrad takes packed tensors only.
+    const bool strides_taken =
+        ascend::packedRows(info.grad_x, info.rows, info.dim) && ascend::packedRows(info.grad_y, info.rows, info.dim) &&
+        ascend::packedRows(info.x, info.rows, info.dim) && ascend::unitStride(info.dim, info.w_stride) &&
+        (!info.has_grad_w || ascend::unitStride(info.dim, info.grad_w_stride)) &&
+        (!info.has_rstd || ascend::packedRows(info.rstd, info.rows, 1));
     const ascend::Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    if (!ascend::packedRows(info.grad_x, info.rows, info.dim) || !ascend::packedRows(info.grad_y, info.rows, info.dim) ||
-        !ascend::packedRows(info.x, info.rows, info.dim) || !ascend::unitStride(info.dim, info.w_stride) ||
-        (info.has_grad_w && !ascend::unitStride(info.dim, info.grad_w_stride)) ||
-        (info.has_rstd && !ascend::packedRows(info.rstd, info.rows, 1))) {
-        return INFINI_STATUS_BAD_TENSOR_STRIDES;
-    }
+    INFINI_CHECK(ascend::loadFor(info.dtype, strides_taken, &acl));
     std::unique_ptr<ascend::Plan> plan;
-    INFINI_CHECK(ascend::makePlan(acl, device_id, info.rows > 0 && info.dim > 0, info.dim,
-                                  infini::dtypeSize(info.weight_dtype),
-                                  {{kGradW, info.grad_w_stride, info.has_grad_w}},
+    INFINI_CHECK(ascend::makePlan(acl, device_id, info.rows > 0 && info.dim > 0,
+                                  {ascend::emptySum(kGradW, info.has_grad_w, info.dim, info.grad_w_stride,
+                                                    info.weight_dtype)},
                                   [&](ascend::Plan &p) { planCalls(info, p); }, &plan));
     *desc = new AscendDescriptor(device_id, info, std::move(plan));
     return INFINI_STATUS_SUCCESS;
