@@ -120,6 +120,8 @@ LAYER_NORM_EX = {  # C name -> (Python check, tensor names in C order)
                                     "mean", "rstd")),
 }
 EX_CODES = (12, 13, 14, 19)  # F16, F32, F64, BF16
+# Scalars whose verdict the C float of the seed creates changes: -0.0 there (accepted), infinite (refused).
+C_FLOAT_EDGES = (-1e-50, 1e39)
 
 
 @st.composite
@@ -192,7 +194,7 @@ def rms_norm_layouts(draw):
         specs["rstd"] = None
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(RMS_NORM_NAMES))] = None
-    epsilon = draw(st.sampled_from((0.0, 1e-6, 1e-6, -1.0, float("nan"))))
+    epsilon = draw(st.sampled_from((0.0, 1e-6, 1e-6, -1.0, float("nan")) + C_FLOAT_EDGES))
     return specs, epsilon
 
 
@@ -282,7 +284,7 @@ def layer_norm_layouts(draw):
             specs[name] = None
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(("y", "x")))] = None
-    eps = draw(st.sampled_from((0.0, 1e-5, 1e-5, -1.0, float("nan"))))
+    eps = draw(st.sampled_from((0.0, 1e-5, 1e-5, -1.0, float("nan")) + C_FLOAT_EDGES))
     ex = {name: specs[name] for name in LAYER_NORM_NAMES}
     seed = dict(zip(LAYER_NORM_SEED_NAMES, (specs[name] for name in ("y", "xhat", "std", "x", "w", "b"))))
     return ex, seed, eps
@@ -374,8 +376,8 @@ def batch_norm_layouts(draw):
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(BATCH_NORM_NAMES))] = None
     training = draw(st.sampled_from((1, 1, 0)))
-    momentum = draw(st.sampled_from((0.1, 0.1, 1.0, float("nan"), float("inf"))))
-    eps = draw(st.sampled_from((1e-5, 1e-5, 0.0, -1.0, float("nan"))))
+    momentum = draw(st.sampled_from((0.1, 0.1, 1.0, float("nan"), float("inf")) + C_FLOAT_EDGES))
+    eps = draw(st.sampled_from((1e-5, 1e-5, 0.0, -1.0, float("nan")) + C_FLOAT_EDGES))
     return specs, training, momentum, eps
 
 
@@ -424,3 +426,31 @@ def test_batch_norm_generator_reaches_every_verdict():
     sample()
     every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
     assert seen["ex"] >= every and seen["seed"] >= every, seen
+
+
+# ---------------------------------------------------------------- the seed forward creates' scalars are C floats
+
+SEED_FORWARDS = {  # C create -> (op, tensor specs by name in C order, scalar names), layouts the create takes
+    "RMSNormDescriptor": ("RMSNorm", {"y": ((2, 3), 13), "x": ((2, 3), 13), "w": ((3,), 13)}, ("epsilon",)),
+    "LayerNormDescriptor": ("LayerNorm", {"output": ((2, 3), 13), "input_standardization": None,
+                                          "input_std_deviation": None, "input": ((2, 3), 13), "weight": ((3,), 13),
+                                          "bias": None}, ("eps",)),
+    "BatchNormDescriptor": ("BatchNorm", {"y": ((2, 3, 4), 13), "running_mean": ((3,), 13),
+                                          "running_var": ((3,), 13), "x": ((2, 3, 4), 13), "weight": ((3,), 13),
+                                          "bias": ((3,), 13)}, ("momentum", "epsilon")),
+}
+SEED_CHECKS = {"RMSNormDescriptor": _layout.check_rms_norm, "LayerNormDescriptor": _layout.check_layer_norm,
+               "BatchNormDescriptor": _layout.check_batch_norm}
+
+
+@pytest.mark.parametrize("c_name", SEED_FORWARDS)
+@pytest.mark.parametrize("value, status", [(-1e-50, SUCCESS), (1e39, BAD_PARAM), (3.4028235e38, SUCCESS)])
+def test_seed_forward_scalars_are_judged_as_c_floats(c_handle, c_name, value, status):
+    """Found by the forward fuzzer: the seed creates take eps (and BatchNorm's momentum) as a C float, in which
+    -1e-50 is -0.0 (accepted) and 1e39 is infinite (refused), so the rule mirror judges the float C receives."""
+    op_name, tensors, scalar_names = SEED_FORWARDS[c_name]
+    specs = {name: spec and _layout.TensorSpec(*spec) for name, spec in tensors.items()}
+    for position, scalar in enumerate(scalar_names):
+        scalars = {name: value if index == position else 0.1 for index, name in enumerate(scalar_names)}
+        assert _forward_create_status(c_handle, op_name, c_name, tuple(specs), specs, scalars.values()) == status
+        assert _layout.status_of(SEED_CHECKS[c_name], **specs, **scalars) == status, (scalar, value)
