@@ -325,6 +325,10 @@ def test_layer_norm_generator_reaches_every_verdict():
         seen["ex"].add(_layout.status_of(_layout.check_layer_norm_ex, **ex, eps=eps))
         seen["seed"].add(_layout.status_of(_layout.check_layer_norm, **seed, eps=eps))
 
+    sample()
+    every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
+    assert seen["ex"] >= every and seen["seed"] >= every, seen
+
 
 # ---------------------------------------------------------------- the BatchNorm forward creates (seed and Ex)
 
