@@ -5,6 +5,7 @@ Each ``check_*`` function takes tensor specs by the C parameter name (anything w
 the error whose status C would return, with a message naming the tensor and the rule.
 """
 
+import ctypes
 import math
 from typing import NamedTuple, Optional, Tuple
 
@@ -209,6 +210,13 @@ def _require_ex_dtypes(activations, parameters, statistics):
                                       f"{dtypes.name(statistic_dtype)} for {dtypes.name(first.dtype)} data")
 
 
+def _c_float(value):
+    """``value`` as a C float parameter receives it: rounded to nearest, infinite beyond float's range (1e39), zero
+    (of its sign) below its least subnormal (-1e-50 is -0.0, which ``>= 0`` accepts). The seed creates take their
+    scalars as float; the Ex creates take double, as Python's float is."""
+    return ctypes.c_float(value).value
+
+
 def _require_epsilon(epsilon, name="epsilon"):
     if not (math.isfinite(epsilon) and epsilon >= 0.0):
         raise BadParamError(f"{name}: {epsilon!r} must be finite and >= 0")
@@ -288,7 +296,7 @@ def check_rms_norm(y, x, w, epsilon=0.0):
     _require_ex_dtypes({"y": y, "x": x}, {"w": w}, {})
     _require_ndim("y", y, (2, 3))
     _require_ndim("w", w, (1,))
-    check_rms_norm_ex(y, None, x, w, epsilon)
+    check_rms_norm_ex(y, None, x, w, _c_float(epsilon))
 
 
 def check_rms_norm_ex(y, rstd, x, w, epsilon=0.0):
@@ -398,7 +406,7 @@ def check_layer_norm(output, input_standardization, input_std_deviation, input, 
     _require_ndim("output", output, (2, 3))
     _require_ndim("weight", weight, (1,))
     _check_layer_norm_forward("output", output, input_standardization, "input", input, "weight", weight, "bias",
-                              bias, {"input_std_deviation": input_std_deviation}, eps)
+                              bias, {"input_std_deviation": input_std_deviation}, _c_float(eps))
 
 
 def check_layer_norm_ex(y, mean, rstd, x, w, b, eps=0.0):
@@ -474,7 +482,8 @@ def check_batch_norm(y, running_mean, running_var, x, weight, bias, momentum=0.1
     _require_present(specs)
     _require_one_supported_dtype(specs)
     _require_ndim("y", y, (3,))
-    check_batch_norm_ex(y, None, None, running_mean, running_var, x, weight, bias, 1, momentum, epsilon)
+    check_batch_norm_ex(y, None, None, running_mean, running_var, x, weight, bias, 1, _c_float(momentum),
+                        _c_float(epsilon))
     for name in ("y", "x"):
         _require_fully_contiguous(name, specs[name])
 

@@ -392,6 +392,12 @@ def f16_sequential_sum(terms, axis):
 class OpCase:
     """What the tests need to know about one operator; tensors are listed in the C descriptor order."""
 
+    # What the fuzzers read of a case, as a ForwardCase has it: the seed create and run, no scalars, and no tensor
+    # left out on purpose (a NULL grad_bias comes up among the faults).
+    suffix = ""
+    scalars = ()
+    optional = ()
+
     def __init__(self, name, class_name, c_name, output_names, input_names, make_inputs, reference,
                  output_shapes, row_tensors, contiguous_tensors):
         self.name = name                          # functional API name
@@ -419,6 +425,15 @@ class OpCase:
     def operator_class(self):
         import infiniop_py
         return getattr(infiniop_py, self.class_name)
+
+    @property
+    def ranks(self):
+        """The big tensor's ranks the seed create takes."""
+        return (3,) if self.contiguous_tensors else (2, 3)
+
+    def tensor_specs(self, shape, normalized, codes):
+        """(shape, dtype code) of every tensor, as ForwardCase.tensor_specs (one normalized dim, the data's dtype)."""
+        return [(tensor_shape, codes["data"]) for tensor_shape in self.tensor_shapes(shape)]
 
     def tensor_shapes(self, shape):
         """Shapes of every tensor (descriptor order) for the given big-tensor shape."""
@@ -459,6 +474,76 @@ BATCH_NORM = OpCase(
     row_tensors=(), contiguous_tensors=("grad_input", "input", "grad_output"))
 
 OPS = (RMS_NORM, LAYER_NORM, BATCH_NORM)
+
+
+class ForwardCase:
+    """What the fuzzers need to know about one forward create and the run that goes with it, the seed form or the
+    Ex one: its tensors in the C order, each with the part of the big tensor's shape it has and the dtype it shares,
+    and the scalar arguments after them."""
+
+    def __init__(self, name, c_name, suffix, tensors, output_names, optional, scalars, ranks):
+        self.name = name                  # the key of its rule mirror in _fuzz_checks.CHECKS
+        self.c_name = c_name              # infiniopCreate<c_name>Descriptor<suffix> and infiniop<c_name><suffix>;
+        self.suffix = suffix              # infiniopGet<c_name>WorkspaceSize and infiniopDestroy<c_name>Descriptor
+        self.tensors = tensors            # ((name, shape kind, dtype kind), ...), the kinds as tensor_specs has them
+        self.output_names = output_names  # tensors the run writes
+        self.optional = optional          # tensors the create takes as NULL
+        self.scalars = scalars            # ((the mirror's keyword, C type: "float", "double" or "int"), ...)
+        self.ranks = ranks                # the big tensor's ranks the create takes
+
+    @property
+    def tensor_names(self):
+        return tuple(name for name, _, _ in self.tensors)
+
+    @property
+    def any_normalized(self):
+        """Whether the create takes any count of normalized trailing dims (the row norms' Ex forms; their seed
+        forms normalize the last dim)."""
+        return self.suffix == "Ex" and any(kind == "normalized" for _, kind, _ in self.tensors)
+
+    def __repr__(self):
+        return self.name
+
+    def tensor_specs(self, shape, normalized, codes):
+        """(shape, dtype code) of every tensor for the big tensor's shape with `normalized` trailing dims normalized
+        (the row norms), and codes: dtype kind ("data", "parameter", "statistic") -> code."""
+        shape = tuple(shape)
+        leading = len(shape) - normalized
+        shapes = {"full": shape, "normalized": shape[leading:], "leading": shape[:leading], "channel": shape[1:2]}
+        return [(shapes[shape_kind], codes[dtype_kind]) for _, shape_kind, dtype_kind in self.tensors]
+
+
+_Y, _X = ("y", "full", "data"), ("x", "full", "data")
+_ROW_STATISTICS = {name: (name, "leading", "statistic") for name in ("mean", "rstd")}
+_CHANNEL = {name: (name, "channel", "parameter") for name in ("running_mean", "running_var", "weight", "bias")}
+_CHANNEL.update({name: (name, "channel", "statistic") for name in ("save_mean", "save_invstd")})
+
+FORWARD_OPS = (
+    ForwardCase("rms_norm", "RMSNorm", "", (_Y, _X, ("w", "normalized", "parameter")), ("y",), (),
+                (("epsilon", "float"),), (2, 3)),
+    ForwardCase("rms_norm_ex", "RMSNorm", "Ex", (_Y, _ROW_STATISTICS["rstd"], _X, ("w", "normalized", "parameter")),
+                ("y", "rstd"), ("rstd",), (("epsilon", "double"),), (1, 2, 3, 4, 5)),
+    ForwardCase("layer_norm", "LayerNorm", "",
+                (("output", "full", "data"), ("input_standardization", "full", "data"),
+                 ("input_std_deviation", "leading", "parameter"), ("input", "full", "data"),
+                 ("weight", "normalized", "parameter"), ("bias", "normalized", "parameter")),
+                ("output", "input_standardization", "input_std_deviation"),
+                ("input_standardization", "input_std_deviation", "bias"), (("eps", "float"),), (2, 3)),
+    ForwardCase("layer_norm_ex", "LayerNorm", "Ex",
+                (_Y, _ROW_STATISTICS["mean"], _ROW_STATISTICS["rstd"], _X, ("w", "normalized", "parameter"),
+                 ("b", "normalized", "parameter")),
+                ("y", "mean", "rstd"), ("mean", "rstd", "w", "b"), (("eps", "double"),), (1, 2, 3, 4, 5)),
+    ForwardCase("batch_norm", "BatchNorm", "",
+                (_Y,) + tuple(_CHANNEL[name] for name in ("running_mean", "running_var")) + (_X,)
+                + tuple(_CHANNEL[name] for name in ("weight", "bias")),
+                ("y", "running_mean", "running_var"), (), (("momentum", "float"), ("epsilon", "float")), (3,)),
+    ForwardCase("batch_norm_ex", "BatchNorm", "Ex",
+                (_Y,) + tuple(_CHANNEL[name] for name in ("save_mean", "save_invstd", "running_mean", "running_var"))
+                + (_X,) + tuple(_CHANNEL[name] for name in ("weight", "bias")),
+                ("y", "save_mean", "save_invstd", "running_mean", "running_var"),
+                ("save_mean", "save_invstd", "running_mean", "running_var", "weight", "bias"),
+                (("training", "int"), ("momentum", "double"), ("epsilon", "double")), (2, 3, 4, 5)),
+)
 
 
 def _summed_terms(case, name, inputs):
@@ -569,21 +654,21 @@ class CTensorDescriptors:
 
 
 def c_function(case, verb):
-    """The C entry point of `case`: verb in Create, GetWorkspaceSize, Run, Destroy."""
+    """The C entry point of `case` (an OpCase or a ForwardCase): verb in Create, GetWorkspaceSize, Run, Destroy."""
     _, op, _ = native()
-    names = {"Create": f"infiniopCreate{case.c_name}Descriptor",
+    names = {"Create": f"infiniopCreate{case.c_name}Descriptor{case.suffix}",
              "GetWorkspaceSize": f"infiniopGet{case.c_name}WorkspaceSize",
-             "Run": f"infiniop{case.c_name}",
+             "Run": f"infiniop{case.c_name}{case.suffix}",
              "Destroy": f"infiniopDestroy{case.c_name}Descriptor"}
     return getattr(op, names[verb])
 
 
-def c_create_status(case, c_handle, specs):
-    """Status of infiniopCreate<Op>Descriptor for tensor specs given in descriptor order."""
+def c_create_status(case, c_handle, specs, scalars=()):
+    """Status of infiniopCreate<Op>Descriptor[Ex] for tensor specs given in descriptor order, then the scalars."""
     ffi, _, _ = native()
     with CTensorDescriptors(specs) as descriptors:
         desc_ptr = ffi.new("infiniopDescriptor_t *")
-        status = c_function(case, "Create")(c_handle, desc_ptr, *descriptors)
+        status = c_function(case, "Create")(c_handle, desc_ptr, *descriptors, *scalars)
         if status == SUCCESS:
             assert c_function(case, "Destroy")(desc_ptr[0]) == SUCCESS
     return status

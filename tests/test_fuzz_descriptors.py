@@ -1,20 +1,21 @@
 """Fuzzing the create functions with hypothesis: tensor descriptors of ndim 0..9, extents including 0 and values
 whose product overflows 64 bits, negative / zero / overlapping / extreme strides, dtype codes that are not
 infiniDtype_t values, and NULL in every pointer position. Never a crash; always the status the rules document
-(an independent model here for tensor descriptors; the package's rule mirror, _layout, for the ops). Op
-descriptors that are created are also run, on separate buffers covering each footprint."""
+(an independent model here for tensor descriptors; the package's rule mirror, _layout, for the ops: the backward
+creates and every forward create form, with their scalars drawn, bad ones included). Op descriptors that are
+created are also run, on separate buffers covering each footprint."""
 
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from infiniop_py import _layout
-from _fuzz_checks import INT64_MAX, ITEMSIZE, SIZE_MAX, check_op_create_and_run, check_tensor_create
-from _helpers import OPS
+from _fuzz_checks import (
+    HUGE_BROADCAST, INT64_MAX, ITEMSIZE, SIZE_MAX, check_op_create_and_run, check_tensor_create,
+    draw_forward_arguments, huge_broadcast_specs,
+)
+from _helpers import FORWARD_OPS, OPS
 
 HUGE_EXTENTS = (2**31, 2**32 + 1, 2**40, 2**62, INT64_MAX, 2**63, SIZE_MAX)
-# F16 extents whose packed rows still fit int64 bytes, so that an empty batch of them can be described: the
-# workspace sums of these once wrapped around (issue 29).
-HUGE_BROADCAST = (2**40, 2**61, 4602696377065932800)
 extents = st.sampled_from((0, 1, 2, 3, 5) * 3 + HUGE_EXTENTS)
 small_strides = st.integers(-9, 9)
 extreme_strides = st.sampled_from((-(2**63), -(2**62), 2**31, 2**62, INT64_MAX))
@@ -47,22 +48,23 @@ def test_create_tensor_descriptor_never_crashes_and_returns_the_documented_statu
 
 @st.composite
 def op_tensor_specs(draw, case):
-    """(shape, dtype code, strides or None) per tensor, or None for a NULL descriptor. The proper shapes for
-    some (N, [N2,] D), with one kind of fault drawn per example so that every verdict comes up: a NULL, a
-    dtype, shapes of any rank 0..9, or strides (small random ones: negative, zero, overlapping; or padded)."""
-    ndim = draw(st.sampled_from([2, 3] if case.row_tensors else [3]))
+    """((shape, dtype code, strides or None) per tensor, or None for a NULL descriptor; the scalars). The proper
+    shapes for some big tensor of the ranks the create takes (a forward's: also its normalized dims, its dtypes
+    by kind, its scalars, and its optional tensors left out now and then), with one kind of fault drawn per
+    example so that every verdict comes up: a NULL, a dtype, shapes of any rank 0..9, or strides (small random
+    ones: negative, zero, overlapping; or padded)."""
+    ndim = draw(st.sampled_from(case.ranks))
     big = tuple(draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
-    code = draw(st.sampled_from([12, 13, 19]))
+    if case in OPS:
+        normalized, codes, scalars = 1, {"data": draw(st.sampled_from([12, 13, 19]))}, ()
+    else:
+        normalized, codes, scalars = draw_forward_arguments(case, ndim, lambda values: draw(st.sampled_from(values)),
+                                                            lambda: draw(st.floats()))
     fault = draw(st.sampled_from(["none", "null", "dtype", "shape", "strides", "strides", "strides", "huge"]))
     if fault == "huge":  # an empty batch beside huge extents, the vectors broadcast (stride 0): no workspace
         big = (0,) + tuple(draw(st.sampled_from(HUGE_BROADCAST)) if i == 1 else 1 for i in range(1, ndim))
-        code = 12
-    specs = [[shape, code, None] for shape in case.tensor_shapes(big)]
-    if fault == "huge":  # input vectors broadcast; outputs stay packed (an overlapping output is refused)
-        for index, spec in enumerate(specs):
-            if len(spec[0]) == 1 and index >= len(case.output_names):
-                spec[2] = (0,)
-        return [tuple(spec) for spec in specs]
+        return huge_broadcast_specs(case, big), scalars
+    specs = [[shape, code, None] for shape, code in case.tensor_specs(big, normalized, codes)]
     victims = draw(st.sets(st.integers(0, len(specs) - 1), min_size=1, max_size=len(specs)))
     for index in victims:
         shape = specs[index][0]
@@ -79,32 +81,38 @@ def op_tensor_specs(draw, case):
     specs = [tuple(spec) for spec in specs]
     if fault == "null":
         specs[min(victims)] = None
-    return specs
+    for index, name in enumerate(case.tensor_names):
+        if name in case.optional and draw(st.sampled_from([False, False, True])):
+            specs[index] = None
+    return specs, scalars
 
 
 def _fuzz_op(case):
     @settings(max_examples=300)
     @given(data=st.data())
     def fuzz(c_handle, data):
-        specs = data.draw(op_tensor_specs(case))
+        specs, scalars = data.draw(op_tensor_specs(case))
         null_handle = data.draw(rarely) and data.draw(rarely)
         null_out = data.draw(rarely) and data.draw(rarely)
-        for label in check_op_create_and_run(case, c_handle, specs, null_handle, null_out):
+        for label in check_op_create_and_run(case, c_handle, specs, null_handle, null_out, scalars):
             event(label)
 
     fuzz.__name__ = f"test_fuzz_create_and_run_{case.name}"
-    fuzz.__doc__ = f"{case.c_name}: create returns the documented status for any descriptors; created ones run."
+    fuzz.__doc__ = (f"infiniopCreate{case.c_name}Descriptor{case.suffix}: returns the documented status for any "
+                    f"descriptors and scalars; created ones run.")
     return fuzz
 
 
-for _case in OPS:
+for _case in OPS + FORWARD_OPS:
     globals()[f"test_fuzz_create_and_run_{_case.name}"] = _fuzz_op(_case)
 
 
 def test_rows_of_no_elements_with_null_data_and_negative_strides(c_handle):
-    """Found by the op fuzzer under UBSan: rows of length 0 (their data NULL) must not be stepped through."""
-    for case in OPS:
-        if case.row_tensors:
+    """Found by the op fuzzer under UBSan: rows of length 0 (their data NULL) must not be stepped through. The
+    forwards' too, each create form (their per-row statistics are written: 1/sqrt(eps) and 0)."""
+    for case in OPS + FORWARD_OPS:
+        if not case.name.startswith("batch_norm"):
+            scalars = [1e-5 for _ in case.scalars]
             specs = [(shape, 13, (-1,) * len(shape) if len(shape) == 2 else None)
-                     for shape in case.tensor_shapes((300, 0))]
-            assert check_op_create_and_run(case, c_handle, specs) == ["create status 0", "ran"]
+                     for shape, _ in case.tensor_specs((300, 0), 1, {"data": 13, "parameter": 13, "statistic": 13})]
+            assert check_op_create_and_run(case, c_handle, specs, scalars=scalars) == ["create status 0", "ran"]

@@ -6,16 +6,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from infiniop_py import _layout
+from _fuzz_checks import CHECKS  # the rule mirror of each create, by case name
 from _helpers import (
-    BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, NULL_POINTER, OPS, SUCCESS, c_create_status,
-    contiguous_strides,
+    BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, FORWARD_OPS, NULL_POINTER, OPS, SUCCESS,
+    c_create_status, contiguous_strides,
 )
-
-CHECKS = {
-    "rms_norm_backward": _layout.check_rms_norm_backward,
-    "layer_norm_backward": _layout.check_layer_norm_backward,
-    "batch_norm_backward": _layout.check_batch_norm_backward,
-}
 
 SUPPORTED_CODES = (12, 13, 19)
 OTHER_CODES = (1, 2, 3, 5, 6, 7, 11, 14, 18)  # BYTE, BOOL, I8, I32, I64, U8, F8, F64, C128
@@ -120,6 +115,8 @@ LAYER_NORM_EX = {  # C name -> (Python check, tensor names in C order)
                                     "mean", "rstd")),
 }
 EX_CODES = (12, 13, 14, 19)  # F16, F32, F64, BF16
+# Scalars whose verdict the C float of the seed creates changes: -0.0 there (accepted), infinite (refused).
+C_FLOAT_EDGES = (-1e-50, 1e39)
 
 
 @st.composite
@@ -168,7 +165,8 @@ def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, c_name, data):
 
 # ---------------------------------------------------------------- the RMSNorm forward creates (seed and Ex)
 
-RMS_NORM_NAMES = ("y", "rstd", "x", "w")  # the Ex create's C order; the seed takes y, x, w
+FORWARD = {case.name: case for case in FORWARD_OPS}
+RMS_NORM_NAMES = FORWARD["rms_norm_ex"].tensor_names  # the Ex create's C order; the seed takes y, x, w
 
 
 @st.composite
@@ -192,25 +190,15 @@ def rms_norm_layouts(draw):
         specs["rstd"] = None
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(RMS_NORM_NAMES))] = None
-    epsilon = draw(st.sampled_from((0.0, 1e-6, 1e-6, -1.0, float("nan"))))
+    epsilon = draw(st.sampled_from((0.0, 1e-6, 1e-6, -1.0, float("nan")) + C_FLOAT_EDGES))
     return specs, epsilon
 
 
-def _forward_create_status(c_handle, op_name, c_name, names, specs, scalars):
-    """The status of infiniopCreate<c_name>(handle, &desc, <specs by names>, *scalars) for op_name's descriptor."""
-    from _helpers import CTensorDescriptors, native
-
-    ffi, op, _ = native()
-    with CTensorDescriptors([specs[name] and tuple(specs[name]) for name in names]) as descriptors:
-        desc_ptr = ffi.new(f"infiniop{op_name}Descriptor_t *")
-        status = getattr(op, f"infiniopCreate{c_name}")(c_handle, desc_ptr, *descriptors, *scalars)
-        if status == SUCCESS:
-            assert getattr(op, f"infiniopDestroy{op_name}Descriptor")(desc_ptr[0]) == SUCCESS
-    return status
-
-
-def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
-    return _forward_create_status(c_handle, "RMSNorm", c_name, names, specs, (epsilon,))
+def _forward_create_status(c_handle, name, specs, scalars):
+    """The status of the create of FORWARD[name] on specs by tensor name (TensorSpec or None) and the scalars."""
+    case = FORWARD[name]
+    return c_create_status(case, c_handle, [specs[tensor] and tuple(specs[tensor]) for tensor in case.tensor_names],
+                           scalars)
 
 
 @settings(max_examples=300)
@@ -218,7 +206,7 @@ def _rms_norm_create_status(c_handle, c_name, names, specs, epsilon):
 def test_rms_norm_ex_python_validator_agrees_with_c(c_handle, layout):
     specs, epsilon = layout
     python_status = _layout.status_of(_layout.check_rms_norm_ex, **specs, epsilon=epsilon)
-    c_status = _rms_norm_create_status(c_handle, "RMSNormDescriptorEx", RMS_NORM_NAMES, specs, epsilon)
+    c_status = _forward_create_status(c_handle, "rms_norm_ex", specs, (epsilon,))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}, epsilon {epsilon}"
 
@@ -229,7 +217,7 @@ def test_rms_norm_seed_python_validator_agrees_with_c(c_handle, layout):
     specs, epsilon = layout
     seed = {name: specs[name] for name in ("y", "x", "w")}
     python_status = _layout.status_of(_layout.check_rms_norm, **seed, epsilon=epsilon)
-    c_status = _rms_norm_create_status(c_handle, "RMSNormDescriptor", ("y", "x", "w"), seed, epsilon)
+    c_status = _forward_create_status(c_handle, "rms_norm", seed, (epsilon,))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, epsilon {epsilon}"
 
@@ -253,8 +241,8 @@ def test_rms_norm_generator_reaches_every_verdict():
 
 # ---------------------------------------------------------------- the LayerNorm forward creates (seed and Ex)
 
-LAYER_NORM_NAMES = ("y", "mean", "rstd", "x", "w", "b")  # the Ex create's C order
-LAYER_NORM_SEED_NAMES = ("output", "input_standardization", "input_std_deviation", "input", "weight", "bias")
+LAYER_NORM_NAMES = FORWARD["layer_norm_ex"].tensor_names  # the Ex create's C order
+LAYER_NORM_SEED_NAMES = FORWARD["layer_norm"].tensor_names
 
 
 @st.composite
@@ -282,14 +270,10 @@ def layer_norm_layouts(draw):
             specs[name] = None
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(("y", "x")))] = None
-    eps = draw(st.sampled_from((0.0, 1e-5, 1e-5, -1.0, float("nan"))))
+    eps = draw(st.sampled_from((0.0, 1e-5, 1e-5, -1.0, float("nan")) + C_FLOAT_EDGES))
     ex = {name: specs[name] for name in LAYER_NORM_NAMES}
     seed = dict(zip(LAYER_NORM_SEED_NAMES, (specs[name] for name in ("y", "xhat", "std", "x", "w", "b"))))
     return ex, seed, eps
-
-
-def _layer_norm_create_status(c_handle, c_name, specs, eps):
-    return _forward_create_status(c_handle, "LayerNorm", c_name, tuple(specs), specs, (eps,))
 
 
 @settings(max_examples=300)
@@ -297,7 +281,7 @@ def _layer_norm_create_status(c_handle, c_name, specs, eps):
 def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, layout):
     specs, _, eps = layout
     python_status = _layout.status_of(_layout.check_layer_norm_ex, **specs, eps=eps)
-    c_status = _layer_norm_create_status(c_handle, "LayerNormDescriptorEx", specs, eps)
+    c_status = _forward_create_status(c_handle, "layer_norm_ex", specs, (eps,))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {specs}, eps {eps}"
 
@@ -307,7 +291,7 @@ def test_layer_norm_ex_python_validator_agrees_with_c(c_handle, layout):
 def test_layer_norm_seed_python_validator_agrees_with_c(c_handle, layout):
     _, seed, eps = layout
     python_status = _layout.status_of(_layout.check_layer_norm, **seed, eps=eps)
-    c_status = _layer_norm_create_status(c_handle, "LayerNormDescriptor", seed, eps)
+    c_status = _forward_create_status(c_handle, "layer_norm", seed, (eps,))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, eps {eps}"
 
@@ -323,11 +307,15 @@ def test_layer_norm_generator_reaches_every_verdict():
         seen["ex"].add(_layout.status_of(_layout.check_layer_norm_ex, **ex, eps=eps))
         seen["seed"].add(_layout.status_of(_layout.check_layer_norm, **seed, eps=eps))
 
+    sample()
+    every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
+    assert seen["ex"] >= every and seen["seed"] >= every, seen
+
 
 # ---------------------------------------------------------------- the BatchNorm forward creates (seed and Ex)
 
-BATCH_NORM_NAMES = ("y", "save_mean", "save_invstd", "running_mean", "running_var", "x", "weight", "bias")
-BATCH_NORM_SEED_NAMES = ("y", "running_mean", "running_var", "x", "weight", "bias")
+BATCH_NORM_NAMES = FORWARD["batch_norm_ex"].tensor_names
+BATCH_NORM_SEED_NAMES = FORWARD["batch_norm"].tensor_names
 
 
 def _channels_last_strides(shape):
@@ -374,13 +362,9 @@ def batch_norm_layouts(draw):
     if draw(st.sampled_from([False] * 8 + [True])):
         specs[draw(st.sampled_from(BATCH_NORM_NAMES))] = None
     training = draw(st.sampled_from((1, 1, 0)))
-    momentum = draw(st.sampled_from((0.1, 0.1, 1.0, float("nan"), float("inf"))))
-    eps = draw(st.sampled_from((1e-5, 1e-5, 0.0, -1.0, float("nan"))))
+    momentum = draw(st.sampled_from((0.1, 0.1, 1.0, float("nan"), float("inf")) + C_FLOAT_EDGES))
+    eps = draw(st.sampled_from((1e-5, 1e-5, 0.0, -1.0, float("nan")) + C_FLOAT_EDGES))
     return specs, training, momentum, eps
-
-
-def _batch_norm_create_status(c_handle, c_name, names, specs, scalars):
-    return _forward_create_status(c_handle, "BatchNorm", c_name, names, specs, scalars)
 
 
 @settings(max_examples=400)
@@ -389,8 +373,7 @@ def test_batch_norm_ex_python_validator_agrees_with_c(c_handle, layout):
     specs, training, momentum, eps = layout
     python_status = _layout.status_of(_layout.check_batch_norm_ex, **specs, training=training, momentum=momentum,
                                       epsilon=eps)
-    c_status = _batch_norm_create_status(c_handle, "BatchNormDescriptorEx", BATCH_NORM_NAMES, specs,
-                                         (training, momentum, eps))
+    c_status = _forward_create_status(c_handle, "batch_norm_ex", specs, (training, momentum, eps))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {layout}"
 
@@ -401,8 +384,7 @@ def test_batch_norm_seed_python_validator_agrees_with_c(c_handle, layout):
     specs, _, momentum, eps = layout
     seed = {name: specs[name] for name in BATCH_NORM_SEED_NAMES}
     python_status = _layout.status_of(_layout.check_batch_norm, **seed, momentum=momentum, epsilon=eps)
-    c_status = _batch_norm_create_status(c_handle, "BatchNormDescriptor", BATCH_NORM_SEED_NAMES, seed,
-                                         (momentum, eps))
+    c_status = _forward_create_status(c_handle, "batch_norm", seed, (momentum, eps))
     event(f"status {c_status}")
     assert python_status == c_status, f"Python {python_status} != C {c_status} for {seed}, {momentum}, {eps}"
 
@@ -424,3 +406,19 @@ def test_batch_norm_generator_reaches_every_verdict():
     sample()
     every = {SUCCESS, NULL_POINTER, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BAD_PARAM}
     assert seen["ex"] >= every and seen["seed"] >= every, seen
+
+
+# ---------------------------------------------------------------- the seed forward creates' scalars are C floats
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "batch_norm"])
+@pytest.mark.parametrize("value, status", [(-1e-50, SUCCESS), (1e39, BAD_PARAM), (3.4028235e38, SUCCESS)])
+def test_seed_forward_scalars_are_judged_as_c_floats(c_handle, name, value, status):
+    """Found by the forward fuzzer: the seed creates take eps (and BatchNorm's momentum) as a C float, in which
+    -1e-50 is -0.0 (accepted) and 1e39 is infinite (refused), so the rule mirror judges the float C receives."""
+    case = FORWARD[name]
+    shapes = case.tensor_specs((2, 3, 4), 1, {"data": 13, "parameter": 13, "statistic": 13})
+    specs = {tensor: _layout.TensorSpec(*spec) for tensor, spec in zip(case.tensor_names, shapes)}
+    for position, (scalar, _) in enumerate(case.scalars):
+        scalars = {other: value if index == position else 0.1 for index, (other, _) in enumerate(case.scalars)}
+        assert _forward_create_status(c_handle, name, specs, scalars.values()) == status, (scalar, value)
+        assert _layout.status_of(CHECKS[name], **specs, **scalars) == status, (scalar, value)
