@@ -2,7 +2,8 @@
 # Verify the CUDA backend on a machine with an NVIDIA GPU in one command, from the repository root:
 #   bash scripts/verify_gpu.sh [DIR]      (DIR: where the report goes; $OUT where that is set, else gpu-report/)
 # In order, each under its own time limit and all within VERIFY_GPU_BUDGET_S (default 555 s; a step that would
-# start with under 10 s left is skipped, so one hang cannot eat the rest):
+# start with under 10 s left is skipped, so one hang cannot eat the rest). VERIFY_GPU_STEPS="variants ncu" (names
+# of the steps below, space- or comma-separated) runs only those after install, build and versions, which always run:
 #   install  the wheels of .whl/ (if any) into /tmp/site, for a machine that cannot download;
 #   build    the libraries in place with the CUDA backend required (setup.py build_ext --inplace,
 #            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build);
@@ -16,9 +17,12 @@
 #   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
 #            kernels, BF16 8192x8192 (the worst case of issue 53);
+#   variants scripts/gpu_variants.sh: issue 53's A/B of the RMSNorm backward row kernel, the library's against
+#            candidate designs and a copy, checked and timed (compiled in the background while the tests run);
 #   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
 # DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
-# bench_batch_norm.json, host_overhead.json and training.json the numbers. Exit status 0 when every step passed.
+# bench_batch_norm.json, host_overhead.json, training.json and variants.csv the numbers (variants.txt: the kernels'
+# registers and the variants' table). Exit status 0 when every step passed.
 # Needs: nvcc, a C++17 compiler, and a python3 with torch (CUDA), numpy, ml_dtypes, setuptools, pytest and
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
 #
@@ -30,6 +34,8 @@
 #          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
 #   2. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=600).
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
+#      Only issue 53's kernel A/B (about 3 minutes, the build included):
+#        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=420).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
@@ -40,9 +46,14 @@ status=0
 summary=()
 export PYTHONUNBUFFERED=1
 
+selected() {  # selected NAME: whether VERIFY_GPU_STEPS (unset: every step) names it
+    [[ -z "${VERIFY_GPU_STEPS:-}" || " ${VERIFY_GPU_STEPS//,/ } " == *" $1 "* ]]
+}
+
 step() {  # step NAME LIMIT_S COMMAND...: run it under timeout (LIMIT_S or the time left), its output into the report
     local name="$1" limit="$2"
     shift 2
+    case "$name" in install | build | versions) ;; *) selected "$name" || return 0 ;; esac
     local left=$((deadline - SECONDS))
     ((limit > left)) && limit=$left
     if ((limit < 10)); then
@@ -86,6 +97,13 @@ step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_
 step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
 
+# The variants program compiles (nvcc, one core) while the tests run.
+variants_build=""
+if selected variants; then
+    bash scripts/gpu_variants.sh --build-only "$out" >/dev/null 2>&1 &
+    variants_build=$!
+fi
+
 options=()
 python3 -c "import xdist" 2>/dev/null && options+=(-n 4)
 python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
@@ -107,6 +125,8 @@ w = torch.randn(8192, device='cuda', dtype=torch.bfloat16)
 ip.rms_norm_backward(g, x, w)
 ip.layer_norm_backward(g, w, x, torch.rand(8192, device='cuda', dtype=torch.bfloat16) + 0.5)
 torch.cuda.synchronize()"
+[[ -n "$variants_build" ]] && wait "$variants_build"  # its failure shows in the step, which compiles again
+step variants 90 bash scripts/gpu_variants.sh "$out"
 step backend-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
     python3 -m pytest tests/test_nvidia_backend.py -q -p no:cacheprovider -x
 
