@@ -12,7 +12,8 @@ typedef struct InfiniopDescriptor *infiniopBatchNormDescriptor_t;
  * running statistics updated in place as PyTorch does: running_mean = (1 - momentum) * running_mean + momentum *
  * mean, running_var = (1 - momentum) * running_var + momentum * var * M / (M - 1) (M = elements per channel;
  * the unbiased variance). output, input: (N, C, L), one dtype dT in {F16, BF16, F32} (F64: the Ex form only),
- * fully contiguous; running_mean, running_var, weight, bias: (C,) of dT or, for F16/BF16 dT, F32, any stride.
+ * fully contiguous; running_mean, running_var, weight, bias: (C,) of dT too (F32 ones for 16-bit data: the Ex
+ * form), any stride.
  * momentum must be finite, eps finite and >= 0 (BAD_PARAM otherwise); M == 1 is BAD_TENSOR_SHAPE (no unbiased
  * variance). */
 __C __export infiniStatus_t infiniopCreateBatchNormDescriptor(infiniopHandle_t handle,
