@@ -21,6 +21,7 @@ sys.path.insert(0, str(EMULATION))
 import ascend_suite as suite  # noqa: E402
 
 TOLERANCE = suite.TOLERANCE
+NOT_IMPLEMENTED = suite.NOT_IMPLEMENTED
 
 
 def library_dir():
@@ -147,12 +148,44 @@ def test_batch_norm_forward_on_ascend_950(emulated_cann):
 
 def test_a_soc_the_document_does_not_name_refuses_only_save_invstd(emulated_cann):
     """aclrtGetSocName answering NULL: what saveInvstd holds is unknown, so only a descriptor that would compute
-    save_invstd is NOT_IMPLEMENTED (2); eval, training without it, and no samples (a fill) work."""
-    working = ("bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves", "bn-fwd/F32/no-batch", "bn-ex/F32/eps")
+    save_invstd is NOT_IMPLEMENTED (2); eval, training without it, and no samples (a fill) work (the backward's
+    rule: test_a_soc_the_document_does_not_name_refuses_the_training_backward)."""
+    working = ("bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves", "bn-fwd/F32/no-batch", "bn-ex/F32/eval")
     results = run_suite(on(emulated_cann, soc=""), *SAVED_INVSTD, *working)
     for name in SAVED_INVSTD:
         check_case(results, name, 0 if name in working else 2)
     for name in working:
+        check_case(results, name, 0)
+
+
+# BatchNorm backwards in training, whose aclnnBatchNormBackward reads saveInvstd differently by product: the batch
+# statistics computed by the backend (seed form, Ex without saved ones) and the caller's save_invstd (Ex saved).
+TRAINING_BACKWARD = ("bn/F32/(4, 6, 9)", "bn/BF16/(1, 5, 33)", "bn-strided/F16", "bn-ex/F32/eps",
+                     "bn-ex/F16/no-weight", "bn-ex/F32/channels-last", "bn-ex/F32/saved", "bn-ex/F32/saved-eps",
+                     "bn-ex/BF16/saved-eps", "bn-ex/F16/f32-parameters")
+# Backwards that read no saveInvstd: eval (the running statistics), and no samples (fills only).
+BACKWARD_WITHOUT_SAVED = ("bn-ex/F32/eval", "bn-ex/F16/f32-parameters-eval", "bn-no-batch/F32",
+                          "bn-ex/F32/no-batch-no-grad-weight")
+
+
+@pytest.mark.parametrize("soc", ["Ascend910B1", "Ascend910_9392", "Ascend910A", "Ascend310P3", "Ascend950PR_9579"])
+def test_batch_norm_backward_reads_what_the_soc_saves(emulated_cann, soc):
+    """aclnnBatchNormBackward reads saveInvstd as the biased batch variance on Atlas training, inference, A2 and A3
+    SoCs (its A2/A3 path feeds BNTrainingUpdateGrad / BNTrainingReduceGrad) and as 1/sqrt(var + eps) on Ascend 950:
+    the backend passes each what it reads, and the gradients match the float64 references on every one."""
+    results = run_suite(on(emulated_cann, soc=soc), *TRAINING_BACKWARD, *BACKWARD_WITHOUT_SAVED)
+    for name in TRAINING_BACKWARD + BACKWARD_WITHOUT_SAVED:
+        check_case(results, name, 0)
+
+
+@pytest.mark.parametrize("soc", ["", "Ascend310B1"])
+def test_a_soc_the_document_does_not_name_refuses_the_training_backward(emulated_cann, soc):
+    """On a SoC that is none of those (or unnamed: NULL), what saveInvstd must hold is unknown: a training backward
+    is NOT_IMPLEMENTED (2) at create; eval and no samples still work."""
+    results = run_suite(on(emulated_cann, soc=soc), *TRAINING_BACKWARD, *BACKWARD_WITHOUT_SAVED)
+    for name in TRAINING_BACKWARD:
+        check_case(results, name, NOT_IMPLEMENTED)
+    for name in BACKWARD_WITHOUT_SAVED:
         check_case(results, name, 0)
 
 
@@ -169,10 +202,12 @@ def test_runtime(mixed):
 
 
 # One case per operator needing only the norm operators, then one per elementwise operator the plans add.
-NORM_ONLY = ("rms-ex/F32/eps", "ln-ex/F32/from-input", "bn-ex/F32/saved", "rms-fwd/F16/rstd", "ln-fwd/F32/ex",
-             "bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves")
-NEEDING_ELEMENTWISE = ("rms/F16/(3, 5, 64)", "ln/F32/(3, 5, 64)", "bn/F32/(4, 6, 9)", "bn-ex/F32/eps",
-                       "ln-fwd/F32/seed", "bn-fwd/F32/training", "bn-fwd/F16/eval")
+# (On the default emulated SoC, an Atlas A2 one, the BatchNorm backward passes batch statistics straight in, and
+# turns a saved save_invstd back into the variance with aclnnDiv / aclnnAdds.)
+NORM_ONLY = ("rms-ex/F32/eps", "ln-ex/F32/from-input", "bn/F32/(4, 6, 9)", "bn-ex/F32/eps", "rms-fwd/F16/rstd",
+             "ln-fwd/F32/ex", "bn-fwd/F32/eval", "bn-fwd/F32/training-no-saves")
+NEEDING_ELEMENTWISE = ("rms/F16/(3, 5, 64)", "ln/F32/(3, 5, 64)", "bn-ex/F32/saved", "ln-fwd/F32/seed",
+                       "bn-fwd/F32/training", "bn-fwd/F16/eval")
 
 
 @pytest.mark.parametrize("layout", ["legacy", "train", "shadowed"])

@@ -844,6 +844,7 @@ def ex_cases():
 
         add("bn", name, "eps", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=0.3))
         add("bn", name, "saved", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, saved=True))
+        add("bn", name, "saved-eps", lambda r, d, g: bn_ex_case(r, d, (2, 5, 3, 4), g, eps=0.3, saved=True))
         add("bn", name, "eval", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, eps=1e-3, training=False))
         add("bn", name, "no-weight", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, affine=False))
         add("bn", name, "no-grad-weight", lambda r, d, g: bn_ex_case(r, d, (4, 3, 10), g, grad_weight=False))

@@ -78,8 +78,9 @@ int bnFormatFor(size_t rank) {
     }
 }
 
-// What aclnnBatchNorm leaves in saveInvstd, by product (its document): 1/sqrt(var + eps) on Ascend 950, the biased
-// batch variance on the others it supports (Atlas training, inference, A2 and A3 products).
+// What aclnnBatchNorm leaves in saveInvstd, and aclnnBatchNormBackward reads there, by product (aclnnBatchNorm's
+// document, aclnnBatchNormBackward's source): 1/sqrt(var + eps) on Ascend 950, the biased batch variance on the
+// others they support (Atlas training, inference, A2 and A3 products).
 bool savesInvstd() {
     const char *soc = aclrtGetSocName();
     return soc != nullptr && std::strncmp(soc, "Ascend950", 9) == 0;
@@ -306,6 +307,10 @@ EMULATED_SECOND_PHASE(aclnnLayerNorm)
 // the saved statistics are optional ("non-null" is when their checks apply); weight NULL is ones. Training
 // reads saveMean / saveInvstd, eval runningMean / runningVar with eps, so the ones the mode reads must be
 // given (the documents define no default for them): 161002 otherwise. Outputs not asked for are not written.
+// saveInvstd is read as what aclnnBatchNorm writes there (savesInvstd): 1/sqrt(var + eps) on Ascend 950 (CANN's
+// regbase path hands it to BatchNormGradV3), the biased batch variance elsewhere (its A2/A3 path hands it to
+// BNTrainingUpdateGrad / BNTrainingReduceGrad as their batch_variance, and its document's formula takes
+// sqrt(saveVar + eps)).
 aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, const aclTensor *input,
                                                    const aclTensor *weight, const aclTensor *running_mean,
                                                    const aclTensor *running_var, const aclTensor *save_mean,
@@ -336,14 +341,15 @@ aclnnStatus aclnnBatchNormBackwardGetWorkspaceSize(const aclTensor *grad_out, co
     }
     int64_t batch = input->shape[0], length = product(input->shape, 2, rank);
     if (!tilable(batch * length)) return kTilingError;
-    bool has_weight = weight != nullptr;
+    bool has_weight = weight != nullptr, invstd_saved = savesInvstd();
     return plan({grad_out, input, weight, running_mean, running_var, save_mean, save_invstd},
                 {grad_input, grad_weight, grad_bias},
-                [batch, channels, length, training, eps, has_weight, want](aclTensor *t) {
+                [batch, channels, length, training, eps, has_weight, invstd_saved, want](aclTensor *t) {
         double count = static_cast<double>(batch * length);
         for (int64_t c = 0; c < channels; ++c) {
             double mean = training ? load(&t[5], c) : load(&t[3], c);
-            double inv = training ? load(&t[6], c) : 1.0 / std::sqrt(load(&t[4], c) + eps);
+            double spread = training ? load(&t[6], c) : load(&t[4], c); // saveInvstd: see above
+            double inv = training && invstd_saved ? spread : 1.0 / std::sqrt(spread + eps);
             double w = has_weight ? load(&t[2], c) : 1.0, sum = 0, sum_x = 0;
             for (int64_t n = 0; n < batch; ++n) {
                 for (int64_t l = 0; l < length; ++l) {

@@ -8,24 +8,25 @@
 // - Absent weight, bias, running statistics are NULL (CANN then uses ones, zeros, and 0 / 1 it does not write).
 // - saveMean / saveInvstd are required in training: the caller's save_mean, else the workspace.
 // - saveInvstd holds, by aclnnBatchNorm's document, the biased batch variance on Atlas training, inference, A2 and
-//   A3 products and 1/sqrt(var + eps) only on Ascend 950, which aclrtGetSocName tells apart: elsewhere save_invstd is
-//   aclnnRsqrt(var + eps) of it. On a SoC none of those (or none named), a wanted save_invstd is NOT_IMPLEMENTED.
+//   A3 products and 1/sqrt(var + eps) only on Ascend 950 (devices/ascend/batch_norm_saved.h): elsewhere save_invstd
+//   is aclnnRsqrt(var + eps) of it. On a SoC none of those (or none named), a wanted save_invstd is NOT_IMPLEMENTED.
 // - y may be x (in place) as on every device: the document says nothing of aliasing (not tried on real CANN).
 // - No samples (N * L == 0): in training save_mean = 0 and save_invstd = 1/sqrt(eps) from fills (packed only,
 //   BAD_TENSOR_STRIDES otherwise) and the running statistics left as they are, as on the CPU (CANN would write a
 //   NaN invstd).
 #include "../batch_norm.h"
 
+#include "devices/ascend/batch_norm_saved.h"
 #include "devices/ascend/batch_norm_views.h"
 
 #include <cmath>
 #include <memory>
 #include <optional>
-#include <string>
 
 namespace op::batch_norm {
 namespace {
 
+using ascend::SavedSpread;
 using ascend::TensorSpec;
 using OptionalTensor = std::optional<TensorSpec>;
 
@@ -47,19 +48,6 @@ class AscendDescriptor final : public Descriptor {
   private:
     std::unique_ptr<ascend::Plan> plan_;
 };
-
-// What aclnnBatchNorm leaves in saveInvstd on this SoC (see above).
-enum class SavedSpread { variance, invstd, unknown };
-
-SavedSpread savedSpreadOf(const ascend::Api &acl) {
-    const char *soc = acl.aclrtGetSocName != nullptr ? acl.aclrtGetSocName() : nullptr;
-    if (soc == nullptr) return SavedSpread::unknown;
-    const std::string name(soc);
-    auto startsWith = [&](const char *prefix) { return name.rfind(prefix, 0) == 0; };
-    if (startsWith("Ascend950")) return SavedSpread::invstd;
-    if (startsWith("Ascend910") || startsWith("Ascend310P")) return SavedSpread::variance;
-    return SavedSpread::unknown;
-}
 
 void planCalls(const Info &info, ascend::Plan &plan, SavedSpread spread) {
     const ascend::Api &acl = plan.acl();
@@ -107,7 +95,7 @@ infiniStatus_t Backends::ascend(const Info &info, int device_id, Descriptor **de
     const ascend::Api *acl;
     INFINI_CHECK(ascend::loadFor(info.dtype, nonNegativeStrides(info), &acl));
     const bool computes = info.elements() > 0;
-    const SavedSpread spread = savedSpreadOf(*acl);
+    const SavedSpread spread = ascend::savedSpreadOf(*acl);
     if (computes && info.has_save_invstd && spread == SavedSpread::unknown) return INFINI_STATUS_NOT_IMPLEMENTED;
     const size_t saved = info.training ? info.channels : 0;
     const float empty_invstd = static_cast<float>(1.0 / std::sqrt(info.epsilon)); // of no samples: var 0

@@ -107,10 +107,8 @@ void planXhatForm(const Info &info, ascend::Plan &plan, const Views &views) {
     const size_t offset = plan.reserveScratch(infini::CheckedSize(info.rows) * sizeof(float));
     const TensorSpec rstd = TensorSpec::contiguous(per_row, ACL_FLOAT, Buffer::scratch(offset));
     addLayerNorm(info, plan, x, w, b, y, std::nullopt, rstd);
-    const float one = 1.0f;
-    const Buffer one_buffer = Buffer::constant(plan.addConstant(&one, sizeof one));
-    const TensorSpec ones = TensorSpec::contiguous({1}, ACL_FLOAT, one_buffer);
-    ascend::addDiv(plan, ones, rstd, views.perRow(info.first_statistic, info.parameter_dtype, kFirst));
+    ascend::addDiv(plan, ascend::oneConstant(plan), rstd,
+                   views.perRow(info.first_statistic, info.parameter_dtype, kFirst));
 }
 
 void planCalls(const Info &info, ascend::Plan &plan) {
