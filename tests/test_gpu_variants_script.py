@@ -41,7 +41,9 @@ def built(tmp_path_factory):
 
 def test_it_compiles_with_no_warning_and_no_spill(built):
     _, summary, log = built
-    assert "warning" not in log.lower(), log
+    # Under the sanitizer stage the library links ASan, and the linker warns about ASan's own tmpnam: not ours.
+    warnings = [line for line in log.splitlines() if "warning" in line.lower() and "libasan" not in line]
+    assert not warnings, log
     kernels = re.findall(r"^void (\w+)<.*?(\d+) regs, .*?(\d+)/(\d+) B spilled$", summary, re.M)
     assert {"warpRowsKernel", "rowsKernel", "sumPartialsKernel"} <= {name for name, *_ in kernels}, summary
     assert all(stores == loads == "0" for *_, stores, loads in kernels), summary
