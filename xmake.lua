@@ -30,6 +30,13 @@ option("ascend-npu")
     set_description("Build the Huawei Ascend backend (CANN is loaded at run time)")
 option_end()
 
+option("nv-emulation")
+    set_default(false)
+    set_showmenu(true)
+    set_description("The NVIDIA backend built for the CPU emulation of CUDA in tests/native/cuda_emulation, so its "
+                    .. "kernels run and are tested without a GPU (for .ci/emulated-cuda; not with nv-gpu)")
+option_end()
+
 option("sanitize")
     set_default(false)
     set_showmenu(true)

@@ -46,3 +46,54 @@ if has_config("nv-gpu") then
                     "-std=c++17", "--extended-lambda", "--threads", "0", {force = true})
     target_end()
 end
+
+-- The same backend as C++ for the CPU emulation of CUDA (tests/native/cuda_emulation, whose shim headers stand for
+-- the toolkit's), so that every kernel runs and is tested on a machine without a GPU (.ci/emulated-cuda). Only
+-- the launch syntax is not C++: each .cu and .cuh is copied with `kernel<<<config>>>(arguments)` rewritten into
+-- `::emu::launchCall([=] { kernel(arguments); }, config)`. The copies of the .cuh sit where the copied .cu files'
+-- quoted includes find them first; the .cu files' own "../op.h" are found through their source folders.
+if has_config("nv-emulation") then
+    rule("infini.cuda.emulation")
+        on_load(function (target)
+            target:add("includedirs", path.join(os.projectdir(), "tests/native/cuda_emulation"))
+            target:add("defines", "ENABLE_NVIDIA_API")
+            target:add("cxxflags", "-Wno-unknown-pragmas") -- the kernels' #pragma unroll
+        end)
+    rule_end()
+
+    target("infinirt-nvidia")
+        set_kind("static")
+        set_default(false)
+        add_rules("infini.cuda.emulation")
+        add_files("../src/runtime/nvidia/*.cc")
+    target_end()
+
+    target("infiniop-nvidia")
+        set_kind("static")
+        set_default(false)
+        add_rules("infini.cuda.emulation")
+        on_load(function (target)
+            local function emulated_launches(text)
+                local function launch(kernel, config, arguments)
+                    return "::emu::launchCall([=] { " .. kernel .. arguments .. "; }, " .. config .. ")"
+                end
+                text = text:gsub("([%w_:]+%b<>)<<<(.-)>>>(%b())", launch) -- kernel<template arguments>
+                return (text:gsub("([%w_:]+)<<<(.-)>>>(%b())", launch))
+            end
+            local out = path.join(target:autogendir(), "nv-emulation")
+            local function copy(source, to)
+                local text = emulated_launches(io.readfile(source))
+                if not os.isfile(to) or io.readfile(to) ~= text then io.writefile(to, text) end
+            end
+            for _, header in ipairs(os.files(path.join(os.projectdir(), "native/src/ops/*.cuh"))) do
+                copy(header, path.join(out, "ops", path.filename(header)))
+            end
+            for _, source in ipairs(os.files(path.join(os.projectdir(), "native/src/ops/*/nvidia/*.cu"))) do
+                local to = path.join(out, path.basename(source) .. ".cc")
+                copy(source, to)
+                target:add("files", to)
+                target:add("includedirs", path.directory(source))
+            end
+        end)
+    target_end()
+end

@@ -1,0 +1,3 @@
+// Stands for the CUDA toolkit header of this name in the CPU emulation (emulation.h).
+#pragma once
+#include "emulation.h"
