@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ._ffi import ffi, libraries
+from ._layout import contiguous_strides
 from ._resource import NativeResource
 from .errors import check
 from .handle import device_name, selected_device
@@ -46,12 +47,29 @@ class DeviceBuffer(NativeResource):
             check(libraries().rt.infinirtMemcpy(destination, source, self.nbytes, kind), "infinirtMemcpy")
 
 
-class DeviceArray:
-    """A C-contiguous array of ``shape`` and numpy ``dtype`` in infinirt device memory."""
+def _dense_strides(shape, strides):
+    """``strides`` (elements) as a tuple, or ValueError unless they lay ``shape`` out densely: the dims in some
+    order, each stepping over exactly the elements of the dims inside it (C order, channels-last, ...)."""
+    strides = tuple(int(stride) for stride in strides)
+    if len(strides) != len(shape):
+        raise ValueError(f"strides {strides} must have one entry per dim of shape {shape}")
+    step = 1
+    for extent, stride in sorted(((e, s) for e, s in zip(shape, strides) if e > 1), key=lambda pair: pair[1]):
+        if stride != step:
+            raise ValueError(f"strides {strides} do not lay out shape {shape} densely (each dim stepping over the "
+                             f"elements of the dims inside it)")
+        step *= extent
+    return strides
 
-    def __init__(self, shape, dtype, device, device_id=0):
+
+class DeviceArray:
+    """An array of ``shape`` and numpy ``dtype`` in infinirt device memory: C-contiguous, or in the dense layout
+    that element ``strides`` give (e.g. channels-last, as outputs laid out like such an input are)."""
+
+    def __init__(self, shape, dtype, device, device_id=0, strides=None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
+        self.strides = contiguous_strides(self.shape) if strides is None else _dense_strides(self.shape, strides)
         self.buffer = DeviceBuffer(device, device_id, math.prod(self.shape) * self.dtype.itemsize)
 
     @property
@@ -72,11 +90,12 @@ class DeviceArray:
         return device_array
 
     def to_numpy(self):
-        """A host copy (numpy array of this shape and dtype); waits for the copy."""
-        array = np.empty(self.shape, dtype=self.dtype)
-        self.buffer._copy(ffi.cast("void *", array.ctypes.data), ffi.cast("void *", self.buffer.address),
+        """A host copy (numpy array of this shape, dtype and layout); waits for the copy."""
+        flat = np.empty(math.prod(self.shape), dtype=self.dtype)
+        self.buffer._copy(ffi.cast("void *", flat.ctypes.data), ffi.cast("void *", self.buffer.address),
                           libraries().rt.INFINIRT_MEMCPY_D2H)
-        return array
+        byte_strides = [stride * self.dtype.itemsize for stride in self.strides]
+        return np.lib.stride_tricks.as_strided(flat, self.shape, byte_strides, writeable=True)
 
     def new_empty(self, shape):
         """An uninitialized DeviceArray of ``shape``, this dtype, on the same device."""
@@ -87,4 +106,6 @@ class DeviceArray:
         self.buffer.close()
 
     def __repr__(self):
-        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, device={self.device!r}:{self.device_id})"
+        layout = "" if self.strides == contiguous_strides(self.shape) else f", strides={self.strides}"
+        return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}{layout}, "
+                f"device={self.device!r}:{self.device_id})")

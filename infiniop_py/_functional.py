@@ -155,11 +155,15 @@ def empty_in_layout(owner):
 
 def empty_like_channels_last(ref):
     """A fresh array laid out like ``ref``'s when that is a channels-last packed (N, C, *spatial) one of rank >= 3
-    (a C-contiguous output would not share its layout, which BatchNorm's kernels need), else None."""
+    (a C-contiguous output would not share its layout, which BatchNorm's kernels need), else None. Of ref's kind
+    where this package can allocate one in that layout (numpy, torch), else a DeviceArray on its device."""
     spec = TensorSpec(ref.shape, ref.dtype, ref.strides)
     if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
         return None
-    return empty_in_layout(ref.owner)
+    fresh = empty_in_layout(ref.owner)
+    if fresh is None:
+        fresh = DeviceArray(ref.shape, dtypes.to_numpy(ref.dtype, "input"), ref.device, ref.device_id, ref.strides)
+    return fresh
 
 
 def _require_out_shapes(output_refs, specs, input_refs):

@@ -82,7 +82,7 @@ def _from_device_array(array, name):
     return TensorRef(
         data=array.buffer.address, device=array.device, device_id=array.device_id,
         dtype=dtypes.code_of(array.dtype, name), itemsize=array.dtype.itemsize, shape=array.shape,
-        strides=contiguous_strides(array.shape), owner=array,
+        strides=array.strides, owner=array,
     )
 
 

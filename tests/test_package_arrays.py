@@ -2,6 +2,8 @@
 contiguous whatever numpy reports, foreign objects go through the array protocols, and
 DeviceArray runs on the CPU device through infinirt memory."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
@@ -72,3 +74,39 @@ def test_device_array_on_the_cpu_device():
     assert all(isinstance(o, infiniop_py.DeviceArray) for o in outputs)
     for got, want in zip(outputs, reference.batch_norm_backward(**inputs)):
         assert reference.relative_error(got.to_numpy(), want) < 5e-5
+
+
+def _device_copy_in_layout(array):
+    """A DeviceArray on the CPU device with ``array``'s values and its dense layout (e.g. channels-last)."""
+    strides = tuple(stride // array.itemsize for stride in array.strides)
+    device_array = infiniop_py.DeviceArray(array.shape, array.dtype, "cpu", strides=strides)
+    ctypes.memmove(device_array.buffer.address, array.ctypes.data, array.nbytes)  # dense: one span, no gaps
+    return device_array
+
+
+def test_channels_last_device_arrays_get_outputs_in_their_layout():
+    """A channels-last device array of a library the package cannot allocate with gets a DeviceArray grad_input
+    (and y) in its layout, which BatchNorm's kernels need (a C-contiguous one was refused: BAD_TENSOR_STRIDES)."""
+    rng = np.random.default_rng(5)
+    inputs = reference.make_batch_norm_inputs((4, 3, 10), np.float32, rng)
+    channels_last = {name: np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1) if a.ndim == 3 else a
+                     for name, a in inputs.items()}
+    device_inputs = [_device_copy_in_layout(a) for a in channels_last.values()]
+    assert device_inputs[0].strides == (30, 1, 3)
+    outputs = infiniop_py.batch_norm_backward(*device_inputs)
+    assert outputs[0].strides == device_inputs[0].strides
+    for got, want in zip(outputs, reference.batch_norm_backward(**inputs)):
+        assert reference.relative_error(got.to_numpy(), want) < 5e-5
+    x = device_inputs[0]
+    y, _, save_invstd = infiniop_py.batch_norm(x, training=True, need_stats=True)
+    assert isinstance(y, infiniop_py.DeviceArray) and y.strides == x.strides
+    x64 = inputs["input"].astype(np.float64)
+    expected = (x64 - x64.mean(axis=(0, 2), keepdims=True)) / np.sqrt(x64.var(axis=(0, 2), keepdims=True) + 1e-5)
+    assert reference.relative_error(y.to_numpy(), expected) < 5e-5
+    assert reference.relative_error(save_invstd.to_numpy(), 1 / np.sqrt(x64.var(axis=(0, 2)) + 1e-5)) < 5e-5
+
+
+@pytest.mark.parametrize("strides", [(1, 1), (4, 2), (3,)])
+def test_device_array_strides_must_be_dense(strides):
+    with pytest.raises(ValueError, match=r"strides .* (densely|one entry per dim)"):
+        infiniop_py.DeviceArray((2, 3), np.float32, "cpu", strides=strides)
