@@ -6,7 +6,7 @@ from typing import Any, NamedTuple, Tuple
 
 import numpy as np
 
-from . import dtypes
+from . import _dlpack, dtypes
 from ._device_memory import DeviceArray
 from ._ffi import ffi, libraries
 from ._layout import contiguous_strides
@@ -78,6 +78,16 @@ def _from_cuda_array_interface(obj, name):
     )
 
 
+def _from_dlpack_cuda(obj, device_id, name, writable):
+    capsule = _dlpack.capsule_of(obj)
+    data, _, dtype, itemsize, shape, strides = _dlpack.read(capsule, name, writable)
+    # The owner keeps the producer's array and its unconsumed capsule (which holds the DLManagedTensor and so the
+    # memory) alive; its type is no library's array, so outputs made like it are DeviceArrays on its device and
+    # it runs on the default stream (_functional.new_output, library_stream).
+    return TensorRef(data=data, device="nvidia", device_id=int(device_id), dtype=dtype, itemsize=itemsize,
+                     shape=shape, strides=strides, owner=(obj, capsule))
+
+
 def _from_device_array(array, name):
     return TensorRef(
         data=array.buffer.address, device=array.device, device_id=array.device_id,
@@ -112,7 +122,7 @@ def _is_torch_tensor(obj):
 
 def as_tensor(obj, name, writable=False):
     """A TensorRef for a numpy array, a DeviceArray, a torch tensor, or an object with ``__cuda_array_interface__``,
-    ``__dlpack__`` (host memory) or ``__array_interface__``. ``name`` is used in error messages."""
+    ``__dlpack__`` (host or CUDA memory) or ``__array_interface__``. ``name`` is used in error messages."""
     if isinstance(obj, np.ndarray):
         ref = _from_numpy(obj, name, obj)
     elif isinstance(obj, DeviceArray):
@@ -124,14 +134,17 @@ def as_tensor(obj, name, writable=False):
         if writable and obj.__cuda_array_interface__["data"][1]:
             raise ValueError(f"{name}: the output array is read-only")
     elif hasattr(obj, "__dlpack__"):
-        device_type, _ = obj.__dlpack_device__()
-        if device_type != _DLPACK_CPU:
+        device_type, device_id = obj.__dlpack_device__()
+        if device_type == _dlpack.CUDA:
+            ref = _from_dlpack_cuda(obj, device_id, name, writable)
+        elif device_type != _DLPACK_CPU:
             raise TypeError(
-                f"{name}: {type(obj).__name__} lives on DLPack device type {device_type}; "
-                f"pass a torch tensor or an object with __cuda_array_interface__ for device memory"
+                f"{name}: {type(obj).__name__} lives on DLPack device type {device_type}; only host memory "
+                f"(kDLCPU = 1) and CUDA memory (kDLCUDA = 2) are taken"
             )
-        # numpy asks for DLPack 1.x, whose READ_ONLY flag makes the view read-only (checked below).
-        ref = _from_numpy(_readable(np.from_dlpack(obj), name, writable), name, obj)
+        else:
+            # numpy asks for DLPack 1.x, whose READ_ONLY flag makes the view read-only (checked below).
+            ref = _from_numpy(_readable(np.from_dlpack(obj), name, writable), name, obj)
     elif hasattr(obj, "__array_interface__"):
         # numpy honours the interface's read-only flag, data = (pointer, True) (checked below).
         ref = _from_numpy(_readable(np.asarray(obj), name, writable), name, obj)

@@ -32,12 +32,14 @@ class FakeCudaArray:
             self.device = types.SimpleNamespace(id=device_id)
 
 
-class FakeDLPackOnGpu:
+class FakeDLPackOnRocm:
+    """A DLPack producer on a device the package has no path for (CUDA memory: test_dlpack_device.py)."""
+
     def __dlpack__(self, **kwargs):
         raise AssertionError("the data must not be taken")
 
     def __dlpack_device__(self):
-        return 2, 0  # kDLCUDA, device 0
+        return 10, 0  # kDLROCM, device 0
 
 
 @needs_no_gpu
@@ -73,9 +75,9 @@ def test_read_only_gpu_output_is_refused(cpu_handle):
         infiniop_py.rms_norm_backward(*inputs, out=(FakeCudaArray((4, 8), readonly=True), np.empty(8, np.float32)))
 
 
-def test_dlpack_gpu_object_without_cuda_array_interface_is_a_type_error():
-    with pytest.raises(TypeError, match="grad_y: FakeDLPackOnGpu lives on DLPack device type 2"):
-        infiniop_py.rms_norm_backward(FakeDLPackOnGpu(), np.ones((4, 8), np.float32), np.ones(8, np.float32))
+def test_dlpack_object_on_another_device_type_is_a_type_error():
+    with pytest.raises(TypeError, match="grad_y: FakeDLPackOnRocm lives on DLPack device type 10"):
+        infiniop_py.rms_norm_backward(FakeDLPackOnRocm(), np.ones((4, 8), np.float32), np.ones(8, np.float32))
 
 
 @needs_no_gpu

@@ -1,0 +1,115 @@
+"""Reading a DLPack capsule of device memory (dmlc/dlpack's dlpack.h, 1.x and the legacy 0.x form) into the
+fields of a TensorRef. Host memory does not come here: numpy.from_dlpack takes it (tensors.as_tensor).
+
+The capsule is never consumed: it is not renamed "used_dltensor[_versioned]" and its deleter is not called, so
+the producer's capsule destructor frees the DLManagedTensor[Versioned] when the capsule goes away, as the DLPack
+convention allows for a capsule nobody consumed. The caller keeps the capsule alive (TensorRef.owner) as long as
+it uses the pointer.
+"""
+
+import ctypes
+
+from . import dtypes
+from ._layout import contiguous_strides
+from .errors import BadTensorDtypeError
+
+CUDA = 2  # DLDeviceType kDLCUDA
+READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
+IS_COPIED = 1 << 1  # DLPACK_FLAG_BITMASK_IS_COPIED
+MAX_VERSION = (1, 0)  # the DLPack version this module reads (every 1.x keeps the layout below)
+
+# (DLDataType code, bits) -> infiniDtype_t code; kDLFloat = 2, kDLBfloat = 4. Lanes must be 1.
+_DTYPES = {(2, 16): dtypes.F16, (2, 32): dtypes.F32, (2, 64): dtypes.F64, (4, 16): dtypes.BF16}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+_DELETER = ctypes.c_void_p  # never called here: only its place in the layout matters
+
+
+class DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER),
+                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def capsule_of(obj):
+    """The DLPack capsule of ``obj``: versioned (DLPack 1.x) where the producer has it, else the legacy one.
+
+    stream=None: on CUDA the array API standard defines it as the legacy default stream (as 1 is), so the
+    producer orders its pending writes before work there. That is where the package runs such an array: it knows
+    no current stream of the producer's library (_functional.library_stream gives None), and the NULL stream of
+    libinfinirt is the legacy default one (nothing is built with per-thread default streams). Operator objects
+    called with another stream= leave that ordering to the caller, as for any array.
+    """
+    try:
+        return obj.__dlpack__(stream=None, max_version=MAX_VERSION)
+    except TypeError:  # a producer from before DLPack 1.0 (array API 2023.12) has no max_version
+        return obj.__dlpack__()
+
+
+def read(capsule, name, writable):
+    """(data, device_id, dtype code, itemsize, shape, element strides) of a kDLCUDA capsule; ValueError (or
+    BadTensorDtypeError, a ValueError) naming ``name`` for what the package cannot take."""
+    if _capsule_is_valid(capsule, b"dltensor_versioned"):
+        managed = DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, b"dltensor_versioned"))
+        if managed.version.major != MAX_VERSION[0]:
+            raise ValueError(f"{name}: the DLPack capsule has version {managed.version.major}."
+                             f"{managed.version.minor}; this package reads 1.x")
+        if writable and managed.flags & READ_ONLY:
+            raise ValueError(f"{name}: the output array is read-only")
+        if writable and managed.flags & IS_COPIED:
+            raise ValueError(f"{name}: the producer exported a copy (DLPack IS_COPIED), so writes to the output "
+                             f"would not reach the array")
+    elif _capsule_is_valid(capsule, b"dltensor"):
+        managed = DLManagedTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    else:
+        raise ValueError(f"{name}: __dlpack__ returned {capsule!r}, not an unused DLPack capsule "
+                         f"(\"dltensor_versioned\" or \"dltensor\")")
+    tensor = managed.dl_tensor
+    if tensor.device.device_type != CUDA:
+        raise ValueError(f"{name}: the DLPack capsule's tensor is on device type {tensor.device.device_type}, "
+                         f"but __dlpack_device__ said {CUDA} (kDLCUDA)")
+    dtype = tensor.dtype
+    if dtype.lanes != 1:
+        raise BadTensorDtypeError(f"{name}: DLPack dtype (code {dtype.code}, bits {dtype.bits}) has {dtype.lanes} "
+                                  f"lanes; only scalar element types (lanes 1) are supported")
+    code = _DTYPES.get((dtype.code, dtype.bits))
+    if code is None:
+        raise BadTensorDtypeError(f"{name}: DLPack dtype code {dtype.code} with {dtype.bits} bits is not "
+                                  f"supported; use float16, float32, bfloat16 or float64")
+    shape = tuple(tensor.shape[dim] for dim in range(tensor.ndim))
+    # NULL strides: a C-contiguous tensor (older dlpack.h allowed that; the current one asks for strides when
+    # ndim != 0, but older producers still send NULL). An array with no elements has no layout to keep, as in
+    # tensors._element_strides.
+    if not tensor.strides or 0 in shape:
+        strides = contiguous_strides(shape)
+    else:
+        strides = tuple(tensor.strides[dim] for dim in range(tensor.ndim))
+    data = (tensor.data or 0) + tensor.byte_offset
+    return data, tensor.device.device_id, code, dtype.bits // 8, shape, strides
