@@ -18,8 +18,12 @@ READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
 IS_COPIED = 1 << 1  # DLPACK_FLAG_BITMASK_IS_COPIED
 MAX_VERSION = (1, 0)  # the DLPack version this module reads (every 1.x keeps the layout below)
 
-# (DLDataType code, bits) -> infiniDtype_t code; kDLFloat = 2, kDLBfloat = 4. Lanes must be 1.
-_DTYPES = {(2, 16): dtypes.F16, (2, 32): dtypes.F32, (2, 64): dtypes.F64, (4, 16): dtypes.BF16}
+# (DLDataType code, bits) -> infiniDtype_t code, for each numpy dtype that has one (so that, as for numpy arrays,
+# an integer array, e.g. a uint8 workspace, reaches the operator's own dtype rule). Lanes must be 1.
+_DLPACK_CODE_BY_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}  # kDLInt, kDLUInt, kDLFloat, kDLBool
+_DTYPES = {(_DLPACK_CODE_BY_KIND[numpy_dtype.kind], numpy_dtype.itemsize * 8): code
+           for numpy_dtype, code in dtypes.CODE_BY_NUMPY.items() if numpy_dtype.kind in _DLPACK_CODE_BY_KIND}
+_DTYPES[(4, 16)] = dtypes.BF16  # kDLBfloat
 
 
 class DLDevice(ctypes.Structure):

@@ -143,27 +143,30 @@ def require_out(out, names, wanted):
             raise ValueError(f"out: {name} is not wanted, so pass None for it")
 
 
-def empty_in_layout(owner):
-    """A fresh array with ``owner``'s dtype, shape and packed layout (numpy: its order; torch: its strides), or
-    None for another kind of array."""
+def empty_in_layout(ref):
+    """A fresh array with ``ref``'s dtype, shape and packed layout: numpy (its order), torch (its strides), or for
+    another library's device array (or a DeviceArray) a DeviceArray on its device (this package cannot allocate
+    that library's arrays); None for another host array, or a layout that is not dense."""
+    owner = ref.owner
     if isinstance(owner, np.ndarray):
         return np.empty_like(owner)  # order "K": the same packed layout
     if hasattr(owner, "new_empty_strided"):  # torch
         return owner.new_empty_strided(owner.shape, owner.stride())
-    return None
+    if ref.device == "cpu" and not isinstance(owner, DeviceArray):
+        return None
+    try:
+        return DeviceArray(ref.shape, dtypes.to_numpy(ref.dtype), ref.device, ref.device_id, ref.strides)
+    except ValueError:  # not dense
+        return None
 
 
 def empty_like_channels_last(ref):
     """A fresh array laid out like ``ref``'s when that is a channels-last packed (N, C, *spatial) one of rank >= 3
-    (a C-contiguous output would not share its layout, which BatchNorm's kernels need), else None. Of ref's kind
-    where this package can allocate one in that layout (numpy, torch), else a DeviceArray on its device."""
+    (a C-contiguous output would not share its layout, which BatchNorm's kernels need), else None."""
     spec = TensorSpec(ref.shape, ref.dtype, ref.strides)
     if len(ref.shape) < 3 or _layout.batch_norm_layout([spec]) != "channels_last":
         return None
-    fresh = empty_in_layout(ref.owner)
-    if fresh is None:
-        fresh = DeviceArray(ref.shape, dtypes.to_numpy(ref.dtype, "input"), ref.device, ref.device_id, ref.strides)
-    return fresh
+    return empty_in_layout(ref)
 
 
 def _require_out_shapes(output_refs, specs, input_refs):

@@ -258,5 +258,5 @@ def _phase_operator(refs, grad_weight, grad_bias, weight, eps, grad_input=None):
 
 def _grad_input_like(ref):
     """A fresh grad_input with input's packed layout (channels-first or channels-last)."""
-    grad_input = _functional.empty_in_layout(ref.owner)
+    grad_input = _functional.empty_in_layout(ref)
     return _functional.new_output(ref, ref.shape, "input") if grad_input is None else grad_input

@@ -20,7 +20,7 @@ EX_SUPPORTED = (F16, F32, BF16, F64)
 
 # Every numpy dtype that has an infiniDtype_t code: arrays of these reach the operator's own
 # dtype rule (which names the tensor), instead of failing at conversion.
-_CODE_BY_NUMPY = {
+CODE_BY_NUMPY = {
     np.dtype(np.bool_): _CODES["INFINI_DTYPE_BOOL"],
     np.dtype(np.int8): _CODES["INFINI_DTYPE_I8"],
     np.dtype(np.int16): _CODES["INFINI_DTYPE_I16"],
@@ -35,7 +35,7 @@ _CODE_BY_NUMPY = {
     np.dtype(np.float64): F64,
     np.dtype(ml_dtypes.bfloat16): BF16,
 }
-_NUMPY_BY_CODE = {code: dtype for dtype, code in _CODE_BY_NUMPY.items()}
+_NUMPY_BY_CODE = {code: dtype for dtype, code in CODE_BY_NUMPY.items()}
 
 _CODE_BY_NAME = {
     "float16": F16, "f16": F16, "half": F16,
@@ -58,8 +58,8 @@ def is_valid_code(code):
 
 def code_of(dtype, tensor="tensor"):
     """The infiniDtype_t code for a numpy dtype, a dtype name, or a code given as an int."""
-    if isinstance(dtype, np.dtype) and dtype in _CODE_BY_NUMPY:  # the common case, first
-        return _CODE_BY_NUMPY[dtype]
+    if isinstance(dtype, np.dtype) and dtype in CODE_BY_NUMPY:  # the common case, first
+        return CODE_BY_NUMPY[dtype]
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         code = int(dtype)
         if not is_valid_code(code):
@@ -73,11 +73,11 @@ def code_of(dtype, tensor="tensor"):
         numpy_dtype = np.dtype(dtype)
     except TypeError as error:
         raise BadTensorDtypeError(f"{tensor}: {dtype!r} is not a dtype ({error})") from None
-    if numpy_dtype not in _CODE_BY_NUMPY:
+    if numpy_dtype not in CODE_BY_NUMPY:
         raise BadTensorDtypeError(
             f"{tensor}: dtype {numpy_dtype} has no infiniDtype_t code; use float16, float32, bfloat16 or float64"
         )
-    return _CODE_BY_NUMPY[numpy_dtype]
+    return CODE_BY_NUMPY[numpy_dtype]
 
 
 def to_numpy(code, tensor="tensor"):

@@ -93,7 +93,6 @@ def test_a_copy_exported_for_an_output_is_refused():
 
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
 @pytest.mark.parametrize("dtype, message", [
-    ((KDL_INT, 32, 1), "DLPack dtype code 0 with 32 bits is not supported"),
     ((KDL_FLOAT, 8, 1), "DLPack dtype code 2 with 8 bits is not supported"),
     ((KDL_BFLOAT, 32, 1), "DLPack dtype code 4 with 32 bits is not supported"),
     ((KDL_COMPLEX, 64, 1), "DLPack dtype code 5 with 64 bits is not supported"),
@@ -102,6 +101,12 @@ def test_a_copy_exported_for_an_output_is_refused():
 def test_unsupported_dtypes_are_refused_naming_the_argument(versioned, dtype, message):
     with pytest.raises(infiniop_py.BadTensorDtypeError, match=f"^grad_y: {message}"):
         as_tensor(cuda_view((3, 4), dtype, versioned=versioned), "grad_y")
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.bool_])
+def test_integer_arrays_reach_the_operators_dtype_rule_as_numpy_ones_do(dtype):
+    """A uint8 workspace is taken; an integer tensor is refused by the operator's rule, which names it."""
+    assert as_tensor(cuda_view((3, 4), dtype), "x").dtype == as_tensor(np.zeros((3, 4), dtype), "x").dtype
 
 
 @pytest.mark.parametrize("device_type", [KDL_ROCM, KDL_CUDA_HOST])
