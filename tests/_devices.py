@@ -8,6 +8,7 @@ numpy arrays they came from, so the checks after a call are the same on every de
 
 import ctypes
 import functools
+import os
 
 import infiniop_py
 import ml_dtypes
@@ -16,6 +17,13 @@ import pytest
 
 NVIDIA = 1  # infiniDevice_t
 DEVICE_TYPE_NOT_SUPPORTED = 5
+
+# Set by .ci/emulated-cuda, beside INFINIOP_PY_LIBRARY_DIR naming a library built with `xmake f --nv-emulation=y`:
+# its NVIDIA backend runs the CUDA kernels on the CPU (tests/native/cuda_emulation), and its "device memory" is host
+# memory, which torch cannot see as CUDA memory. So the NVIDIA variants run, with their data placed through
+# infinirt instead of torch.cuda, and what needs torch's CUDA skips, saying so.
+EMULATED_CUDA = os.environ.get("INFINIOP_PY_TEST_EMULATED_CUDA") == "1"
+EMULATED_CUDA_NO_TORCH = "needs torch.cuda, which the CPU emulation of CUDA (.ci/emulated-cuda) has not"
 
 # Parametrize a test (or a module, through pytestmark) over this; conftest.py skips "nvidia" with the reason
 # nvidia_unusable_reason() gives.
@@ -35,6 +43,8 @@ def nvidia_unusable_reason():
         return f"no NVIDIA GPU: infinirtGetDeviceCount(NVIDIA) fails with status {status}"
     if count[0] == 0:
         return "no NVIDIA GPU: the CUDA runtime finds no device (no GPU or no driver)"
+    if EMULATED_CUDA:
+        return None
     try:
         import torch
     except ImportError:
@@ -86,8 +96,31 @@ class _Placed:
         self.host, self.device_array, self.write_back, self.output = host, device_array, write_back, False
 
 
+def _place_emulated(array):
+    """The device copy of a numpy array in the emulation's device memory (host memory through infinirt), handed over
+    through DLPack as CUDA memory, as a JAX array would be."""
+    from infiniop_py._device_memory import DeviceBuffer
+    from _dlpack import KDL_CUDA, DLPackView
+
+    low, nbytes = _byte_span(array)
+    buffer = DeviceBuffer("nvidia", 0, nbytes)
+    if nbytes:
+        _host_bytes(buffer.address, nbytes)[...] = _host_bytes(low, nbytes)  # the whole span, gaps included
+    start = array.__array_interface__["data"][0] - low
+    element_strides = [stride // array.itemsize for stride in array.strides] if array.size else None
+    device_array = DLPackView(buffer.address + start, array.shape, element_strides, array.dtype, KDL_CUDA,
+                              keep=buffer)
+
+    def write_back():
+        if nbytes:
+            _host_bytes(low, nbytes)[...] = _host_bytes(buffer.address, nbytes)
+    return _Placed(array, device_array, write_back)
+
+
 def _place(array, torch_device):
     """The device copy of a numpy array on torch_device ("cuda"; "cpu" lets tests check this helper anywhere)."""
+    if EMULATED_CUDA and torch_device == "cuda":
+        return _place_emulated(array)
     import torch
 
     torch_dtype = _torch_dtype(array.dtype)
@@ -149,9 +182,9 @@ class DeviceData:
     def write_back(self):
         if self.device == "cpu":
             return
-        import torch
-
-        torch.cuda.synchronize()
+        if not EMULATED_CUDA:  # the emulation's streams are synchronous
+            import torch
+            torch.cuda.synchronize()
         for placed in self._placed.values():
             if placed.output:
                 placed.write_back()
@@ -161,9 +194,9 @@ class DeviceData:
         another order than C's, e.g. a channels-last grad_input); None stays None."""
         if self.device == "cpu" or device_array is None:
             return device_array
-        import torch
-
-        torch.cuda.synchronize()
+        if not EMULATED_CUDA:
+            import torch
+            torch.cuda.synchronize()
         if isinstance(device_array, infiniop_py.DeviceArray):  # made like a CudaArrayView (no torch tensor)
             return device_array.to_numpy()
         assert device_array.is_cuda, "outputs are allocated on the device"

@@ -17,6 +17,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "nvidia: runs on an NVIDIA GPU (skipped, saying why, where none is usable)")
+    config.addinivalue_line("markers", "torch_cuda: an nvidia test that needs torch.cuda itself (skipped, saying "
+                                       "why, under the CPU emulation of CUDA); tests/torch/ is all such")
 
 
 def pytest_runtest_setup(item):
@@ -26,6 +28,10 @@ def pytest_runtest_setup(item):
         reason = nvidia_unusable_reason()
         if reason:
             pytest.skip(reason)
+        from _devices import EMULATED_CUDA, EMULATED_CUDA_NO_TORCH
+
+        if EMULATED_CUDA and (item.get_closest_marker("torch_cuda") or "torch" in item.path.parent.name):
+            pytest.skip(EMULATED_CUDA_NO_TORCH)
 
 
 @pytest.fixture(scope="module")

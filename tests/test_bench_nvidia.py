@@ -158,6 +158,7 @@ def test_a_peer_that_fails_is_noted_and_the_case_still_reports(cpu_handle, monke
 
 
 @pytest.mark.nvidia
+@pytest.mark.torch_cuda
 @pytest.mark.parametrize("op,shape,layout", [("rms_norm", (64, 4096), "rows"), ("layer_norm", (64, 1024), "rows"),
                                              ("layer_norm_from_input", (64, 1024), "rows"),
                                              ("batch_norm", (8, 64, 14, 14), "channels_last"),
@@ -190,6 +191,7 @@ def test_peers_compute_what_torch_computes_on_the_gpu(op, shape, layout, dtype):
 
 
 @pytest.mark.nvidia
+@pytest.mark.torch_cuda
 def test_quick_gpu_run_reports_every_column(tmp_path, capsys):
     path = tmp_path / "gpu.json"
 

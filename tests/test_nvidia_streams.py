@@ -8,7 +8,7 @@ import infiniop_py
 from _devices import DeviceData
 from _helpers import F32, RMS_NORM, assert_matches_reference
 
-pytestmark = pytest.mark.nvidia
+pytestmark = [pytest.mark.nvidia, pytest.mark.torch_cuda]
 SHAPE = (64, 1024)
 
 
