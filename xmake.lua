@@ -34,7 +34,7 @@ option("nv-emulation")
     set_default(false)
     set_showmenu(true)
     set_description("The NVIDIA backend built for the CPU emulation of CUDA in tests/native/cuda_emulation, so its "
-                    .. "kernels run and are tested without a GPU (for .ci/emulated-cuda; not with nv-gpu)")
+                    .. "kernels run and are tested without a GPU (for .ci/sanitize; not with nv-gpu)")
 option_end()
 
 option("sanitize")

@@ -18,12 +18,12 @@ import pytest
 NVIDIA = 1  # infiniDevice_t
 DEVICE_TYPE_NOT_SUPPORTED = 5
 
-# Set by .ci/emulated-cuda, beside INFINIOP_PY_LIBRARY_DIR naming a library built with `xmake f --nv-emulation=y`:
+# Set by .ci/sanitize, beside INFINIOP_PY_LIBRARY_DIR naming a library built with `xmake f --nv-emulation=y`:
 # its NVIDIA backend runs the CUDA kernels on the CPU (tests/native/cuda_emulation), and its "device memory" is host
 # memory, which torch cannot see as CUDA memory. So the NVIDIA variants run, with their data placed through
 # infinirt instead of torch.cuda, and what needs torch's CUDA skips, saying so.
 EMULATED_CUDA = os.environ.get("INFINIOP_PY_TEST_EMULATED_CUDA") == "1"
-EMULATED_CUDA_NO_TORCH = "needs torch.cuda, which the CPU emulation of CUDA (.ci/emulated-cuda) has not"
+EMULATED_CUDA_NO_TORCH = "needs torch.cuda, which the CPU emulation of CUDA (.ci/sanitize) has not"
 
 # Parametrize a test (or a module, through pytestmark) over this; conftest.py skips "nvidia" with the reason
 # nvidia_unusable_reason() gives.

@@ -63,12 +63,15 @@ def test_a_reader_that_closes_the_pipe_early_gets_no_traceback():
 
 
 def nvidia_gpu_present():
-    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0")
+    """Whether --device nvidia has a device here: a GPU, or the CPU emulation of CUDA (.ci/sanitize)."""
+    from _devices import EMULATED_CUDA
+    return shutil.which("nvidia-smi") is not None or os.path.exists("/dev/nvidia0") or EMULATED_CUDA
 
 
 def test_smoke_on_a_missing_device_gives_one_line_and_fails():
     if nvidia_gpu_present():
-        pytest.skip("an NVIDIA GPU is present: --device nvidia is not a missing device here")
+        pytest.skip("an NVIDIA device is present (a GPU or the CPU emulation of CUDA): --device nvidia is not a "
+                    "missing device here")
     result = run_cli("smoke", "--device", "nvidia")
 
     assert result.returncode == 2
@@ -79,7 +82,8 @@ def test_smoke_on_a_missing_device_gives_one_line_and_fails():
 def test_smoke_takes_cuda_and_any_case_for_nvidia():
     """--device cuda is --device nvidia (issue 55): the same output, which names nvidia."""
     if nvidia_gpu_present():
-        pytest.skip("an NVIDIA GPU is present: smoke --device cuda would run the whole check")
+        pytest.skip("an NVIDIA device is present (a GPU or the CPU emulation of CUDA): smoke --device cuda would "
+                    "run the whole check")
     expected = run_cli("smoke", "--device", "nvidia")
     for alias in ("cuda", "CUDA", "NVIDIA"):
         result = run_cli("smoke", "--device", alias)

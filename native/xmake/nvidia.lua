@@ -48,7 +48,7 @@ if has_config("nv-gpu") then
 end
 
 -- The same backend as C++ for the CPU emulation of CUDA (tests/native/cuda_emulation, whose shim headers stand for
--- the toolkit's), so that every kernel runs and is tested on a machine without a GPU (.ci/emulated-cuda). Only
+-- the toolkit's), so that every kernel runs and is tested on a machine without a GPU (.ci/sanitize). Only
 -- the launch syntax is not C++: each .cu and .cuh is copied with `kernel<<<config>>>(arguments)` rewritten into
 -- `::emu::launchCall([=] { kernel(arguments); }, config)`. The copies of the .cuh sit where the copied .cu files'
 -- quoted includes find them first; the .cu files' own "../op.h" are found through their source folders.

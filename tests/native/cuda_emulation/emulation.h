@@ -302,6 +302,17 @@ constexpr int kSms = 4, kResidentPerSm = 2, kResidentClusters = 3; // few, so th
 inline thread_local cudaError_t last_error = cudaSuccess;
 inline thread_local int current_device = 0;
 
+// With INFINIOP_EMULATED_CUDA_TRACE=FILE in the environment, each runtime call and kernel launch appends its name
+// as a line to FILE, so a test can see what the host does per library call (tests/test_emulated_cuda_calls.py).
+inline void trace(const char *name) {
+    const char *path = std::getenv("INFINIOP_EMULATED_CUDA_TRACE");
+    if (path == nullptr || *path == '\0') return;
+    if (FILE *file = std::fopen(path, "a")) {
+        std::fprintf(file, "%s\n", name);
+        std::fclose(file);
+    }
+}
+
 inline void enqueue(std::function<void()> work) {
     if (capturing)
         capturing->work.push_back(std::move(work));
@@ -426,6 +437,7 @@ inline bool launchable(dim3 grid, dim3 block, unsigned ranks) {
 
 // Runs `call` (the kernel call with its arguments) as a grid; enqueued on the (synchronous) stream.
 inline void launchCallOnClusters(unsigned ranks, std::function<void()> call, dim3 grid, dim3 block, size_t smem) {
+    trace("launch");
     if (!launchable(grid, block, ranks)) {
         last_error = cudaErrorInvalidConfiguration;
         return;
@@ -467,69 +479,96 @@ void launch(void (*kernel)(Args...), dim3 grid, dim3 block, size_t smem, cudaStr
 
 inline const char *cudaGetErrorString(cudaError_t) { return "emulated error"; }
 inline cudaError_t cudaGetLastError() {
+    emu::trace(__func__);
     const cudaError_t error = emu::last_error;
     emu::last_error = cudaSuccess;
     return error;
 }
-inline cudaError_t cudaGetDeviceCount(int *n) { return *n = 1, cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int *n) { emu::trace(__func__); return *n = 1, cudaSuccess; }
 inline cudaError_t cudaSetDevice(int device) {
+    emu::trace(__func__);
     if (device != 0) return cudaErrorInvalidDevice;
     emu::current_device = device;
     return cudaSuccess;
 }
-inline cudaError_t cudaGetDevice(int *device) { return *device = emu::current_device, cudaSuccess; }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int *device) {
+    emu::trace(__func__);
+    return *device = emu::current_device, cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() { emu::trace(__func__); return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int device) {
+    emu::trace(__func__);
     if (device != 0) return cudaErrorInvalidDevice;
     if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
     return *value = emu::kSms, cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    emu::trace(__func__);
     std::snprintf(p->name, sizeof p->name, "CPU emulation");
     p->multiProcessorCount = emu::kSms;
     p->l2CacheSize = 1 << 20;
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamCreate(cudaStream_t *s) { return *s = reinterpret_cast<cudaStream_t>(new char), cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { return delete reinterpret_cast<char *>(s), cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) {
+    emu::trace(__func__);
+    return *s = reinterpret_cast<cudaStream_t>(new char), cudaSuccess;
+}
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    emu::trace(__func__);
+    return cudaStreamCreate(s);
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    emu::trace(__func__);
+    return delete reinterpret_cast<char *>(s), cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::trace(__func__); return cudaSuccess; }
 inline cudaError_t cudaMalloc(void **p, size_t bytes) {
+    emu::trace(__func__);
     *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256 * (bytes == 0));
     if (*p) std::memset(*p, 0xCD, bytes); // garbage, never zeros
     return *p ? cudaSuccess : cudaErrorInvalidValue;
 }
-inline cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
-inline cudaError_t cudaFree(void *p) { return std::free(p), cudaSuccess; }
-inline cudaError_t cudaFreeHost(void *p) { return std::free(p), cudaSuccess; }
+inline cudaError_t cudaMallocHost(void **p, size_t bytes) { emu::trace(__func__); return cudaMalloc(p, bytes); }
+inline cudaError_t cudaFree(void *p) { emu::trace(__func__); return std::free(p), cudaSuccess; }
+inline cudaError_t cudaFreeHost(void *p) { emu::trace(__func__); return std::free(p), cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind, cudaStream_t) {
+    emu::trace(__func__);
     emu::enqueue([=] { std::memcpy(dst, src, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, cudaMemcpyKind) {
+    emu::trace(__func__);
     std::memcpy(dst, src, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) {
+    emu::trace(__func__);
     emu::enqueue([=] { std::memset(p, v, n); });
     return cudaSuccess;
 }
-inline cudaError_t cudaMemset(void *p, int v, size_t n) { return std::memset(p, v, n), cudaSuccess; }
+inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+    emu::trace(__func__);
+    return std::memset(p, v, n), cudaSuccess;
+}
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 template <typename K>
 cudaError_t cudaFuncSetAttribute(K, cudaFuncAttribute, int) {
+    emu::trace(__func__);
     return cudaSuccess;
 }
 template <typename K>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t) {
+    emu::trace(__func__);
     return *n = emu::kResidentPerSm, cudaSuccess;
 }
 template <typename K>
 cudaError_t cudaOccupancyMaxActiveClusters(int *n, K, const cudaLaunchConfig_t *) {
+    emu::trace(__func__);
     return *n = emu::kResidentClusters, cudaSuccess;
 }
 template <typename... Args, typename... Actual>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*kernel)(Args...), Actual &&...actual) {
+    emu::trace(__func__);
     unsigned ranks = 1;
     for (unsigned i = 0; i < config->numAttrs; ++i) {
         if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) ranks = config->attrs[i].val.clusterDim.x;
@@ -539,25 +578,32 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t *config, void (*kernel)(
     return cudaGetLastError();
 }
 inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+    emu::trace(__func__);
     emu::capturing = new EmuGraph;
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g) {
+    emu::trace(__func__);
     *g = emu::capturing;
     emu::capturing = nullptr;
     return cudaSuccess;
 }
 inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long) {
+    emu::trace(__func__);
     return *e = new EmuGraph(*g), cudaSuccess;
 }
-inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { return delete g, cudaSuccess; }
-inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { return delete e, cudaSuccess; }
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { emu::trace(__func__); return delete g, cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) { emu::trace(__func__); return delete e, cudaSuccess; }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+    emu::trace(__func__);
     for (auto &work : e->work) work();
     return cudaSuccess;
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return *e = nullptr, cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { return *ms = 1.0f, cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { emu::trace(__func__); return *e = nullptr, cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { emu::trace(__func__); return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { emu::trace(__func__); return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::trace(__func__); return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
+    emu::trace(__func__);
+    return *ms = 1.0f, cudaSuccess;
+}

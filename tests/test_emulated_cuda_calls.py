@@ -1,0 +1,96 @@
+"""What one call does on the host on CUDA (issue 52): no device-wide synchronization, no allocation through the
+driver, no device or attribute query, no device switch where the current device is already right, no stream made;
+only its kernel launches (and the cheap current-device read and launch-error check). Counted on the CPU emulation
+of CUDA (.ci/sanitize), whose runtime appends each call it gets to the file INFINIOP_EMULATED_CUDA_TRACE
+names; elsewhere these skip, saying so (a GPU's runtime keeps no such record)."""
+
+import collections
+import gc
+import os
+
+import numpy as np
+import pytest
+
+import infiniop_py
+from _devices import EMULATED_CUDA, DeviceData
+from _helpers import F32, OPS
+
+pytestmark = pytest.mark.nvidia
+TRACE = "INFINIOP_EMULATED_CUDA_TRACE"
+CALLS = 5
+# What a call may do on the host, per call: read the current device (a thread-local read in the runtime),
+# launch kernels and read their launch errors, and clear a workspace or output asynchronously.
+PER_CALL = {"cudaGetDevice", "launch", "cudaGetLastError", "cudaMemsetAsync"}
+
+
+@pytest.fixture(autouse=True)
+def _emulated_only():
+    if not EMULATED_CUDA:
+        pytest.skip("counts CUDA runtime calls through the CPU emulation's trace (.ci/sanitize); a GPU's "
+                    "runtime keeps no such record")
+
+
+def runtime_calls(tmp_path, call):
+    """The runtime calls (name -> count) of CALLS calls of ``call``, after one that warms the caches. The garbage
+    collector is kept from freeing earlier tests' device arrays meanwhile (their cudaFree is not these calls')."""
+    call()
+    gc.collect()
+    gc.disable()
+    trace = tmp_path / "trace"
+    os.environ[TRACE] = str(trace)
+    try:
+        for _ in range(CALLS):
+            call()
+    finally:
+        del os.environ[TRACE]
+        gc.enable()
+    return collections.Counter(trace.read_text().split()) if trace.exists() else collections.Counter()
+
+
+def assert_only_launches(calls):
+    assert set(calls) <= PER_CALL, calls
+    assert calls["launch"] >= CALLS and calls["launch"] % CALLS == 0, calls
+
+
+def backward_case(case, data):
+    rng = np.random.default_rng(0)
+    shape = (4, 6, 40)
+    inputs = [data.put(a) for a in case.make_inputs(rng, shape, F32)]
+    outputs = [data.put(np.zeros(s, F32), output=True) for s in case.output_shapes(shape)]
+    return inputs, outputs
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+def test_a_backward_call_only_launches(case, tmp_path):
+    data = DeviceData("nvidia")
+    inputs, outputs = backward_case(case, data)
+    function = case.function()
+    assert_only_launches(runtime_calls(tmp_path, lambda: function(*inputs, out=tuple(outputs))))
+    with infiniop_py.Handle("nvidia") as handle, case.operator_class()(handle, *outputs, *inputs) as operator:
+        assert_only_launches(runtime_calls(tmp_path, lambda: operator(*outputs, *inputs)))
+
+
+def forward_call(name, data):
+    """A call of the forward ``name`` on device arrays placed once, with every output given."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 6, 40)).astype(F32)
+    vector = data.put(rng.standard_normal(40).astype(F32))
+    channel = data.put(rng.standard_normal(6).astype(F32))
+    y, x = data.put(np.zeros_like(x), output=True), data.put(x)
+
+    def statistics(shape):
+        return data.put(np.zeros(shape, F32), output=True)
+    if name == "rms_norm":
+        out = (y, statistics((4, 6)))
+        return lambda: infiniop_py.rms_norm(x, vector, need_rstd=True, out=out)
+    if name == "layer_norm":
+        out = (y, statistics((4, 6)), statistics((4, 6)))
+        return lambda: infiniop_py.layer_norm(x, vector, vector, need_stats=True, out=out)
+    running_mean, running_var = statistics(6), data.put(np.ones(6, F32), output=True)
+    out = (y, statistics(6), statistics(6))
+    return lambda: infiniop_py.batch_norm(x, channel, channel, running_mean, running_var, need_stats=True, out=out)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "batch_norm"])
+def test_a_forward_call_only_launches(name, tmp_path):
+    assert_only_launches(runtime_calls(tmp_path, forward_call(name, DeviceData("nvidia"))))
