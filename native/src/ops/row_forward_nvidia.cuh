@@ -9,6 +9,7 @@
 #ifndef INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
 #define INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
 
+#include "common/moments.h"
 #include "common/status.h"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
@@ -125,8 +126,7 @@ __device__ __forceinline__ void correctedMoments(double mean0, double sum_d, dou
                                                  double *mean, double *variance) {
     const double n = static_cast<double>(dim);
     *mean = mean0 + sum_d / n;
-    const double biased = (sum_d2 - sum_d * sum_d / n) / n;
-    *variance = biased < 0.0 ? 0.0 : biased; // rounding may leave it below 0; NaN (a non-finite row) stays NaN
+    *variance = biasedVariance(sum_d2 / n, sum_d / n);
 }
 
 // The row's statistics from its sums: (mean, rstd), mean 0 where the op does not centre.

@@ -7,6 +7,7 @@
 #include "../batch_norm.h"
 
 #include "batch_norm_simd.h"
+#include "common/moments.h"
 #include "devices/cpu/half.h"
 #include "devices/cpu/parallel.h"
 #include "devices/cpu/row_hints.h"
@@ -49,7 +50,7 @@ ChannelTerms finishChannel(const Info &info, const ChannelVectors &v, size_t c, 
     const double count = static_cast<double>(info.batch * info.length);
     const double offset = sum / count; // mean - reference
     const double mean = reference + offset;
-    const double var = std::max(sum_squares / count - offset * offset, 0.0); // biased
+    const double var = biasedVariance(sum_squares / count, offset);
     const double invstd = 1.0 / std::sqrt(var + info.epsilon);
     if (v.save_mean != nullptr) store(v.save_mean, info.statistic_dtype, info.save_mean_stride, c, mean);
     if (v.save_invstd != nullptr) store(v.save_invstd, info.statistic_dtype, info.save_invstd_stride, c, invstd);

@@ -11,6 +11,7 @@
 #include "../batch_norm.h"
 
 #include "common/checked.h"
+#include "common/moments.h"
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
@@ -220,8 +221,7 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
     const C reference = referenceOf(data, c, rows_of_channels);
     const double offset = sums.x / args.count; // mean - reference
     const double mean = static_cast<double>(reference) + offset;
-    const double biased = sums.y / args.count - offset * offset;
-    const double var = biased < 0.0 ? 0.0 : biased; // as the CPU's: a NaN (non-finite channel) stays NaN
+    const double var = biasedVariance(sums.y / args.count, offset);
     const double invstd = 1.0 / sqrt(var + args.epsilon);
     storeAt(args.save_mean, args.save_mean_stride, c, mean);
     storeAt(args.save_invstd, args.save_invstd_stride, c, invstd);

@@ -4,6 +4,7 @@
 // the backward's (devices/cpu/row_driver.h) without reducing the next row inside the elementwise pass.
 #include "../layer_norm.h"
 
+#include "common/moments.h"
 #include "devices/cpu/row_driver.h"
 #include "devices/cpu/types.h"
 #include "devices/cpu/workspace.h"
@@ -117,9 +118,7 @@ class CpuDescriptor final : public Descriptor {
         const double inverse_dim = 1.0 / static_cast<double>(dim);
         auto rowOf = [&](size_t row, const cpu::PairSums &total) {
             const double offset = total.first * inverse_dim;
-            const double variance = total.second * inverse_dim - offset * offset;
-            // Rounding may leave the variance below 0; a NaN one (a non-finite row) stays NaN, as torch's does.
-            const double variance_eps = (variance < 0.0 ? 0.0 : variance) + info.epsilon;
+            const double variance_eps = biasedVariance(total.second * inverse_dim, offset) + info.epsilon;
             return Row{static_cast<double>(shiftOf(row)) + offset, variance_eps, 1.0 / std::sqrt(variance_eps)};
         };
         auto writeStatistics = [&](size_t row, const Row &r) {
