@@ -121,8 +121,10 @@ def test_matches_reference(device, shape, dtype, f32_parameters, layout, trainin
     if need_stats:
         statistics = F64 if dtype == F64 else F32
         assert result[1].dtype == statistics and result[2].dtype == statistics
-        spread = 1.0 / invstd_ref
-        assert float(np.max(np.abs(f64(result[1]) - mean_ref) / spread)) <= STAT_BOUND[np.dtype(dtype)]
+        # The mean: within STAT_BOUND of the channel's spread, beyond its own rounding to the statistics dtype (a
+        # channel of two close values far from 0 has a spread below that rounding's).
+        allowed = STAT_BOUND[np.dtype(dtype)] / invstd_ref + np.spacing(np.abs(mean_ref).astype(statistics)) / 2
+        assert np.all(np.abs(f64(result[1]) - mean_ref) <= allowed), "save_mean"
         assert_relative(result[2], invstd_ref, STAT_BOUND[np.dtype(dtype)], "save_invstd")
     if training and running:
         tolerance = {F64: 1e-12, F32: 1e-5, F16: 2.0**-10, BF16: 2.0**-7}[np.dtype(parameter_dtype)]
