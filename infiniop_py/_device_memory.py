@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ._ffi import ffi, libraries
-from ._layout import contiguous_strides
+from ._layout import contiguous_strides, packed
 from ._resource import NativeResource
 from .errors import check
 from .handle import device_name, selected_device
@@ -48,17 +48,14 @@ class DeviceBuffer(NativeResource):
 
 
 def _dense_strides(shape, strides):
-    """``strides`` (elements) as a tuple, or ValueError unless they lay ``shape`` out densely: the dims in some
-    order, each stepping over exactly the elements of the dims inside it (C order, channels-last, ...)."""
+    """``strides`` (elements) as a tuple, or ValueError unless they lay ``shape`` out densely (packed in some order
+    of its dims)."""
     strides = tuple(int(stride) for stride in strides)
     if len(strides) != len(shape):
         raise ValueError(f"strides {strides} must have one entry per dim of shape {shape}")
-    step = 1
-    for extent, stride in sorted(((e, s) for e, s in zip(shape, strides) if e > 1), key=lambda pair: pair[1]):
-        if stride != step:
-            raise ValueError(f"strides {strides} do not lay out shape {shape} densely (each dim stepping over the "
-                             f"elements of the dims inside it)")
-        step *= extent
+    if not packed(shape, strides):
+        raise ValueError(f"strides {strides} do not lay out shape {shape} densely (each dim stepping over the "
+                         f"elements of the dims inside it)")
     return strides
 
 

@@ -428,6 +428,13 @@ def _packed_in_order(spec, innermost_first):
     return True
 
 
+def packed(shape, strides):
+    """Whether element ``strides`` lay ``shape`` out packed in some order of its dims (C order, channels-last, ...):
+    each dim, innermost first, stepping over exactly the elements of the dims inside it."""
+    innermost_first = sorted(range(len(shape)), key=lambda dim: strides[dim])
+    return _packed_in_order(TensorSpec(tuple(shape), 0, tuple(strides)), innermost_first)
+
+
 def batch_norm_layout(specs):
     """'channels_first' or 'channels_last': the packed layout every (N, C, *spatial) spec of ``specs`` has
     (channels-first where both fit), or None."""
