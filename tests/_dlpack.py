@@ -144,3 +144,16 @@ class DLPackView:
         tensor.strides = None if strides is None else ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
         self._structs.append((managed, shape, strides))
         return _capsule_new(ctypes.addressof(managed), name, None)
+
+
+class DLPackOnly:
+    """Only the protocol of ``array``, so the package takes its DLPack path."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()

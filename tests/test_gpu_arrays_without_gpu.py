@@ -5,6 +5,7 @@ and streams and device buffers are handled as a GPU needs. Nothing here derefere
 import sys
 import types
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -13,6 +14,7 @@ from infiniop_py import _device_memory, _functional, handle as handle_module
 from infiniop_py._ffi import ffi
 from infiniop_py._operator import _stream_pointer
 from _devices import nvidia_unusable_reason
+from _dlpack import KDL_CUDA, DLPackView
 
 # No GPU: DEVICE_NOT_FOUND from a CUDA build, DEVICE_TYPE_NOT_SUPPORTED from a build without nvcc.
 NVIDIA_ABSENT = (infiniop_py.DeviceNotFoundError, infiniop_py.DeviceTypeNotSupportedError)
@@ -104,9 +106,15 @@ def test_cupy_inputs_get_cupy_outputs_on_their_device_and_cupy_stream(monkeypatc
     assert int(ffi.cast("uintptr_t", _stream_pointer(stream))) == 0x5000
 
 
-def test_other_device_arrays_get_device_array_outputs_on_their_device(monkeypatch):
-    """A device array of a library the package cannot allocate with (numba's, say): the outputs are DeviceArrays
-    on its device, not objects built from the array's own type."""
+def _dlpack_cuda_view(shape, dtype, device_id):  # host memory claimed to be CUDA's: nothing here reads it
+    return DLPackView.of_numpy(np.zeros(shape, dtype), KDL_CUDA, device_id)
+
+
+@pytest.mark.parametrize("make, dtype", [(FakeCudaArray, np.float16), (_dlpack_cuda_view, ml_dtypes.bfloat16)],
+                         ids=["cuda_array_interface", "dlpack"])
+def test_other_device_arrays_get_device_array_outputs_on_their_device(monkeypatch, make, dtype):
+    """A device array of a library the package cannot allocate with (numba's, JAX's through DLPack, say): the
+    outputs are DeviceArrays on its device, not objects built from the array's own type."""
     made = []
 
     class Stop(Exception):
@@ -119,11 +127,10 @@ def test_other_device_arrays_get_device_array_outputs_on_their_device(monkeypatc
                 raise Stop  # before anything runs
 
     monkeypatch.setattr(_functional, "DeviceArray", RecordedDeviceArray)
-    inputs = [FakeCudaArray((4, 8), np.float16, device_id=1), FakeCudaArray((4, 8), np.float16, device_id=1),
-              FakeCudaArray((8,), np.float16, device_id=1)]
+    inputs = [make((4, 8), dtype, device_id=1), make((4, 8), dtype, device_id=1), make((8,), dtype, device_id=1)]
     with pytest.raises(Stop):
         infiniop_py.rms_norm_backward(*inputs)
-    assert made == [((4, 8), np.dtype(np.float16), "nvidia", 1), ((8,), np.dtype(np.float16), "nvidia", 1)]
+    assert made == [((4, 8), np.dtype(dtype), "nvidia", 1), ((8,), np.dtype(dtype), "nvidia", 1)]
 
 
 class _Recorder:

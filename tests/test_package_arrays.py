@@ -10,6 +10,7 @@ import pytest
 import infiniop_py
 from infiniop_py import dtypes, reference
 from infiniop_py.tensors import as_tensor
+from _dlpack import DLPackOnly
 
 
 def test_numpy_byte_strides_become_element_strides():
@@ -42,17 +43,6 @@ class ArrayInterfaceOnly:
     def __init__(self, array):
         self.array = array
         self.__array_interface__ = array.__array_interface__
-
-
-class DLPackOnly:
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, **kwargs):
-        return self.array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
 
 
 @pytest.mark.parametrize("wrap", [ArrayInterfaceOnly, DLPackOnly])
