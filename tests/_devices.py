@@ -160,6 +160,12 @@ def _to_numpy(tensor):
     return bits.cpu().numpy().view(dtype)
 
 
+def _wait_for_the_device():
+    if not EMULATED_CUDA:  # the emulation's streams are synchronous
+        import torch
+        torch.cuda.synchronize()
+
+
 class DeviceData:
     """Numpy arrays on one device. ``put`` returns what to hand to the package (the array itself on the CPU);
     after the call, ``write_back`` copies every output into the host memory it was put from (the whole span, so
@@ -182,9 +188,7 @@ class DeviceData:
     def write_back(self):
         if self.device == "cpu":
             return
-        if not EMULATED_CUDA:  # the emulation's streams are synchronous
-            import torch
-            torch.cuda.synchronize()
+        _wait_for_the_device()
         for placed in self._placed.values():
             if placed.output:
                 placed.write_back()
@@ -194,9 +198,7 @@ class DeviceData:
         another order than C's, e.g. a channels-last grad_input); None stays None."""
         if self.device == "cpu" or device_array is None:
             return device_array
-        if not EMULATED_CUDA:
-            import torch
-            torch.cuda.synchronize()
+        _wait_for_the_device()
         if isinstance(device_array, infiniop_py.DeviceArray):  # made like a CudaArrayView (no torch tensor)
             return device_array.to_numpy()
         assert device_array.is_cuda, "outputs are allocated on the device"
