@@ -72,6 +72,12 @@ typedef enum {
 
 /* infinirt.h */
 typedef void *infinirtStream_t;
+typedef void *infinirtEvent_t;
+
+typedef enum {
+    INFINIRT_EVENT_COMPLETE = 0,
+    INFINIRT_EVENT_NOT_READY = 1,
+} infinirtEventStatus_t;
 
 typedef enum {
     INFINIRT_MEMCPY_H2H = 0,
@@ -89,6 +95,13 @@ infiniStatus_t infinirtDeviceSynchronize(void);
 infiniStatus_t infinirtStreamCreate(infinirtStream_t *stream_ptr);
 infiniStatus_t infinirtStreamDestroy(infinirtStream_t stream);
 infiniStatus_t infinirtStreamSynchronize(infinirtStream_t stream);
+infiniStatus_t infinirtStreamWaitEvent(infinirtStream_t stream, infinirtEvent_t event);
+
+infiniStatus_t infinirtEventCreate(infinirtEvent_t *event_ptr);
+infiniStatus_t infinirtEventRecord(infinirtEvent_t event, infinirtStream_t stream);
+infiniStatus_t infinirtEventQuery(infinirtEvent_t event, infinirtEventStatus_t *status_ptr);
+infiniStatus_t infinirtEventSynchronize(infinirtEvent_t event);
+infiniStatus_t infinirtEventDestroy(infinirtEvent_t event);
 
 infiniStatus_t infinirtMalloc(void **p_ptr, size_t size);
 infiniStatus_t infinirtMallocHost(void **p_ptr, size_t size);

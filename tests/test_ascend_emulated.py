@@ -198,6 +198,7 @@ def test_runtime(mixed):
     # infinirtStreamDestroy synchronized the copy still queued on it (CANN refuses an unsynchronized stream).
     assert runtime.pop("roundtrip") and runtime.pop("zeroed") and runtime.pop("copied")
     assert runtime.pop("copied_before_destroy")
+    assert runtime.pop("event_ordered")  # stream b waited for the event that stream a recorded
     assert all(status == 0 for status in runtime.values()), runtime
 
 

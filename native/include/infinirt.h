@@ -5,6 +5,7 @@
 #include "infinicore.h"
 
 typedef void *infinirtStream_t;
+typedef void *infinirtEvent_t;
 
 typedef enum {
     INFINIRT_MEMCPY_H2H = 0,
@@ -24,6 +25,20 @@ __C __export infiniStatus_t infinirtDeviceSynchronize(void);
 __C __export infiniStatus_t infinirtStreamCreate(infinirtStream_t *stream_ptr);
 __C __export infiniStatus_t infinirtStreamDestroy(infinirtStream_t stream);
 __C __export infiniStatus_t infinirtStreamSynchronize(infinirtStream_t stream);
+/* Work queued on `stream` after this call waits until `event`'s recorded work is done (the host does not wait). */
+__C __export infiniStatus_t infinirtStreamWaitEvent(infinirtStream_t stream, infinirtEvent_t event);
+
+typedef enum {
+    INFINIRT_EVENT_COMPLETE = 0,
+    INFINIRT_EVENT_NOT_READY = 1,
+} infinirtEventStatus_t;
+
+/* Events of the current device; an event never recorded is complete. */
+__C __export infiniStatus_t infinirtEventCreate(infinirtEvent_t *event_ptr);
+__C __export infiniStatus_t infinirtEventRecord(infinirtEvent_t event, infinirtStream_t stream);
+__C __export infiniStatus_t infinirtEventQuery(infinirtEvent_t event, infinirtEventStatus_t *status_ptr);
+__C __export infiniStatus_t infinirtEventSynchronize(infinirtEvent_t event);
+__C __export infiniStatus_t infinirtEventDestroy(infinirtEvent_t event);
 
 __C __export infiniStatus_t infinirtMalloc(void **p_ptr, size_t size);
 __C __export infiniStatus_t infinirtMallocHost(void **p_ptr, size_t size);

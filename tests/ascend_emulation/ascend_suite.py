@@ -37,6 +37,13 @@ infiniStatus_t infinirtStreamCreate(void **stream);
 infiniStatus_t infinirtStreamSynchronize(void *stream);
 infiniStatus_t infinirtStreamDestroy(void *stream);
 infiniStatus_t infinirtDeviceSynchronize(void);
+typedef enum { INFINIRT_EVENT_COMPLETE = 0, INFINIRT_EVENT_NOT_READY = 1 } infinirtEventStatus_t;
+infiniStatus_t infinirtStreamWaitEvent(void *stream, void *event);
+infiniStatus_t infinirtEventCreate(void **event);
+infiniStatus_t infinirtEventRecord(void *event, void *stream);
+infiniStatus_t infinirtEventQuery(void *event, infinirtEventStatus_t *status);
+infiniStatus_t infinirtEventSynchronize(void *event);
+infiniStatus_t infinirtEventDestroy(void *event);
 infiniStatus_t infiniopCreateHandle(infiniopHandle_t *h);
 infiniStatus_t infiniopDestroyHandle(infiniopHandle_t h);
 infiniStatus_t infiniopCreateTensorDescriptor(infiniopTensorDescriptor_t *d, size_t ndim, const size_t *shape,
@@ -402,7 +409,37 @@ def runtime_case(lib):
     lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), target[0], 256, 2)
     out["copied_before_destroy"] = bool((back == fives).all())
     out["free_target"] = lib.infinirtFree(target[0])
+    out.update(event_case(lib))
     out["device_sync"] = lib.infinirtDeviceSynchronize()
+    return out
+
+
+def event_case(lib):
+    """infinirt events: a copy queued on stream b after infinirtStreamWaitEvent(b, an event recorded on stream a
+    after a's copy) reads what a's copy wrote. (The emulated streams run their work only when something waits for
+    it, so without the wait b's copy would read the block first.)"""
+    out = {}
+    streams, event, blocks = ffi.new("void*[2]"), ffi.new("void**"), ffi.new("void*[2]")
+    out["streams"] = lib.infinirtStreamCreate(streams) | lib.infinirtStreamCreate(streams + 1)
+    out["blocks"] = lib.infinirtMalloc(blocks, 256) | lib.infinirtMalloc(blocks + 1, 256)
+    out["zero_blocks"] = lib.infinirtMemset(blocks[0], 0, 256) | lib.infinirtMemset(blocks[1], 0, 256)
+    out["event_create"] = lib.infinirtEventCreate(event)
+    state = ffi.new("infinirtEventStatus_t *", 1)
+    out["query_unrecorded"] = lib.infinirtEventQuery(event[0], state)
+    unrecorded_complete = state[0] == lib.INFINIRT_EVENT_COMPLETE
+    fours, back = np.full(64, 4.0, np.float32), np.zeros(64, np.float32)
+    out["copy_on_a"] = lib.infinirtMemcpyAsync(blocks[0], ffi.cast("void*", fours.ctypes.data), 256, 1, streams[0])
+    out["record_on_a"] = lib.infinirtEventRecord(event[0], streams[0])
+    out["b_waits"] = lib.infinirtStreamWaitEvent(streams[1], event[0])
+    out["copy_on_b"] = lib.infinirtMemcpyAsync(blocks[1], blocks[0], 256, 3, streams[1])
+    out["sync_b"] = lib.infinirtStreamSynchronize(streams[1])
+    lib.infinirtMemcpy(ffi.cast("void*", back.ctypes.data), blocks[1], 256, 2)
+    out["event_sync"] = lib.infinirtEventSynchronize(event[0])
+    out["query_done"] = lib.infinirtEventQuery(event[0], state)
+    out["event_ordered"] = bool((back == fours).all()) and unrecorded_complete and state[0] == 0
+    out["event_destroy"] = lib.infinirtEventDestroy(event[0])
+    out["destroy_streams"] = lib.infinirtStreamDestroy(streams[0]) | lib.infinirtStreamDestroy(streams[1])
+    out["free_blocks"] = lib.infinirtFree(blocks[0]) | lib.infinirtFree(blocks[1])
     return out
 
 

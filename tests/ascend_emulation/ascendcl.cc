@@ -108,6 +108,13 @@ class Stream {
         return error;
     }
     int drain() { return waitFor(queued()); }
+    // Lets the worker run everything up to `position` and waits for it; the stream's error stays for its owner.
+    void reach(uint64_t position) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        released_ = std::max(released_, position);
+        changed_.notify_all();
+        changed_.wait(lock, [&] { return done_ >= position; });
+    }
     void stop() {
         {
             std::lock_guard<std::mutex> lock(mutex_);
@@ -340,6 +347,18 @@ aclError aclrtQueryEventStatus(aclrtEvent event, int *status) {
     auto *recorded = static_cast<Event *>(event);
     *status = !recorded->stream || recorded->stream->reached(recorded->position) ? 1 : 0;
     return kSuccess;
+}
+
+// The stream's later work waits for the event's stream to reach the record (an event never recorded: no wait).
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+    if (event == nullptr) return kInvalidParam;
+    auto *recorded = static_cast<Event *>(event);
+    std::shared_ptr<Stream> waited = recorded->stream;
+    const uint64_t position = recorded->position;
+    return emu::enqueue(stream, [waited, position] {
+        if (waited) waited->reach(position);
+        return kSuccess;
+    });
 }
 
 aclError aclrtMalloc(void **ptr, size_t size, int) { return allocate(ptr, size, current_device); }

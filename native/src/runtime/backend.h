@@ -13,6 +13,12 @@ struct Backend {
     infiniStatus_t (*streamCreate)(infinirtStream_t *stream);
     infiniStatus_t (*streamDestroy)(infinirtStream_t stream);
     infiniStatus_t (*streamSynchronize)(infinirtStream_t stream);
+    infiniStatus_t (*streamWaitEvent)(infinirtStream_t stream, infinirtEvent_t event);
+    infiniStatus_t (*eventCreate)(infinirtEvent_t *event);
+    infiniStatus_t (*eventRecord)(infinirtEvent_t event, infinirtStream_t stream);
+    infiniStatus_t (*eventQuery)(infinirtEvent_t event, infinirtEventStatus_t *status);
+    infiniStatus_t (*eventSynchronize)(infinirtEvent_t event);
+    infiniStatus_t (*eventDestroy)(infinirtEvent_t event);
     infiniStatus_t (*malloc)(void **ptr, size_t size);
     infiniStatus_t (*mallocHost)(void **ptr, size_t size);
     infiniStatus_t (*free)(void *ptr);

@@ -98,6 +98,36 @@ __C infiniStatus_t infinirtStreamSynchronize(infinirtStream_t stream) {
     return onCurrent([&](const infinirt::Backend &b) { return b.streamSynchronize(stream); });
 }
 
+__C infiniStatus_t infinirtStreamWaitEvent(infinirtStream_t stream, infinirtEvent_t event) {
+    if (event == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.streamWaitEvent(stream, event); });
+}
+
+__C infiniStatus_t infinirtEventCreate(infinirtEvent_t *event_ptr) {
+    if (event_ptr == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.eventCreate(event_ptr); });
+}
+
+__C infiniStatus_t infinirtEventRecord(infinirtEvent_t event, infinirtStream_t stream) {
+    if (event == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.eventRecord(event, stream); });
+}
+
+__C infiniStatus_t infinirtEventQuery(infinirtEvent_t event, infinirtEventStatus_t *status_ptr) {
+    if (event == nullptr || status_ptr == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.eventQuery(event, status_ptr); });
+}
+
+__C infiniStatus_t infinirtEventSynchronize(infinirtEvent_t event) {
+    if (event == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.eventSynchronize(event); });
+}
+
+__C infiniStatus_t infinirtEventDestroy(infinirtEvent_t event) {
+    if (event == nullptr) return INFINI_STATUS_NULL_POINTER;
+    return onCurrent([&](const infinirt::Backend &b) { return b.eventDestroy(event); });
+}
+
 __C infiniStatus_t infinirtMalloc(void **p_ptr, size_t size) {
     if (p_ptr == nullptr) return INFINI_STATUS_NULL_POINTER;
     return onCurrent([&](const infinirt::Backend &b) { return b.malloc(p_ptr, size); });

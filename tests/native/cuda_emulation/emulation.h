@@ -256,6 +256,7 @@ enum cudaError_t {
     cudaErrorNoKernelImageForDevice = 209,
     cudaErrorUnsupportedPtxVersion = 222,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
 };
 using cudaStream_t = struct EmuStream *;
 using cudaEvent_t = struct EmuEvent *;
@@ -599,10 +600,23 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
     for (auto &work : e->work) work();
     return cudaSuccess;
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t *e) { emu::trace(__func__); return *e = nullptr, cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { emu::trace(__func__); return cudaSuccess; }
+// Streams are synchronous, so a recorded event is always complete. Each event is a heap object: destroying one
+// twice, or never, shows under ASan.
+struct EmuEvent {};
+constexpr unsigned cudaEventDisableTiming = 2;
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { emu::trace(__func__); return *e = new EmuEvent, cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    emu::trace(__func__);
+    return *e = new EmuEvent, cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { emu::trace(__func__); return delete e, cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { emu::trace(__func__); return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { emu::trace(__func__); return cudaSuccess; }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::trace(__func__); return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) {
+    emu::trace(__func__);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) {
     emu::trace(__func__);
     return *ms = 1.0f, cudaSuccess;

@@ -74,6 +74,7 @@ struct Api {
     aclError (*aclrtRecordEvent)(aclrtEvent event, aclrtStream stream);
     aclError (*aclrtSynchronizeEvent)(aclrtEvent event);
     aclError (*aclrtQueryEventStatus)(aclrtEvent event, aclrtEventRecordedStatus *status);
+    aclError (*aclrtStreamWaitEvent)(aclrtStream stream, aclrtEvent event);
     aclError (*aclrtMalloc)(void **ptr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocHost)(void **ptr, size_t size);
     aclError (*aclrtFree)(void *ptr);

@@ -135,6 +135,7 @@ infiniStatus_t load(Api *api) {
     RESOLVE(acl, aclrtRecordEvent);
     RESOLVE(acl, aclrtSynchronizeEvent);
     RESOLVE(acl, aclrtQueryEventStatus);
+    RESOLVE(acl, aclrtStreamWaitEvent);
     RESOLVE(acl, aclrtMalloc);
     RESOLVE(acl, aclrtMallocHost);
     RESOLVE(acl, aclrtFree);

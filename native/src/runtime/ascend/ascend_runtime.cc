@@ -63,6 +63,52 @@ infiniStatus_t streamSynchronize(infinirtStream_t stream) {
     return INFINI_STATUS_SUCCESS;
 }
 
+infiniStatus_t streamWaitEvent(infinirtStream_t stream, infinirtEvent_t event) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtStreamWaitEvent(stream, event));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventCreate(infinirtEvent_t *event) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    aclrtEvent created = nullptr;
+    ACL_CHECK(acl->aclrtCreateEvent(&created));
+    *event = created;
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventRecord(infinirtEvent_t event, infinirtStream_t stream) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtRecordEvent(event, stream));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventQuery(infinirtEvent_t event, infinirtEventStatus_t *status) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    aclrtEventRecordedStatus recorded = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    ACL_CHECK(acl->aclrtQueryEventStatus(event, &recorded));
+    *status = recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE ? INFINIRT_EVENT_COMPLETE : INFINIRT_EVENT_NOT_READY;
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventSynchronize(infinirtEvent_t event) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtSynchronizeEvent(event));
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventDestroy(infinirtEvent_t event) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    ACL_CHECK(acl->aclrtDestroyEvent(event));
+    return INFINI_STATUS_SUCCESS;
+}
+
 infiniStatus_t allocate(void **ptr, size_t size) {
     const Api *acl;
     INFINI_CHECK(ascend::api(&acl));
@@ -127,9 +173,10 @@ infiniStatus_t fill(void *ptr, int value, size_t size) {
 } // namespace
 
 const Backend &ascendBackend() {
-    static const Backend backend{getDeviceCount, setDevice,    synchronize, streamCreate, streamDestroy,
-                                 streamSynchronize, allocate,  allocateHost, release,     releaseHost,
-                                 copy,           copyAsync,    fill};
+    static const Backend backend{getDeviceCount,    setDevice,   synchronize, streamCreate,     streamDestroy,
+                                 streamSynchronize, streamWaitEvent, eventCreate, eventRecord, eventQuery,
+                                 eventSynchronize,  eventDestroy, allocate,   allocateHost,     release,
+                                 releaseHost,       copy,        copyAsync,   fill};
     return backend;
 }
 

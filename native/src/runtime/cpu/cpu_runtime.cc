@@ -7,8 +7,9 @@
 namespace infinirt {
 namespace {
 
-// Streams on the CPU carry no state; a distinct non-null token keeps create/destroy symmetric.
-char stream_token;
+// Streams and events on the CPU carry no state (work is done when its call returns); distinct non-null tokens
+// keep create/destroy symmetric.
+char stream_token, event_token;
 
 infiniStatus_t getDeviceCount(int *count) {
     *count = 1;
@@ -27,6 +28,22 @@ infiniStatus_t streamCreate(infinirtStream_t *stream) {
 }
 
 infiniStatus_t streamNoop(infinirtStream_t) { return INFINI_STATUS_SUCCESS; }
+
+infiniStatus_t streamWaitEvent(infinirtStream_t, infinirtEvent_t) { return INFINI_STATUS_SUCCESS; }
+
+infiniStatus_t eventCreate(infinirtEvent_t *event) {
+    *event = &event_token;
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventRecord(infinirtEvent_t, infinirtStream_t) { return INFINI_STATUS_SUCCESS; }
+
+infiniStatus_t eventQuery(infinirtEvent_t, infinirtEventStatus_t *status) {
+    *status = INFINIRT_EVENT_COMPLETE;
+    return INFINI_STATUS_SUCCESS;
+}
+
+infiniStatus_t eventNoop(infinirtEvent_t) { return INFINI_STATUS_SUCCESS; }
 
 infiniStatus_t allocate(void **ptr, size_t size) {
     // 64-byte alignment suits every vector width the kernels use.
@@ -58,8 +75,9 @@ infiniStatus_t fill(void *ptr, int value, size_t size) {
 } // namespace
 
 const Backend &cpuBackend() {
-    static const Backend backend{getDeviceCount, setDevice, synchronize, streamCreate, streamNoop, streamNoop,
-                                 allocate,       allocate,  release,     release,      copy,       copyAsync,
+    static const Backend backend{getDeviceCount, setDevice,   synchronize, streamCreate, streamNoop, streamNoop,
+                                 streamWaitEvent, eventCreate, eventRecord, eventQuery,  eventNoop,  eventNoop,
+                                 allocate,       allocate,    release,     release,      copy,       copyAsync,
                                  fill};
     return backend;
 }

@@ -36,6 +36,38 @@ infiniStatus_t streamSynchronize(infinirtStream_t stream) {
     return toStatus(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
+infiniStatus_t streamWaitEvent(infinirtStream_t stream, infinirtEvent_t event) {
+    return toStatus(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+}
+
+// Ordering only: no timing, which makes recording and waiting cheaper.
+infiniStatus_t eventCreate(infinirtEvent_t *event) {
+    cudaEvent_t created = nullptr;
+    infiniStatus_t status = toStatus(cudaEventCreateWithFlags(&created, cudaEventDisableTiming));
+    if (status == INFINI_STATUS_SUCCESS) *event = created;
+    return status;
+}
+
+infiniStatus_t eventRecord(infinirtEvent_t event, infinirtStream_t stream) {
+    return toStatus(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+
+infiniStatus_t eventQuery(infinirtEvent_t event, infinirtEventStatus_t *status) {
+    const cudaError_t error = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (error == cudaErrorNotReady) {
+        *status = INFINIRT_EVENT_NOT_READY;
+        return INFINI_STATUS_SUCCESS;
+    }
+    if (error == cudaSuccess) *status = INFINIRT_EVENT_COMPLETE;
+    return toStatus(error);
+}
+
+infiniStatus_t eventSynchronize(infinirtEvent_t event) {
+    return toStatus(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
+
+infiniStatus_t eventDestroy(infinirtEvent_t event) { return toStatus(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+
 infiniStatus_t allocate(void **ptr, size_t size) { return toStatus(cudaMalloc(ptr, size)); }
 
 infiniStatus_t allocateHost(void **ptr, size_t size) { return toStatus(cudaMallocHost(ptr, size)); }
@@ -72,9 +104,10 @@ infiniStatus_t fill(void *ptr, int value, size_t size) {
 } // namespace
 
 const Backend &nvidiaBackend() {
-    static const Backend backend{getDeviceCount, setDevice,    synchronize, streamCreate, streamDestroy,
-                                 streamSynchronize, allocate, allocateHost, release,     releaseHost,
-                                 copy,           copyAsync,    fill};
+    static const Backend backend{getDeviceCount,    setDevice,   synchronize, streamCreate,     streamDestroy,
+                                 streamSynchronize, streamWaitEvent, eventCreate, eventRecord, eventQuery,
+                                 eventSynchronize,  eventDestroy, allocate,   allocateHost,     release,
+                                 releaseHost,       copy,        copyAsync,   fill};
     return backend;
 }
 
