@@ -5,7 +5,7 @@ Importing does not load the native library; the first call that needs it does
 (see ``library_path()`` for where it came from).
 """
 
-from ._device_memory import DeviceArray
+from ._device_memory import DeviceArray, empty_cache
 from ._ffi import LibraryNotFoundError, library_path
 from .batch_norm import BatchNorm, batch_norm
 from .batch_norm_backward import (BatchNormBackward, batch_norm_backward, batch_norm_backward_elementwise,
@@ -59,5 +59,5 @@ __all__ = [
     "LayerNormXhat", "LibraryNotFoundError", "NotImplementedStatusError", "NullPointerError", "RMSNorm", "RMSNormBackward",
     "TensorDesc", "__version__",
     "batch_norm", "batch_norm_backward", "batch_norm_backward_elementwise", "batch_norm_backward_reduce", "cpu_isa",
-    "include_dir", "layer_norm", "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
+    "empty_cache", "include_dir", "layer_norm", "layer_norm_backward", "library_path", "rms_norm", "rms_norm_backward",
 ]

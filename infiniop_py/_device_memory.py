@@ -1,17 +1,21 @@
 """Device memory through infinirt: DeviceBuffer (raw bytes) and DeviceArray (a typed array on it).
 
 DeviceArray lets the operators run on any built-in device without a Python array library
-for it; for the CPU device infinirt memory is host memory.
+for it; for the CPU device infinirt memory is host memory. A DeviceArray's memory comes from a cache of
+blocks that earlier DeviceArrays gave back, as torch's and cupy's allocators do: the functional API makes
+fresh DeviceArray outputs on every call without out=, and infinirtMalloc + infinirtFree cost tens of
+microseconds and a device-wide synchronization (cudaFree) each time.
 """
 
 import math
 
 import numpy as np
 
+from . import _dlpack
 from ._ffi import ffi, libraries
 from ._layout import contiguous_strides, packed
 from ._resource import NativeResource
-from .errors import check
+from .errors import InfiniopError, check
 from .handle import device_name, selected_device
 
 
@@ -24,16 +28,80 @@ def _free_on(device, device_id):
     return free
 
 
-class DeviceBuffer(NativeResource):
-    """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int."""
+def _allocate(device, device_id, nbytes):
+    pointer = ffi.new("void **")
+    with selected_device(device, device_id):
+        check(libraries().rt.infinirtMalloc(pointer, max(nbytes, 1)), f"infinirtMalloc({nbytes})")
+    return pointer[0]
 
-    def __init__(self, device, device_id, nbytes):
+
+# Blocks given back by DeviceArrays, per (device, device_id, block bytes): lists of void * (cffi pointers, which
+# LeakSanitizer sees as references at exit). dict.setdefault and list.pop/append are atomic, so a finalizer that
+# gives a block back in the middle of a take cannot corrupt them.
+_cached_blocks = {}
+
+
+def _block_bytes(nbytes):
+    """The size class of an allocation: up to 1/8 more than asked for, so that arrays of nearby sizes share
+    blocks and the classes stay few."""
+    step = max(512, 1 << max(nbytes.bit_length() - 4, 0))
+    return max(-(-nbytes // step) * step, step)
+
+
+def _take_block(device, device_id, nbytes):
+    """(key, pointer): a cached block of nbytes' class, else a new one. A failed allocation frees the device's
+    cached blocks and tries once more."""
+    key = (device, device_id, _block_bytes(nbytes))
+    try:
+        return key, _cached_blocks[key].pop()
+    except (KeyError, IndexError):
+        pass
+    try:
+        return key, _allocate(device, device_id, key[2])
+    except InfiniopError:
+        if not empty_cache(device, device_id):
+            raise
+    return key, _allocate(device, device_id, key[2])
+
+
+def _give_back_to(key):
+    def give_back(pointer):
+        _cached_blocks.setdefault(key, []).append(pointer)
+        return 0  # INFINI_STATUS_SUCCESS, as close() checks it
+    return give_back
+
+
+def empty_cache(device=None, device_id=None):
+    """Free the device memory that closed or collected DeviceArrays left in this package's cache (of ``device``
+    and ``device_id`` where given, else of all); returns how many bytes that was. Like torch.cuda.empty_cache:
+    memory in use is untouched, and allocations that fail empty the device's cache themselves."""
+    device = None if device is None else device_name(device)
+    freed = 0
+    for key in list(_cached_blocks):
+        if (device is None or key[0] == device) and (device_id is None or key[1] == device_id):
+            blocks = _cached_blocks.get(key, [])
+            free = _free_on(key[0], key[1])
+            while True:
+                try:
+                    pointer = blocks.pop()
+                except IndexError:
+                    break
+                check(free(pointer), "infinirtFree")
+                freed += key[2]
+    return freed
+
+
+class DeviceBuffer(NativeResource):
+    """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int. ``cached``: taken
+    from (and given back to) the cache of blocks (see the module's docstring), else infinirtMalloc'd and freed."""
+
+    def __init__(self, device, device_id, nbytes, cached=False):
         device = device_name(device)  # "cuda" and "CUDA" are "nvidia", as a Handle's device is
-        rt = libraries().rt
-        pointer = ffi.new("void **")
-        with selected_device(device, device_id):
-            check(rt.infinirtMalloc(pointer, max(nbytes, 1)), f"infinirtMalloc({nbytes})")
-        self._own(pointer[0], _free_on(device, device_id), "infinirtFree")
+        if cached:
+            key, pointer = _take_block(device, device_id, nbytes)
+            self._own(pointer, _give_back_to(key), "infinirtFree")
+        else:
+            self._own(_allocate(device, device_id, nbytes), _free_on(device, device_id), "infinirtFree")
         self.device = device
         self.device_id = device_id
         self.nbytes = nbytes
@@ -61,13 +129,19 @@ def _dense_strides(shape, strides):
 
 class DeviceArray:
     """An array of ``shape`` and numpy ``dtype`` in infinirt device memory: C-contiguous, or in the dense layout
-    that element ``strides`` give (e.g. channels-last, as outputs laid out like such an input are)."""
+    that element ``strides`` give (e.g. channels-last, as outputs laid out like such an input are).
+
+    Its memory comes from this package's cache and goes back to it when the array is closed or collected,
+    without waiting for the device (``empty_cache`` frees what is cached). As with torch's caching allocator,
+    work queued on another stream than the default one that still reads or writes the array must be ordered
+    before the array is dropped (synchronize that stream, or keep the array until then): the memory may be
+    reused at once, by outputs that the functional API writes on the default stream."""
 
     def __init__(self, shape, dtype, device, device_id=0, strides=None):
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self.strides = contiguous_strides(self.shape) if strides is None else _dense_strides(self.shape, strides)
-        self.buffer = DeviceBuffer(device, device_id, math.prod(self.shape) * self.dtype.itemsize)
+        self.buffer = DeviceBuffer(device, device_id, math.prod(self.shape) * self.dtype.itemsize, cached=True)
 
     @property
     def device(self):
@@ -94,12 +168,71 @@ class DeviceArray:
         byte_strides = [stride * self.dtype.itemsize for stride in self.strides]
         return np.lib.stride_tricks.as_strided(flat, self.shape, byte_strides, writeable=True)
 
+    def __dlpack_device__(self):
+        """(DLPack device type, device id): kDLCPU or kDLCUDA; BufferError for Ascend (DLPack has no type for it)."""
+        if self.device == "cpu":
+            return _dlpack.CPU, 0
+        if self.device == "nvidia":
+            return _dlpack.CUDA, self.device_id
+        raise BufferError(f"DeviceArray on {self.device}: DLPack has no device type for it; use to_numpy()")
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this array, no copy (versioned where ``max_version`` allows 1.x), for
+        ``torch.from_dlpack``, ``jax.dlpack.from_dlpack``, ``cupy.from_dlpack``, ``numpy.from_dlpack`` (CPU):
+        the memory stays alive (not reused) until the consumer is done with it. ``stream``: the consumer's
+        stream (CUDA): the package writes DeviceArrays on the legacy default stream (None or 1), so another stream
+        is made to wait for that one (an event; the host does not wait; -1: no wait, the consumer orders it)."""
+        device = self.__dlpack_device__()
+        if dl_device is not None and tuple(dl_device) != device:
+            raise BufferError(f"DeviceArray on {device}: cannot export to DLPack device {tuple(dl_device)} "
+                              f"(copy it with to_numpy() first)")
+        if copy:
+            raise BufferError("DeviceArray exports its own memory only (copy=True asked for a copy)")
+        if device[0] == _dlpack.CUDA and stream not in (None, 1, -1):
+            if stream == 0:
+                raise ValueError("stream: 0 is ambiguous in DLPack; pass 1 (legacy default) or 2 (per-thread)")
+            self._order_before(stream)
+        versioned = max_version is not None and tuple(max_version) >= _dlpack.MAX_VERSION
+        return _dlpack.export(self, self.buffer.address, self.shape, self.strides, self.dtype, device, versioned)
+
+    def _order_before(self, stream):
+        """Make work queued on ``stream`` (a CUDA stream handle, as an int) wait for the work queued so far on the
+        legacy default stream, through an event: the host does not wait."""
+        rt = libraries().rt
+        event = ffi.new("infinirtEvent_t *")
+        with selected_device(self.device, self.device_id):
+            check(rt.infinirtEventCreate(event), "infinirtEventCreate")
+            try:
+                check(rt.infinirtEventRecord(event[0], ffi.NULL), "infinirtEventRecord")
+                check(rt.infinirtStreamWaitEvent(ffi.cast("void *", stream), event[0]), "infinirtStreamWaitEvent")
+            finally:
+                rt.infinirtEventDestroy(event[0])  # released once its work is done; the wait stays queued
+
+    @property
+    def __cuda_array_interface__(self):
+        """Version 3, for cupy, numba and torch.as_tensor (NVIDIA arrays of numpy dtypes; AttributeError
+        otherwise: bfloat16 has no typestr). ``stream`` 1: consumers wait for the legacy default stream, where
+        the package writes DeviceArrays."""
+        if self.device != "nvidia":
+            raise AttributeError(f"__cuda_array_interface__: the DeviceArray is on {self.device}")
+        if self.dtype.kind == "V":
+            raise AttributeError("__cuda_array_interface__ has no typestr for bfloat16; use __dlpack__")
+        contiguous = self.strides == contiguous_strides(self.shape)
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.buffer.address, False),
+                "strides": None if contiguous else tuple(stride * self.dtype.itemsize for stride in self.strides),
+                "version": 3, "stream": 1}
+
     def new_empty(self, shape):
         """An uninitialized DeviceArray of ``shape``, this dtype, on the same device."""
         return DeviceArray(shape, self.dtype, self.device, self.device_id)
 
     def close(self):
-        """Free the device memory now (also done when the array is collected); closing twice is allowed."""
+        """Give the memory back to the cache now (also done when the array is collected); closing twice is
+        allowed. BufferError while a DLPack consumer holds the array: drop the array instead, and its memory
+        goes back when the consumers are done."""
+        if _dlpack.exported(self):
+            raise BufferError("DeviceArray.close(): a DLPack consumer still uses this array's memory (its "
+                              "memory goes back to the cache when the consumers and this array are gone)")
         self.buffer.close()
 
     def __repr__(self):

@@ -1,10 +1,12 @@
-"""Reading a DLPack capsule of device memory (dmlc/dlpack's dlpack.h, 1.x and the legacy 0.x form) into the
-fields of a TensorRef. Host memory does not come here: numpy.from_dlpack takes it (tensors.as_tensor).
+"""DLPack capsules (dmlc/dlpack's dlpack.h, 1.x and the legacy 0.x form), both ways:
 
-The capsule is never consumed: it is not renamed "used_dltensor[_versioned]" and its deleter is not called, so
-the producer's capsule destructor frees the DLManagedTensor[Versioned] when the capsule goes away, as the DLPack
-convention allows for a capsule nobody consumed. The caller keeps the capsule alive (TensorRef.owner) as long as
-it uses the pointer.
+- ``read``: a capsule of device memory into the fields of a TensorRef. Host memory does not come here:
+  numpy.from_dlpack takes it (tensors.as_tensor). The capsule is never consumed: it is not renamed
+  "used_dltensor[_versioned]" and its deleter is not called, so the producer's capsule destructor frees the
+  DLManagedTensor[Versioned] when the capsule goes away, as the DLPack convention allows for a capsule nobody
+  consumed. The caller keeps the capsule alive (TensorRef.owner) as long as it uses the pointer.
+- ``export``: a capsule of a DeviceArray (its ``__dlpack__``), which keeps the array's memory alive until the
+  consumer calls the deleter, or until the capsule goes away unconsumed.
 """
 
 import ctypes
@@ -13,7 +15,7 @@ from . import dtypes
 from ._layout import contiguous_strides
 from .errors import BadTensorDtypeError
 
-CUDA = 2  # DLDeviceType kDLCUDA
+CPU, CUDA = 1, 2  # DLDeviceType kDLCPU, kDLCUDA
 READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
 IS_COPIED = 1 << 1  # DLPACK_FLAG_BITMASK_IS_COPIED
 MAX_VERSION = (1, 0)  # the DLPack version this module reads (every 1.x keeps the layout below)
@@ -44,7 +46,7 @@ class DLPackVersion(ctypes.Structure):
     _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
 
 
-_DELETER = ctypes.c_void_p  # never called here: only its place in the layout matters
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)  # void (*)(DLManagedTensor[Versioned] *)
 
 
 class DLManagedTensor(ctypes.Structure):
@@ -117,3 +119,75 @@ def read(capsule, name, writable):
         strides = tuple(tensor.strides[dim] for dim in range(tensor.ndim))
     data = (tensor.data or 0) + tensor.byte_offset
     return data, tensor.device.device_id, code, dtype.bits // 8, shape, strides
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Export. Each capsule's structs (and the array they describe) stay in _exports, keyed by the address of the
+# DLManagedTensor[Versioned], until its deleter runs: called by the consumer that took the capsule (renaming it
+# "used_..."), or by the capsule's destructor where nobody did.
+_exports = {}
+_NAMES = (b"dltensor_versioned", b"dltensor")  # PyCapsule_New keeps the name's pointer: these live with the module
+_DL_CODE_BY_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}
+
+
+@_DELETER
+def _delete(managed):
+    _exports.pop(managed, None)
+
+
+# The destructor gets the capsule while it is being destroyed: it is passed as a plain address (a py_object
+# argument would take a new reference to it), so these two are prototypes of their own.
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi))
+_raw_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _destroy_capsule(capsule):
+    for name in _NAMES:  # still so named: nobody consumed it
+        if _raw_is_valid(capsule, name):
+            _exports.pop(_raw_pointer(capsule, name), None)
+
+
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", ctypes.pythonapi))
+
+
+def exported(owner):
+    """Whether a capsule of ``owner`` is still held (by a consumer, or unconsumed)."""
+    return any(entry[0] is owner for entry in list(_exports.values()))
+
+
+def dl_dtype(numpy_dtype):
+    """(DLDataType code, bits) of a numpy dtype (ml_dtypes.bfloat16: kDLBfloat)."""
+    if numpy_dtype.kind == "V" and numpy_dtype.itemsize == 2 and numpy_dtype.name == "bfloat16":
+        return 4, 16
+    return _DL_CODE_BY_KIND[numpy_dtype.kind], numpy_dtype.itemsize * 8
+
+
+def export(owner, address, shape, strides, numpy_dtype, device, versioned):
+    """A capsule of the array at ``address`` (element ``strides``) on DLPack ``device`` (type, id), versioned or
+    legacy, that keeps ``owner`` alive until the consumer is done with it."""
+    managed = DLManagedTensorVersioned() if versioned else DLManagedTensor()
+    if versioned:
+        managed.version.major, managed.version.minor = MAX_VERSION
+        managed.flags = 0  # writable, not a copy
+    ndim = len(shape)
+    shape_array, strides_array = (ctypes.c_int64 * ndim)(*shape), (ctypes.c_int64 * ndim)(*strides)
+    tensor = managed.dl_tensor
+    tensor.data, tensor.byte_offset, tensor.ndim = address, 0, ndim
+    tensor.device.device_type, tensor.device.device_id = device
+    tensor.dtype.code, tensor.dtype.bits = dl_dtype(numpy_dtype)
+    tensor.dtype.lanes = 1
+    tensor.shape = ctypes.cast(shape_array, ctypes.POINTER(ctypes.c_int64))
+    tensor.strides = ctypes.cast(strides_array, ctypes.POINTER(ctypes.c_int64))
+    managed.deleter = _delete
+    key = ctypes.addressof(managed)
+    _exports[key] = (owner, managed, shape_array, strides_array)
+    try:
+        return _capsule_new(key, _NAMES[0] if versioned else _NAMES[1],
+                            ctypes.cast(_destroy_capsule, ctypes.c_void_p))
+    except BaseException:
+        del _exports[key]
+        raise

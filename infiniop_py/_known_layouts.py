@@ -239,10 +239,7 @@ def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=Non
             workspace = new_workspace()  # held until the launch returns; torch frees it in stream order
             status = run_native(native, cast(void_pointer, workspace.data_ptr()), workspace_size, *pointers, stream)
         else:
-            try:
-                workspace = spare_workspaces.pop()  # (owner, pointer), never shared by two threads at once
-            except IndexError:
-                workspace = take_workspace()
+            workspace = take_workspace(spare_workspaces)  # (owner, pointer), never shared by two threads at once
             try:
                 # cffi releases the GIL for the duration of the native call.
                 status = run_native(native, workspace[1], workspace_size, *pointers, stream)

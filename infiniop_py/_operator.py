@@ -23,6 +23,7 @@ from .tensors import TensorDesc, as_tensor, is_array, torch_cpu_pointer
 
 
 _BAD_PARAM = BadParamError.status
+_MAX_STREAMS = 16  # streams whose idle workspaces an operator keeps (_spares_on)
 
 
 def _stream_pointer(stream):
@@ -150,7 +151,9 @@ class Operator(NativeResource):
         if not ex_run and self._seed_names is not None:
             self._run_native = self._seed_run_of(self._run_native, list(descs), self._seed_names)
         # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
+        # On a device, one list per stream (address -> list; _spares_on).
         self._spare_workspaces = []
+        self._stream_workspaces = {}
         self._plain_key, self._written = self._plain_key_of(handle), [name in self._outputs for name in self.layouts]
         self._torch_key = None  # _plain_key for torch tensors, made on the first call with one
 
@@ -254,10 +257,29 @@ class Operator(NativeResource):
             )
         return ref, nbytes
 
-    def _take_workspace(self):
-        """An idle (owner, address) workspace, or a new one while other threads use the others."""
+    def _spares_on(self, stream_pointer):
+        """The idle workspaces of calls on this stream. A workspace goes back to its stream's list when the launch
+        returns, while its kernels may still run, so only a later call in that stream's order may take it again.
+        One list on the CPU, whose calls are done when they return."""
+        if self._handle.device == "cpu":
+            return self._spare_workspaces
+        key = int(ffi.cast("uintptr_t", stream_pointer))
+        spares = self._stream_workspaces.get(key)
+        if spares is None:
+            if len(self._stream_workspaces) >= _MAX_STREAMS:
+                # Forget the longest-known stream's workspaces (a program that makes a stream per call would
+                # otherwise grow this without end); freeing them (cudaFree) waits for the device.
+                try:
+                    del self._stream_workspaces[next(iter(self._stream_workspaces))]
+                except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                    pass
+            spares = self._stream_workspaces.setdefault(key, [])
+        return spares
+
+    def _take_workspace(self, spares):
+        """An idle (owner, address) workspace from ``spares``, or a new one while other calls use those."""
         try:
-            return self._spare_workspaces.pop()
+            return spares.pop()
         except IndexError:
             pass
         if self._handle.device == "cpu":
@@ -302,7 +324,8 @@ class Operator(NativeResource):
         elif self.workspace_size == 0:
             address, nbytes = 0, 0
         else:
-            own_workspace = self._take_workspace()
+            spares = self._spares_on(stream_pointer)
+            own_workspace = self._take_workspace(spares)
             address = own_workspace[1]
             nbytes = self.workspace_size
         data = [ffi.NULL if ref is None else ffi.cast("void *", ref.data) for _, ref in arguments]
@@ -315,7 +338,7 @@ class Operator(NativeResource):
                 self._end_call()
         finally:
             if own_workspace is not None:
-                self._spare_workspaces.append(own_workspace)
+                spares.append(own_workspace)
         check(status, native_name)
 
     def _run_plain(self, arrays, workspace):
@@ -340,7 +363,7 @@ class Operator(NativeResource):
             elif self.workspace_size == 0:
                 status = self._run_native(native, ffi.NULL, 0, *pointers, ffi.NULL)
             else:
-                own_workspace = self._take_workspace()
+                own_workspace = self._take_workspace(self._spare_workspaces)
                 try:
                     status = self._run_native(native, own_workspace[1], self.workspace_size, *pointers, ffi.NULL)
                 finally:

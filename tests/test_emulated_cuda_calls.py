@@ -13,7 +13,7 @@ import pytest
 
 import infiniop_py
 from _devices import EMULATED_CUDA, DeviceData
-from _helpers import F32, OPS
+from _helpers import F32, OPS, RMS_NORM
 
 pytestmark = pytest.mark.nvidia
 TRACE = "INFINIOP_EMULATED_CUDA_TRACE"
@@ -94,3 +94,41 @@ def forward_call(name, data):
 @pytest.mark.parametrize("name", ["rms_norm", "layer_norm", "batch_norm"])
 def test_a_forward_call_only_launches(name, tmp_path):
     assert_only_launches(runtime_calls(tmp_path, forward_call(name, DeviceData("nvidia"))))
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+def test_a_call_that_allocates_its_outputs_takes_cached_memory(case, tmp_path):
+    """Without out=, a DLPack CUDA array's outputs are DeviceArrays: after the first call, their memory comes from
+    the blocks that earlier outputs gave back, with no cudaMalloc or cudaFree (which waits for the device)."""
+    inputs, _ = backward_case(case, DeviceData("nvidia"))
+    function = case.function()
+    assert_only_launches(runtime_calls(tmp_path, lambda: function(*inputs)))
+
+
+def test_an_operators_workspace_is_reused_only_on_its_stream(tmp_path):
+    """A workspace goes back to the operator when the launch returns, while its kernels may still run: a call on
+    another stream gets a workspace of its own (one cudaMalloc, the first time), never the busy one."""
+    from infiniop_py._ffi import ffi, libraries
+    from infiniop_py.handle import selected_device
+
+    case = RMS_NORM
+    data = DeviceData("nvidia")
+    inputs, outputs = backward_case(case, data)
+    streams = []
+    with selected_device("nvidia", 0):
+        for _ in range(2):
+            stream = ffi.new("infinirtStream_t *")
+            assert libraries().rt.infinirtStreamCreate(stream) == 0
+            streams.append(stream[0])
+    order = iter([0, 1, 0, 1, 0, 1])  # the warm-up call on the first stream, then alternating
+    try:
+        with infiniop_py.Handle("nvidia") as handle, case.operator_class()(handle, *outputs, *inputs) as operator:
+            assert operator.workspace_size > 0
+            calls = runtime_calls(tmp_path, lambda: operator(*outputs, *inputs, stream=streams[next(order)]))
+    finally:
+        with selected_device("nvidia", 0):
+            for stream in streams:
+                libraries().rt.infinirtStreamDestroy(stream)
+    assert calls.pop("cudaMalloc", 0) == 1, calls
+    calls.pop("cudaSetDevice", 0)  # infinirt's device made current for that allocation
+    assert_only_launches(calls)
