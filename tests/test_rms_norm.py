@@ -173,6 +173,26 @@ np.savez({str(tmp_path / "out.npz")!r}, **results)
             assert_rstd_close(results[f"{key} rstd"], expected_rstd, dtype)
 
 
+@pytest.mark.parametrize("dtype", (BF16, F32), ids=str)
+@pytest.mark.parametrize("shape", [(6, 40), (96, 4096)], ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_of_tiny_values(device, dtype, shape):
+    """Rows of values near 1e-20 (eps 0: their sum of squares alone sets rstd, near 1e20) among ordinary ones, the
+    first row included: their squares are subnormal F32 numbers, which a sum that flushes them (FTZ arithmetic,
+    or AVX512-BF16's vdpbf16ps) turns into rstd = inf. (96, 4096): rows reduced alongside the previous one's
+    output."""
+    rng = np.random.default_rng(17)
+    scale = np.where(np.arange(shape[0]) % 3 == 0, 1e-20, 1.0)[:, None]
+    x = rounded(rng.uniform(-2.0, 2.0, shape) * scale, dtype)
+    w = rounded(rng.normal(1.0, 0.5, shape[1]), dtype)
+
+    y, rstd = forward_on(device, x, w, eps=0.0)
+
+    expected_y, expected_rstd = reference(x, w, 0.0)
+    assert_y_close(y, expected_y, dtype)
+    assert_rstd_close(rstd, expected_rstd, dtype)
+
+
 def test_f16_accumulation_misses_the_bounds():
     """sum(x^2) over 8192 positive terms: an F16 accumulator's rstd, hence y, misses both bounds, so the bounds
     prove F32 accumulation."""
