@@ -19,6 +19,7 @@ CPU, CUDA = 1, 2  # DLDeviceType kDLCPU, kDLCUDA
 READ_ONLY = 1 << 0  # DLPACK_FLAG_BITMASK_READ_ONLY
 IS_COPIED = 1 << 1  # DLPACK_FLAG_BITMASK_IS_COPIED
 MAX_VERSION = (1, 0)  # the DLPack version this module reads (every 1.x keeps the layout below)
+LEGACY_DEFAULT_STREAM = 1  # DLPack's name for CUDA's legacy default stream
 
 # (DLDataType code, bits) -> infiniDtype_t code, for each numpy dtype that has one (so that, as for numpy arrays,
 # an integer array, e.g. a uint8 workspace, reaches the operator's own dtype rule). Lanes must be 1.
@@ -67,16 +68,18 @@ _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.p
 def capsule_of(obj):
     """The DLPack capsule of ``obj``: versioned (DLPack 1.x) where the producer has it, else the legacy one.
 
-    stream=None: on CUDA the array API standard defines it as the legacy default stream (as 1 is), so the
-    producer orders its pending writes before work there. That is where the package runs such an array: it knows
-    no current stream of the producer's library (_functional.library_stream gives None), and the NULL stream of
-    libinfinirt is the legacy default one (nothing is built with per-thread default streams). Operator objects
-    called with another stream= leave that ordering to the caller, as for any array.
+    stream=1: the legacy default stream, so the producer orders its pending writes before work there. That is
+    where the package runs such an array: it knows no current stream of the producer's library
+    (_functional.library_stream gives None), and the NULL stream of libinfinirt is the legacy default one
+    (nothing is built with per-thread default streams). The array API standard gives None the same meaning, but
+    JAX (XLA) answers None by waiting on the host until the array is ready, and a stream by making that stream
+    wait for it (an event). Operator objects called with another stream= leave that ordering to the caller, as
+    for any array.
     """
     try:
-        return obj.__dlpack__(stream=None, max_version=MAX_VERSION)
+        return obj.__dlpack__(stream=LEGACY_DEFAULT_STREAM, max_version=MAX_VERSION)
     except TypeError:  # a producer from before DLPack 1.0 (array API 2023.12) has no max_version
-        return obj.__dlpack__()
+        return obj.__dlpack__(stream=LEGACY_DEFAULT_STREAM)
 
 
 def read(capsule, name, writable):

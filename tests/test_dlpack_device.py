@@ -46,9 +46,9 @@ def test_cuda_view_is_an_nvidia_tensor_ref(versioned, dtype, code):
     assert view_kept is view
     # The capsule the package read, not consumed (not renamed "used_..."): the producer still owns it.
     assert _capsule_is_valid(capsule, b"dltensor_versioned" if versioned else b"dltensor")
-    # The versioned protocol first, stream=None (the legacy default stream); an old producer's TypeError for
-    # max_version leads to a plain call.
-    assert view.requests == [{"stream": None, "max_version": (1, 0)} if versioned else {"stream": None}]
+    # The versioned protocol first, an old producer's TypeError for max_version leading to a call without it;
+    # stream 1, the legacy default stream where the package runs such arrays (None would make JAX wait on the host).
+    assert view.requests == [{"stream": 1, "max_version": (1, 0)} if versioned else {"stream": 1}]
 
 
 @pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
