@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import infiniop_py
-from infiniop_py import _dlpack
+from infiniop_py import _dlpack, reference
 from infiniop_py._device_memory import DeviceArray
 from _devices import EMULATED_CUDA
 from _dlpack import DLPackOnly
@@ -148,3 +148,23 @@ def test_gpu_export_orders_another_stream_after_the_default_one(stream, waits, t
     ordering = ["cudaEventCreateWithFlags", "cudaEventRecord", "cudaStreamWaitEvent", "cudaEventDestroy"]
     assert [call for call in calls if call.startswith(("cudaEvent", "cudaStreamWait"))] == (ordering if waits else [])
     del capsule
+
+
+@pytest.mark.nvidia
+@pytest.mark.torch_cuda
+def test_torch_reads_gpu_outputs_on_its_side_stream():
+    """torch.from_dlpack on a side stream passes that stream: the export orders it after the default stream where
+    the package wrote the outputs, so torch reads them without a synchronize of its own."""
+    import torch
+
+    rng = np.random.default_rng(9)
+    inputs = RMS_NORM.make_inputs(rng, (512, 1024), F32)
+    expected = infiniop_py.rms_norm_backward(*inputs)
+    side = torch.cuda.Stream()
+    for _ in range(3):  # fresh outputs each time, from the cache
+        grad_x, grad_w = infiniop_py.rms_norm_backward(*[DeviceArray.from_numpy(a, "nvidia") for a in inputs])
+        with torch.cuda.stream(side):
+            copies = [torch.from_dlpack(array).clone() for array in (grad_x, grad_w)]
+        side.synchronize()
+        for got, want in zip(copies, expected):
+            assert reference.relative_error(got.cpu().numpy(), want) < 5e-5  # the CPU's: both F32 sums
