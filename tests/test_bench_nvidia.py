@@ -36,6 +36,38 @@ def test_case_computes_what_torch_computes(cpu_handle, op, shape, layout, dtype)
     if op == "batch_norm":  # the CUDA-only peer says why it has no time here, and is left out of the outputs
         assert case.peers["cudnn_s"] == "cuDNN runs on CUDA tensors only" and set(outputs) == {"ours", "torch"}
         assert case.parameter_dtype == "float32"
+    else:
+        assert case.phases == {}
+
+
+@pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
+def test_batch_norm_phases_compute_the_one_calls_gradients(cpu_handle, layout):
+    """The two timed phases of a BatchNorm case (sums, then grad_input) write what its one call writes."""
+    generator = torch.Generator().manual_seed(1)
+    case = bench_nvidia.GpuCase(torch, "batch_norm", "float32", (3, 4, 5, 6), cpu_handle, "cpu", generator, layout)
+    try:
+        case.ours()
+        one_call = [tensor.clone() for tensor in case._tensors[:3]]
+        for tensor in case._tensors[:3]:
+            tensor.fill_(float("nan"))
+        case.phases["ours_reduce_s"]()
+        case.phases["ours_elementwise_s"]()
+    finally:
+        case.close()
+    assert set(case.phases) == {"ours_reduce_s", "ours_elementwise_s"}
+    for got, want in zip(case._tensors[:3], one_call):
+        assert bench_nvidia.relative_difference(got, want) <= TOLERANCE[F32]
+
+
+def test_phase_note_says_where_a_batch_norm_call_goes():
+    row = {"op": "batch_norm", "dtype": "bfloat16", "shape": [128, 2048, 7, 7], "layout": "channels_last",
+           "ours_s": 40e-6, "ours_bandwidth": 3e9 / 40e-6 / 1e3, "ours_reduce_s": 20e-6, "ours_elementwise_s": 15e-6}
+    # 3 MB moved: the sums read 2 MB in 20 us (0.1 TB/s), grad_input moves 3 MB in 15 us (0.2 TB/s); copy 1 TB/s.
+    assert bench_nvidia.phase_note(row, 1e12) == (
+        "batch_norm bfloat16 128x2048x7x7 NHWC: ours 0.0400 ms = reduce 0.0200 ms (0.10 of copy) + elementwise "
+        "0.0150 ms (0.20 of copy) +0.0050 ms")
+    assert bench_nvidia.phase_note({**row, "ours_reduce_s": None}, 1e12) is None
+    assert bench_nvidia.phase_note({"op": "rms_norm", "ours_s": 1.0}, 1e12) is None
 
 
 def test_peers_refuse_cpu_tensors_saying_so():

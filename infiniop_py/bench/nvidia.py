@@ -70,6 +70,7 @@ class GpuCase:
         self.bytes_moved = cpu.bytes_moved(dtype, shape)
         self.parameter_dtype = dtype
         self.peers = {}
+        self.phases = {}  # BatchNorm: result key -> our two-phase API's call of that phase (sums, then grad_input)
 
         def random(*size):
             return torch.randn(size, generator=generator, device=device, dtype=torch.float32).to(dt)
@@ -128,6 +129,22 @@ class GpuCase:
         stream_address = 0 if stream is None else stream.cuda_stream
         self.ours = timing.native_call(self.operator, [0 if t is None else t.data_ptr() for t in tensors],
                                        workspace.data_ptr(), stream_address)
+        if op == "batch_norm":
+            self._phase_calls(torch, workspace, stream)
+
+    def _phase_calls(self, torch, workspace, stream):
+        """Where a BatchNorm call's time goes: its reduce phase (the per-channel sums, grad_weight, grad_bias:
+        kernels 1 and 2 of the one call) and its elementwise phase (grad_input: kernel 3), each timed alone."""
+        grad_input, grad_weight, grad_bias, x, grad_output, weight, _, _, save_mean, save_invstd = self._tensors
+        sums = [torch.empty_like(save_mean) for _ in range(2)]
+        count = x.numel() // x.shape[1]
+        operator = self.operator
+        self.phases["ours_reduce_s"] = lambda: operator.reduce(  # noqa: E731
+            *sums, grad_weight, grad_bias, x, grad_output, None, None, save_mean, save_invstd, workspace=workspace,
+            stream=stream)
+        self.phases["ours_elementwise_s"] = lambda: operator.elementwise(  # noqa: E731
+            grad_input, x, grad_output, weight, None, None, save_mean, save_invstd, *sums, count,
+            workspace=workspace, stream=stream)
 
     def _peer(self, key, build):
         try:
@@ -274,7 +291,24 @@ def case_row(case, times, differences):
         if key in case.peers:
             row[key] = times.get(key)
             row[f"{key[:-2]}_max_relative_difference_vs_torch"] = differences.get(key)
+    for key in case.phases:
+        row[key] = times.get(key)
     return row
+
+
+def phase_note(row, copy_bandwidth):
+    """The note on where a BatchNorm row's time goes (None for other rows, or where a phase was not timed): each
+    phase's ms and fraction of copy bandwidth (the sums read input and grad_output, grad_input also writes), and
+    what the one call costs beyond the two (launch gaps, the finalize kernel's share)."""
+    reduce_s, elementwise_s = row.get("ours_reduce_s"), row.get("ours_elementwise_s")
+    if reduce_s is None or elementwise_s is None:
+        return None
+    moved = row["ours_bandwidth"] * row["ours_s"]  # read input and grad_output, write grad_input
+    label = f"{row['op']} {row['dtype']} {cpu.shape_label(row)}"
+    return (f"{label}: ours {row['ours_s'] * 1e3:.4f} ms = reduce {reduce_s * 1e3:.4f} ms "
+            f"({moved * 2 / 3 / reduce_s / copy_bandwidth:.2f} of copy) + elementwise {elementwise_s * 1e3:.4f} ms "
+            f"({moved / elementwise_s / copy_bandwidth:.2f} of copy) "
+            f"{(row['ours_s'] - reduce_s - elementwise_s) * 1e3:+.4f} ms")
 
 
 def _run_case(torch, case, stream, replays, notes):
@@ -287,6 +321,11 @@ def _run_case(torch, case, stream, replays, notes):
         else:
             calls[key] = peer[0]
     times = {}
+    for key, call in case.phases.items():  # where our time goes: notes, no column
+        try:
+            times[key] = graph_seconds(torch, call, stream, replays)
+        except Exception as error:
+            notes.append(f"{label}: {key[:-2]} not timed ({(str(error) or type(error).__name__).splitlines()[0]})")
     for key, call in calls.items():
         try:
             times[key] = graph_seconds(torch, call, stream, replays)
@@ -337,6 +376,9 @@ def run(args):
             finally:
                 case.close()
             results.append(case_row(case, times, differences))
+            note = phase_note(results[-1], copy)
+            if note is not None:
+                notes.append(note)
             del case
             torch.cuda.empty_cache()  # the next case's graphs and tensors start from a clean pool
         timing.progress(len(planned), len(planned), "done")
