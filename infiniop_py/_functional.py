@@ -144,14 +144,18 @@ def require_out(out, names, wanted):
 
 
 def empty_in_layout(ref):
-    """A fresh array with ``ref``'s dtype, shape and packed layout: numpy (its order), torch (its strides), or for
-    another library's device array (or a DeviceArray) a DeviceArray on its device (this package cannot allocate
-    that library's arrays); None for another host array, or a layout that is not dense."""
+    """A fresh array with ``ref``'s dtype, shape and packed layout: numpy or cupy (their order "K"), torch (its
+    strides), or for another library's device array (or a DeviceArray) a DeviceArray on its device (this package
+    cannot allocate that library's arrays); None for another host array, or a layout that is not dense."""
     owner = ref.owner
     if isinstance(owner, np.ndarray):
         return np.empty_like(owner)  # order "K": the same packed layout
     if hasattr(owner, "new_empty_strided"):  # torch
         return owner.new_empty_strided(owner.shape, owner.stride())
+    if _library_of(owner) == "cupy" and _layout.packed(ref.shape, ref.strides):
+        import cupy
+        with cupy.cuda.Device(ref.device_id):
+            return cupy.empty_like(owner)  # order "K", as numpy's
     if ref.device == "cpu" and not isinstance(owner, DeviceArray):
         return None
     try:

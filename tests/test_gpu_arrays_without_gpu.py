@@ -192,3 +192,33 @@ def test_device_buffer_is_freed_on_its_own_device(monkeypatch):
     buffer.close()
 
     assert calls == [((1, 1), FAKE_ADDRESS)] and runtime.current == (0, 0)
+
+
+def test_channels_last_cupy_input_gets_a_cupy_grad_input_in_its_layout(monkeypatch):
+    """BatchNorm's kernels take grad_input laid out as input: a channels-last cupy input gets it from
+    cupy.empty_like (order "K" keeps the layout) on the input's device, a cupy array like its others (it had been a
+    DeviceArray)."""
+    made, devices = [], []
+
+    class Stop(Exception):
+        pass
+
+    def empty_like(array):
+        made.append((array, devices[-1]))
+        raise Stop  # before anything runs
+
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.empty_like = empty_like
+    fake_cupy.cuda = types.SimpleNamespace(Device=lambda index: _Recorder(devices, index))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    CupyArray = type("ndarray", (FakeCudaArray,), {"__module__": "cupy._core.core"})
+    x, grad_output = CupyArray((2, 3, 4, 5), device_id=1), CupyArray((2, 3, 4, 5), device_id=1)
+    for array in (x, grad_output):
+        array.__cuda_array_interface__["strides"] = (240, 4, 60, 12)  # NHWC, F32 bytes
+    statistics = [CupyArray((3,), device_id=1) for _ in range(4)]
+
+    with pytest.raises(Stop):
+        infiniop_py.batch_norm_backward(x, grad_output, *statistics[:3], save_mean=statistics[3],
+                                        save_invstd=statistics[3])
+
+    assert made == [(x, 1)]
