@@ -5,6 +5,7 @@ It is a build_ext command, so `pip install .` (into the wheel) and `pip install 
 source tree) both run it. Everything is built in a temporary folder that is removed afterwards: a build leaves
 no build/ tree in the source folder (it was 100-260 MB). Environment:
   INFINIOP_PY_CUDA        1: build the NVIDIA backend; 0: don't; unset: build it when nvcc is on PATH.
+  INFINIOP_PY_CUDA_ARCHS  its targets, e.g. "sm_90" (default "sm_80,sm_90,compute_90": xmake's nv-arch option).
   INFINIOP_PY_BUILD_DIR   a folder to keep xmake's build in instead, so that the next build of the same sources
                           recompiles only what changed (seconds rather than minutes).
 """
@@ -77,6 +78,8 @@ class BuildNative(build_ext):
         configure = [_xmake(), "f", "-c", "-y", "-o", build_dir, "--cpu=y", "--omp=y"]
         if _build_cuda():
             configure.append("--nv-gpu=y")
+            if os.environ.get("INFINIOP_PY_CUDA_ARCHS"):
+                configure.append(f"--nv-arch={os.environ['INFINIOP_PY_CUDA_ARCHS']}")
         started = time.monotonic()
         for command in (configure, [_xmake(), "-y"], [_xmake(), "install", "-y", "-o", install_dir]):
             print(" ".join(command), flush=True)

@@ -24,6 +24,13 @@ option("nv-gpu")
     set_description("Build the NVIDIA CUDA backend (needs nvcc)")
 option_end()
 
+option("nv-arch")
+    set_default("sm_80,sm_90,compute_90")
+    set_showmenu(true)
+    set_description("The NVIDIA backend's targets, comma-separated: sm_XX machine code, compute_XX PTX (a GPU "
+                    .. "session's prebuilt library takes sm_90 alone: scripts/prebuild_gpu.sh)")
+option_end()
+
 option("ascend-npu")
     set_default(true) -- compiles everywhere: CANN is found with dlopen at run time, never at build time
     set_showmenu(true)

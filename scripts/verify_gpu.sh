@@ -6,7 +6,8 @@
 # of the steps below, space- or comma-separated) runs only those after install, build and versions, which always run:
 #   install  the wheels of .whl/ (if any) into /tmp/site, for a machine that cannot download;
 #   build    the libraries in place with the CUDA backend required (setup.py build_ext --inplace,
-#            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build);
+#            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build), unless gpu-lib/ was carried
+#            (scripts/prebuild_gpu.sh: built here beforehand from the same sources) and loads;
 #   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
 #            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 4 processes where
 #            pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
@@ -32,7 +33,9 @@
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
-#   2. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=600).
+#   2. optionally, here: bash scripts/prebuild_gpu.sh (the libraries for sm_90 in gpu-lib/: the device then
+#      skips its two-minute build; add "gpu-lib" to carry below);
+#   3. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=600).
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 #      Only issue 53's kernel A/B (about 3 minutes, the build included):
 #        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=420).
@@ -92,8 +95,26 @@ if compgen -G ".whl/*.whl" >/dev/null; then
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PATH="/tmp/site/bin:$PATH"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_DIR=/tmp/infiniop-build python3 setup.py -q build_ext --inplace \
-    || { printf '%s\n' "${summary[@]}"; echo "build failed: see $report"; exit 1; }
+# gpu-lib/ (scripts/prebuild_gpu.sh, carried): the libraries built elsewhere from these very sources, taken where
+# they load here (another image's system libraries may refuse them); else the build below.
+prebuilt_loads() {
+    [[ -f gpu-lib/SOURCES && "$(cat gpu-lib/SOURCES)" == "$(bash scripts/native_fingerprint.sh)" ]] || return 1
+    mkdir -p infiniop_py/lib && cp gpu-lib/libinfiniop.so gpu-lib/libinfinirt.so infiniop_py/lib/ &&
+        python3 -c "import infiniop_py; infiniop_py.cpu_isa()"
+}
+if [[ -d gpu-lib ]]; then
+    if prebuilt_loads >>"$report" 2>&1; then
+        echo "== build: gpu-lib/ prebuilt from these sources (sm_90), loaded" | tee -a "$report"
+        summary+=("$(printf '%-17s %-26s %4d s' build "prebuilt gpu-lib/" 0)")
+    else
+        echo "== gpu-lib/ is stale or does not load here: building" | tee -a "$report"
+        rm -rf infiniop_py/lib
+    fi
+fi
+[[ -f infiniop_py/lib/libinfiniop.so ]] ||
+    step build 240 env XMAKE_COLORTERM=nocolor INFINIOP_PY_CUDA=1 INFINIOP_PY_BUILD_DIR=/tmp/infiniop-build \
+        python3 setup.py -q build_ext --inplace ||
+    { printf '%s\n' "${summary[@]}"; echo "build failed: see $report"; exit 1; }
 step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
 

@@ -38,7 +38,7 @@ if has_config("nv-gpu") then
         -- Kernels are whole-program per file: no relocatable device code, so no device-link step is needed.
         set_values("cuda.rdc", false)
         set_policy("build.cuda.devlink", false)
-        add_cugencodes("sm_80", "sm_90", "compute_90")
+        add_cugencodes(table.unpack(get_config("nv-arch"):split(",")))
         -- nvcc compiles the targets of one file one after the other unless told: LayerNorm's two (about 30 s of
         -- CPU each) were a CUDA build's last job, alone on one core of two. --threads 0: as many as the CPU has.
         add_cuflags("-Xcompiler=-fPIC", "-Xcompiler=-fvisibility=hidden", "-Xcompiler=-Wall",

@@ -1,0 +1,83 @@
+"""scripts/verify_gpu.sh takes carried prebuilt libraries (gpu-lib/, scripts/prebuild_gpu.sh) instead of building,
+only where they were built from the same native sources and load; checked on a copy of the repository, with no
+GPU step selected (VERIFY_GPU_STEPS names none), so that it runs anywhere in seconds."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import infiniop_py
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _tracked_copy(target):
+    """The repository's tracked files, as a device machine gets them (no .git, no build outputs)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for name in listed.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    return target
+
+
+def _fingerprint(tree):
+    return subprocess.run(["bash", "scripts/native_fingerprint.sh"], cwd=tree, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture
+def tree_with_gpu_lib(tmp_path):
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("copies the repository's tracked files: needs git and a checkout")
+    tree = _tracked_copy(tmp_path / "repo")
+    gpu_lib = tree / "gpu-lib"
+    gpu_lib.mkdir()
+    library_dir = pathlib.Path(infiniop_py.library_path()).parent  # this process's libraries stand in for sm_90's
+    for name in ("libinfiniop.so", "libinfinirt.so"):
+        shutil.copy2(library_dir / name, gpu_lib / name)
+    (gpu_lib / "SOURCES").write_text(_fingerprint(tree) + "\n")
+    return tree
+
+
+def _verify(tree):
+    env = {key: value for key, value in os.environ.items() if key not in ("INFINIOP_PY_LIBRARY_DIR", "OUT")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # its python3: this one
+    env["VERIFY_GPU_STEPS"] = "none"
+    done = subprocess.run(["bash", "scripts/verify_gpu.sh", str(tree / "report")], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return done, (tree / "report" / "report.txt").read_text()
+
+
+def test_fingerprint_follows_every_native_source(tmp_path):
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("copies the repository's tracked files: needs git and a checkout")
+    tree = _tracked_copy(tmp_path / "repo")
+    before = _fingerprint(tree)
+    assert before == _fingerprint(tree)
+    header = tree / "native" / "include" / "infinirt.h"
+    header.write_text(header.read_text() + "\n")
+    assert _fingerprint(tree) != before
+
+
+def test_prebuilt_libraries_of_the_same_sources_replace_the_build(tree_with_gpu_lib):
+    done, report = _verify(tree_with_gpu_lib)
+    assert "== build: gpu-lib/ prebuilt from these sources (sm_90), loaded" in report, report[-3000:]
+    assert "setup.py" not in report  # no build ran
+    assert (tree_with_gpu_lib / "infiniop_py" / "lib" / "libinfiniop.so").is_file()
+
+
+def test_prebuilt_libraries_of_other_sources_are_not_taken(tree_with_gpu_lib):
+    source = tree_with_gpu_lib / "native" / "src" / "runtime" / "infinirt.cc"
+    source.write_text(source.read_text() + "\n// edited after the prebuild\n")
+    (tree_with_gpu_lib / "setup.py").unlink()  # so that the build it falls back to fails at once
+
+    done, report = _verify(tree_with_gpu_lib)
+
+    assert "gpu-lib/ is stale or does not load here: building" in report, report[-3000:]
+    assert "== build (limit 240 s)" in report and done.returncode == 1
+    assert not (tree_with_gpu_lib / "infiniop_py" / "lib").exists()
