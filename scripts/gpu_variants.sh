@@ -8,7 +8,7 @@
 # PROGRAM OPTIONS: --shapes 8192x8192,... --impls library,cta8,... --dtypes bf16,f16 --rounds N (see the .cu header).
 # DIR/variants.txt: registers and spills per kernel (ptxas), then the table; DIR/variants.csv: the rows.
 # On a lent GPU machine, libraries included, in one device call:
-#   run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=420)
+#   run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=420)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build_only=0

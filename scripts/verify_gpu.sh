@@ -38,7 +38,7 @@
 #   3. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=600).
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 #      Only issue 53's kernel A/B (about 3 minutes, the build included):
-#        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl"], timeout_s=420).
+#        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=420).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
