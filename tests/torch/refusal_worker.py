@@ -195,7 +195,10 @@ def _compare(case):
             if _close(actual, expected, tolerance):
                 continue
             reference = reference or _run(case, False, widen=True)["values"]
-            if not _close(actual, reference[name], tolerance):
+            # Ill-conditioned cases (LayerNorm over 2 elements of nearly one value: rounding amplified by rstd)
+            # leave torch itself beyond the bound; ours then passes where it is no further from the reference.
+            ours_off, torch_off = ((value - reference[name]).abs().max() for value in (actual, expected))
+            if not _close(actual, reference[name], tolerance) and ours_off > torch_off:
                 mismatched.append(f"{name}: off torch's by {float((actual - expected).abs().max()):.3g}, off the "
                                   f"float64 reference by {float((actual - reference[name]).abs().max()):.3g}")
         extra = set(ours["values"]) - set(stock["values"])
