@@ -26,7 +26,8 @@ LEGACY_DEFAULT_STREAM = 1  # DLPack's name for CUDA's legacy default stream
 _DLPACK_CODE_BY_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}  # kDLInt, kDLUInt, kDLFloat, kDLBool
 _DTYPES = {(_DLPACK_CODE_BY_KIND[numpy_dtype.kind], numpy_dtype.itemsize * 8): code
            for numpy_dtype, code in dtypes.CODE_BY_NUMPY.items() if numpy_dtype.kind in _DLPACK_CODE_BY_KIND}
-_DTYPES[(4, 16)] = dtypes.BF16  # kDLBfloat
+_DL_BFLOAT = 4  # kDLBfloat
+_DTYPES[(_DL_BFLOAT, 16)] = dtypes.BF16
 
 
 class DLDevice(ctypes.Structure):
@@ -130,7 +131,6 @@ def read(capsule, name, writable):
 # "used_..."), or by the capsule's destructor where nobody did.
 _exports = {}
 _NAMES = (b"dltensor_versioned", b"dltensor")  # PyCapsule_New keeps the name's pointer: these live with the module
-_DL_CODE_BY_KIND = {"i": 0, "u": 1, "f": 2, "b": 6}
 
 
 @_DELETER
@@ -165,8 +165,8 @@ def exported(owner):
 def dl_dtype(numpy_dtype):
     """(DLDataType code, bits) of a numpy dtype (ml_dtypes.bfloat16: kDLBfloat)."""
     if numpy_dtype.kind == "V" and numpy_dtype.itemsize == 2 and numpy_dtype.name == "bfloat16":
-        return 4, 16
-    return _DL_CODE_BY_KIND[numpy_dtype.kind], numpy_dtype.itemsize * 8
+        return _DL_BFLOAT, 16
+    return _DLPACK_CODE_BY_KIND[numpy_dtype.kind], numpy_dtype.itemsize * 8
 
 
 def export(owner, address, shape, strides, numpy_dtype, device, versioned):
