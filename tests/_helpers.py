@@ -752,6 +752,22 @@ def batch_norm_ex_create_status(c_handle, specs, epsilon, training):
     return status
 
 
+def batch_norm_ex_workspace_size(c_handle, specs, epsilon, training):
+    """Workspace bytes of infiniopCreateBatchNormBackwardDescriptorEx's descriptor for the specs (as above): what the
+    backend plans, without any data."""
+    ffi, op, _ = native()
+    with CTensorDescriptors([specs.get(name) for name in BATCH_NORM_EX_TENSORS]) as descriptors:
+        desc_ptr = ffi.new("infiniopDescriptor_t *")
+        status = op.infiniopCreateBatchNormBackwardDescriptorEx(c_handle, desc_ptr, *descriptors, epsilon, training)
+        assert status == SUCCESS, f"create -> {status}"
+    try:
+        size = ffi.new("size_t *")
+        assert op.infiniopGetBatchNormBackwardWorkspaceSize(desc_ptr[0], size) == SUCCESS
+        return size[0]
+    finally:
+        assert op.infiniopDestroyBatchNormBackwardDescriptor(desc_ptr[0]) == SUCCESS
+
+
 def run_batch_norm_ex(c_handle, arrays, epsilon=0.0, training=True, ignored=None, pointer=data_pointer):
     """Create (Ex) from the arrays' shapes, dtypes and strides, run (Ex) on them and destroy; returns the run
     status. arrays: name -> array, absent names are NULL descriptors; ignored: name -> array whose pointer is

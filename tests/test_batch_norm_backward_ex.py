@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 import infiniop_py
 from infiniop_py import _layout, _operator, errors
 from infiniop_py.tensors import as_tensor
-from _devices import DEVICES, DeviceData, call_on
+from _devices import DEVICES, EMULATED_CUDA, DeviceData, call_on
 from _helpers import (
     BAD_PARAM, BAD_TENSOR_DTYPE, BAD_TENSOR_SHAPE, BAD_TENSOR_STRIDES, BATCH_NORM_EX_TENSORS, BF16, F16, F32, F64,
     NULL_POINTER, SUCCESS, TOLERANCE, CTensorDescriptors, GuardedOutput, element_strides, assert_close, assert_close_on_scale, batch_norm_backward_reference,
-    batch_norm_ex_create_status, batch_norm_inputs, batch_norm_statistics, batch_norm_summed_terms, channels_last,
+    batch_norm_ex_create_status, batch_norm_ex_workspace_size, batch_norm_inputs, batch_norm_statistics, batch_norm_summed_terms, channels_last,
     data_pointer, f64, native, rounded, run_batch_norm_ex, untouched, with_batch_layout,
 )
 
@@ -208,6 +208,36 @@ def test_channels_first_many_channels_take_a_workspace_on_the_scale_of_the_data(
     with infiniop_py.BatchNormBackward(cpu_handle, np.empty_like(x), channel.copy(), channel.copy(), x, x.copy(),
                                        channel, channel.copy(), channel.copy()) as operator:
         assert operator.workspace_size < bound * x.nbytes
+
+
+# Rows of channels on an NVIDIA GPU as wide as an H200 (on the emulation: 528 multiprocessors of its 2 resident
+# CTAs, 132 of 8): late ResNet layers (7x7, 14x14) and BatchNorm1d batches have few rows per channel. Row tiles of
+# a few rows each once gave F64 partials of 0.67x the input's bytes at (128, 2048, 7, 7), written and read again.
+@pytest.mark.nvidia
+@pytest.mark.parametrize("shape", ((128, 2048, 7, 7), (128, 512, 7, 7), (128, 1024, 14, 14), (32, 4096)), ids=str)
+@pytest.mark.parametrize("dtype", (F32, BF16), ids=str)
+def test_rows_of_channels_take_a_fraction_of_the_data_as_workspace_on_nvidia(monkeypatch, shape, dtype):
+    if EMULATED_CUDA:
+        monkeypatch.setenv("INFINIOP_EMULATED_CUDA_SMS", "528")
+    channels = shape[1]
+    strides = element_strides(channels_last(np.empty(shape, np.uint8))) if len(shape) == 4 else None
+    specs = base_specs(dtype, F32, shape, strides)
+    with infiniop_py.Handle("nvidia") as handle:
+        workspace = batch_norm_ex_workspace_size(handle.native, specs, 1e-5, True)
+    # At most a quarter of the input for the partials (a tile covers >= 64 bytes of each channel, 16 per partial),
+    # then each channel's coefficients and alignment.
+    assert workspace <= math.prod(shape) * np.dtype(dtype).itemsize / 4 + 32 * channels + 1024
+
+
+# The same plan run: several channel blocks (the last one partial) times row tiles of the minimum length.
+@pytest.mark.nvidia
+@pytest.mark.parametrize("shape, dtype", (((64, 600, 3, 3), BF16), ((40, 1001, 3), F32), ((96, 2000), F16)), ids=str)
+def test_rows_of_channels_planned_for_a_wide_gpu(monkeypatch, shape, dtype):
+    if EMULATED_CUDA:
+        monkeypatch.setenv("INFINIOP_EMULATED_CUDA_SMS", "528")
+    problem = Problem(np.random.default_rng(shape[1]), shape, dtype, parameter_dtype=F32, layout="channels_last",
+                      eps=1e-5, positive=True)
+    problem.check(problem.run_on("nvidia"))
 
 
 @pytest.mark.parametrize("device", DEVICES)

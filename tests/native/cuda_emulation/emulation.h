@@ -300,6 +300,13 @@ struct cudaDeviceProp {
 namespace emu {
 inline EmuGraph *capturing = nullptr;
 constexpr int kSms = 4, kResidentPerSm = 2, kResidentClusters = 3; // few, so that a grid loops over rows
+// INFINIOP_EMULATED_CUDA_SMS=N in the environment: report N multiprocessors instead of kSms, so that a test can
+// see the grids and workspaces the library plans for a GPU of a real one's width (without running them there).
+inline int sms() {
+    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_SMS");
+    const int n = value != nullptr ? std::atoi(value) : 0;
+    return n > 0 ? n : kSms;
+}
 inline thread_local cudaError_t last_error = cudaSuccess;
 inline thread_local int current_device = 0;
 
@@ -501,12 +508,12 @@ inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, 
     emu::trace(__func__);
     if (device != 0) return cudaErrorInvalidDevice;
     if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
-    return *value = emu::kSms, cudaSuccess;
+    return *value = emu::sms(), cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     emu::trace(__func__);
     std::snprintf(p->name, sizeof p->name, "CPU emulation");
-    p->multiProcessorCount = emu::kSms;
+    p->multiProcessorCount = emu::sms();
     p->l2CacheSize = 1 << 20;
     return cudaSuccess;
 }

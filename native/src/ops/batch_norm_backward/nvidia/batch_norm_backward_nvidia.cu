@@ -28,6 +28,14 @@ constexpr int kThreads = 256;
 constexpr size_t kMinTile = 4096; // elements per CTA, so a tile is worth launching
 constexpr size_t kTileAlign = 8;  // channels-first tile starts are whole vectors of any width used
 constexpr int kFlushRows = 64;    // rows-of-channels: rows a thread sums in C before adding into F64
+// Rows of channels: a CTA's threads span at most a warp of channel groups (512 bytes of a row with 16-byte
+// vectors, as coalesced as wider) and take the rest as row lanes; wide C gets more channel blocks instead, so
+// that row tiles can stay long.
+constexpr unsigned kChannelGroups = 32;
+// Rows of channels: a row tile covers at least this many bytes of each channel in each big tensor. Its F64
+// partials (16 bytes per channel, written once and read once) then stay under 1/8 of what the sums pass reads:
+// with tiles of 4 rows (128 x 2048 channels, 7x7, BF16, 1568 CTAs on an H200) they had outweighed the data.
+constexpr size_t kMinTileBytesPerChannel = 64;
 constexpr size_t kAlign = 256;
 
 template <typename C>
@@ -150,7 +158,7 @@ struct RowsShape {
 
     static RowsShape of(size_t channels, int V) {
         const size_t channel_groups = (channels + V - 1) / V;
-        const unsigned groups = static_cast<unsigned>(std::min<size_t>(channel_groups, kThreads));
+        const unsigned groups = static_cast<unsigned>(std::min<size_t>(channel_groups, kChannelGroups));
         return RowsShape{groups, kThreads / groups, static_cast<unsigned>((channel_groups + groups - 1) / groups)};
     }
 };
@@ -465,7 +473,8 @@ class NvidiaDescriptor final : public Descriptor {
     infini::CheckedSize workspace_;
 };
 
-// Tiles for about two waves of CTAs, each at least kMinTile elements; *tiles * ctas_per_tile must fit a grid.
+// Tiles for about two waves of CTAs, each at least kMinTile elements (rows of channels: and at least
+// kMinTileBytesPerChannel of each channel); *tiles * ctas_per_tile must fit a grid.
 infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t *tile_elements) {
     const size_t rows = info.batch * info.length;
     *tiles = 1;
@@ -481,7 +490,8 @@ infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t 
         const int vec = static_cast<int>(16 / infini::dtypeSize(info.dtype));
         const size_t blocks = RowsShape::of(info.channels, info.channels % vec == 0 ? vec : 1).channel_blocks;
         const size_t wanted = std::max<size_t>(1, ceilDiv(waves, blocks));
-        *tiles = std::max<size_t>(1, std::min({wanted, ceilDiv(rows * info.channels, kMinTile), rows}));
+        const size_t min_rows = ceilDiv(kMinTileBytesPerChannel, infini::dtypeSize(info.dtype));
+        *tiles = std::max<size_t>(1, std::min({wanted, ceilDiv(rows * info.channels, kMinTile), rows / min_rows}));
         *tile_elements = ceilDiv(rows, *tiles); // rows per tile
         *tiles = ceilDiv(rows, *tile_elements);
         return *tiles * RowsShape::of(info.channels, 1).channel_blocks > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE
