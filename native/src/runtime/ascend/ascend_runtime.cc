@@ -9,6 +9,16 @@ namespace {
 
 using ascend::Api;
 
+// The entries below but getDeviceCount: make sure CANN was found, then make their ACL calls (body(acl)).
+template <typename Body>
+infiniStatus_t withAcl(Body &&body) {
+    const Api *acl;
+    INFINI_CHECK(ascend::api(&acl));
+    return body(*acl);
+}
+
+infiniStatus_t statusOf(int acl_code) { return acl_code == 0 ? INFINI_STATUS_SUCCESS : ascend::fromAcl(acl_code); }
+
 infiniStatus_t getDeviceCount(int *count) {
     const Api *acl;
     if (ascend::api(&acl) != INFINI_STATUS_SUCCESS) {
@@ -22,124 +32,97 @@ infiniStatus_t getDeviceCount(int *count) {
 }
 
 infiniStatus_t setDevice(int device_id) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    uint32_t n = 0;
-    ACL_CHECK(acl->aclrtGetDeviceCount(&n));
-    if (static_cast<uint32_t>(device_id) >= n) return INFINI_STATUS_DEVICE_NOT_FOUND;
-    ACL_CHECK(acl->aclrtSetDevice(device_id));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        uint32_t n = 0;
+        ACL_CHECK(acl.aclrtGetDeviceCount(&n));
+        if (static_cast<uint32_t>(device_id) >= n) return INFINI_STATUS_DEVICE_NOT_FOUND;
+        return statusOf(acl.aclrtSetDevice(device_id));
+    });
 }
 
 infiniStatus_t synchronize() {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeDevice());
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeDevice()); });
 }
 
 infiniStatus_t streamCreate(infinirtStream_t *stream) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    aclrtStream created = nullptr;
-    ACL_CHECK(acl->aclrtCreateStream(&created));
-    *stream = created;
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        aclrtStream created = nullptr; // the caller's stream is written on success only
+        ACL_CHECK(acl.aclrtCreateStream(&created));
+        *stream = created;
+        return INFINI_STATUS_SUCCESS;
+    });
 }
 
 // CANN asks for a synchronized stream; infinirt callers, like CUDA's, may destroy one with work still queued.
 infiniStatus_t streamDestroy(infinirtStream_t stream) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeStream(stream));
-    ACL_CHECK(acl->aclrtDestroyStream(stream));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        ACL_CHECK(acl.aclrtSynchronizeStream(stream));
+        return statusOf(acl.aclrtDestroyStream(stream));
+    });
 }
 
 infiniStatus_t streamSynchronize(infinirtStream_t stream) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeStream(stream));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeStream(stream)); });
 }
 
 infiniStatus_t streamWaitEvent(infinirtStream_t stream, infinirtEvent_t event) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtStreamWaitEvent(stream, event));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtStreamWaitEvent(stream, event)); });
 }
 
 infiniStatus_t eventCreate(infinirtEvent_t *event) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    aclrtEvent created = nullptr;
-    ACL_CHECK(acl->aclrtCreateEvent(&created));
-    *event = created;
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        aclrtEvent created = nullptr; // the caller's event is written on success only
+        ACL_CHECK(acl.aclrtCreateEvent(&created));
+        *event = created;
+        return INFINI_STATUS_SUCCESS;
+    });
 }
 
 infiniStatus_t eventRecord(infinirtEvent_t event, infinirtStream_t stream) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtRecordEvent(event, stream));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtRecordEvent(event, stream)); });
 }
 
 infiniStatus_t eventQuery(infinirtEvent_t event, infinirtEventStatus_t *status) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    aclrtEventRecordedStatus recorded = ACL_EVENT_RECORDED_STATUS_NOT_READY;
-    ACL_CHECK(acl->aclrtQueryEventStatus(event, &recorded));
-    *status = recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE ? INFINIRT_EVENT_COMPLETE : INFINIRT_EVENT_NOT_READY;
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        aclrtEventRecordedStatus recorded = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+        ACL_CHECK(acl.aclrtQueryEventStatus(event, &recorded));
+        *status = recorded == ACL_EVENT_RECORDED_STATUS_COMPLETE ? INFINIRT_EVENT_COMPLETE : INFINIRT_EVENT_NOT_READY;
+        return INFINI_STATUS_SUCCESS;
+    });
 }
 
 infiniStatus_t eventSynchronize(infinirtEvent_t event) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeEvent(event));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeEvent(event)); });
 }
 
 infiniStatus_t eventDestroy(infinirtEvent_t event) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtDestroyEvent(event));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtDestroyEvent(event)); });
 }
 
+// aclrtMalloc refuses size 0; a minimal block keeps malloc(0)/free symmetric.
 infiniStatus_t allocate(void **ptr, size_t size) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    // aclrtMalloc refuses size 0; a minimal block keeps malloc(0)/free symmetric.
-    ACL_CHECK(acl->aclrtMalloc(ptr, size == 0 ? 32 : size, ACL_MEM_MALLOC_HUGE_FIRST));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl(
+        [&](const Api &acl) { return statusOf(acl.aclrtMalloc(ptr, size == 0 ? 32 : size, ACL_MEM_MALLOC_HUGE_FIRST)); });
 }
 
 infiniStatus_t allocateHost(void **ptr, size_t size) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtMallocHost(ptr, size == 0 ? 32 : size));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMallocHost(ptr, size == 0 ? 32 : size)); });
 }
 
 // aclrtFree / aclrtFreeHost give memory back at once, while queued work may still use it. Like cudaFree, and
 // like torch_npu before it returns cached memory, wait for the device first.
 infiniStatus_t release(void *ptr) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeDevice());
-    ACL_CHECK(acl->aclrtFree(ptr));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        ACL_CHECK(acl.aclrtSynchronizeDevice());
+        return statusOf(acl.aclrtFree(ptr));
+    });
 }
 
 infiniStatus_t releaseHost(void *ptr) {
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtSynchronizeDevice());
-    ACL_CHECK(acl->aclrtFreeHost(ptr));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) {
+        ACL_CHECK(acl.aclrtSynchronizeDevice());
+        return statusOf(acl.aclrtFreeHost(ptr));
+    });
 }
 
 // Our copy kinds have ACL's numbering (H2H 0, H2D 1, D2H 2, D2D 3).
@@ -147,27 +130,19 @@ aclrtMemcpyKind kindOf(infinirtMemcpyKind_t kind) { return static_cast<aclrtMemc
 
 infiniStatus_t copy(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtMemcpy(dst, size, src, size, kindOf(kind)));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMemcpy(dst, size, src, size, kindOf(kind))); });
 }
 
 infiniStatus_t copyAsync(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind,
                          infinirtStream_t stream) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtMemcpyAsync(dst, size, src, size, kindOf(kind), stream));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl(
+        [&](const Api &acl) { return statusOf(acl.aclrtMemcpyAsync(dst, size, src, size, kindOf(kind), stream)); });
 }
 
 infiniStatus_t fill(void *ptr, int value, size_t size) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
-    const Api *acl;
-    INFINI_CHECK(ascend::api(&acl));
-    ACL_CHECK(acl->aclrtMemset(ptr, size, value, size));
-    return INFINI_STATUS_SUCCESS;
+    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMemset(ptr, size, value, size)); });
 }
 
 } // namespace
