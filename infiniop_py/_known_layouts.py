@@ -22,6 +22,11 @@ path must decide (the negative bit, an output requiring grad) finds none: those 
 no part of the layout: each CUDA call reads torch's current stream on the tensors' device, and takes its workspace
 from torch's caching allocator, which hands a block to another stream only after this one's work on it (and, under
 CUDA-graph capture, from the graph's pool); the operator's spare workspaces, one list for all streams, serve the CPU.
+
+DeviceArrays (the package's own arrays, and the outputs that arrays of other libraries get) have entries of their
+own too, looked up where the first input is a DeviceArray: per array its type, dtype, shape, strides, device and
+device id. They run on the default stream with its spare workspaces, as the checked path runs them; a closed one
+raises in the lookup, so the checked path reports it.
 """
 
 import functools
@@ -31,7 +36,9 @@ import threading
 import numpy as np
 
 from . import _host_memory
+from ._device_memory import DeviceArray
 from ._ffi import ffi
+from ._layout import contiguous_strides
 from .errors import BadParamError, check
 
 CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has few layouts)
@@ -39,6 +46,7 @@ CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has 
 _lock = threading.Lock()  # serializes writers; readers use dict.get, which is atomic
 _runners = {}  # key -> run(out, pointers) of one known layout of numpy arrays
 _torch_runners = {}  # torch key -> run(out, pointers) of one known layout of torch tensors
+_device_array_runners = {}  # DeviceArray key -> run(out, pointers) of one known layout of DeviceArrays
 _VOID_POINTER = ffi.typeof("void *")  # cffi parses a type given as a string on every cast
 
 
@@ -78,6 +86,23 @@ def torch_key(op, options, wanted, out, inputs):
         return None
 
 
+def _device_array_layout(array):
+    if array is None:
+        return None
+    return (type(array), array.dtype, array.shape, array.strides, array.buffer.device, array.buffer.device_id)
+
+
+def device_array_key(op, options, wanted, out, inputs):
+    """The fast-path key of a call on DeviceArrays (see key), or None where out= is neither None nor a tuple or
+    list, or an argument lacks a DeviceArray's attributes."""
+    if out is not None and type(out) is not tuple and type(out) is not list:
+        return None
+    try:
+        return (op, options, wanted, out is None, *map(_device_array_layout, (*(out or ()), *inputs)))
+    except AttributeError:
+        return None
+
+
 def compile_run(op, output_count, input_count, checked_run):
     """run(inputs, out, options, wanted) of the functional op ``op`` (of this many outputs and inputs): its
     outputs, through the known layout where the call has one, else from checked_run(op, inputs, out, options,
@@ -104,6 +129,13 @@ def compile_run(op, output_count, input_count, checked_run):
     def torch_pointers(names):
         return ", ".join(f"null if {name} is None else cast(void_pointer, {name}.data_ptr())" for name in names)
 
+    def device_array_layouts(names):
+        return ", ".join(f"None if {name} is None else (type({name}), {name}.dtype, {name}.shape, {name}.strides, "
+                         f"{name}.buffer.device, {name}.buffer.device_id)" for name in names)
+
+    def device_array_pointers(names):  # ClosedError (a RuntimeError) for a closed one: the checked path says so
+        return ", ".join(f"null if {name} is None else {name}.buffer._open_pointer()" for name in names)
+
     source = f"""
 def run(inputs, out, options, wanted):
     {", ".join(inputs)}, = inputs
@@ -113,6 +145,10 @@ def run(inputs, out, options, wanted):
             runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
             if runner is not None:
                 pointers = [{pointers(inputs, False)}]
+            elif type(in0) is device_array:
+                runner = get_device_array_runner((op, options, wanted, True, {device_array_layouts(inputs)}))
+                if runner is not None:
+                    pointers = [{device_array_pointers(inputs)}]
             elif torch_runners:
                 runner = get_torch_runner((op, options, wanted, True, {torch_layouts(inputs, False)}))
                 if runner is not None:
@@ -122,6 +158,11 @@ def run(inputs, out, options, wanted):
             runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
             if runner is not None:
                 pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
+            elif type(in0) is device_array:
+                runner = get_device_array_runner((op, options, wanted, False, {device_array_layouts(outputs)},
+                                                  {device_array_layouts(inputs)}))
+                if runner is not None:
+                    pointers = [{device_array_pointers(outputs)}, {device_array_pointers(inputs)}]
             elif torch_runners:
                 runner = get_torch_runner((op, options, wanted, False, {torch_layouts(outputs, True)},
                                            {torch_layouts(inputs, False)}))
@@ -129,7 +170,7 @@ def run(inputs, out, options, wanted):
                     pointers = [{torch_pointers(outputs)}, {torch_pointers(inputs)}]
     # Not numpy-like, an unhashable dtype or shape, a buffer ffi.from_buffer refuses (strided: not
     # C-contiguous; a read-only output; not a buffer), or (a numpy miss with torch entries known) not a
-    # torch tensor, or a torch attribute that raises.
+    # torch tensor, or a torch attribute that raises, or a DeviceArray among them that is closed.
     except (AttributeError, BufferError, TypeError, ValueError, RuntimeError):
         pointers = None
     if pointers is not None:
@@ -140,7 +181,8 @@ def run(inputs, out, options, wanted):
 """
     namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
                  "null": ffi.NULL, "torch_runners": _torch_runners, "get_torch_runner": _torch_runners.get,
-                 "cast": ffi.cast, "void_pointer": _VOID_POINTER}
+                 "cast": ffi.cast, "void_pointer": _VOID_POINTER, "device_array": DeviceArray,
+                 "get_device_array_runner": _device_array_runners.get}
     exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
     return namespace["run"]
 
@@ -148,7 +190,8 @@ def run(inputs, out, options, wanted):
 def remember(op, options, wanted, out_given, out, inputs, operator):
     """Make an entry for a call (``out_given``: whether out= was passed) that just passed every check and ran
     on ``operator`` with its arrays as they are (not packed copies), writing ``out``, where all its arrays are
-    C-contiguous np.ndarray, or all torch tensors on one CPU or CUDA device (then in _torch_runners)."""
+    C-contiguous np.ndarray, or all DeviceArrays (then in _device_array_runners), or all torch tensors on one CPU
+    or CUDA device (then in _torch_runners)."""
     arrays = [array for array in (*out, *inputs) if array is not None]
     if all(type(array) is np.ndarray and array.flags.c_contiguous for array in arrays):
         call_key = key(op, options, wanted, out if out_given else None, inputs)
@@ -157,6 +200,12 @@ def remember(op, options, wanted, out_given, out, inputs, operator):
         runners = _runners
         new_outputs = [None if array is None else _host_memory.allocator(array.shape, array.dtype) for array in out]
         runner = _runner(operator, new_outputs, ffi.from_buffer)
+    elif all(type(array) is DeviceArray for array in arrays):
+        call_key = device_array_key(op, options, wanted, out if out_given else None, inputs)
+        if call_key is None:
+            return
+        runners = _device_array_runners
+        runner = _device_array_runner(operator, out)
     else:
         runner = _torch_runner(operator, out, arrays)
         if runner is None:
@@ -206,22 +255,39 @@ def _torch_runner(operator, out, arrays):
     return _runner(operator, new_outputs, _torch_pointer, stream_of, new_workspace)
 
 
+def _device_array_runner(operator, out):
+    """The runner of a checked call on DeviceArrays (see remember), all on the operator's device (the checked run
+    made sure): fresh outputs take the remembered layout, as for torch; the run is on the default stream, as the
+    checked path's for DeviceArrays (_functional.library_stream), with that stream's spare workspaces."""
+    new_outputs = [None if array is None else functools.partial(
+        DeviceArray, array.shape, array.dtype, array.device, array.device_id,
+        None if array.strides == contiguous_strides(array.shape) else array.strides) for array in out]
+    return _runner(operator, new_outputs, _device_array_pointer, spare_workspaces=operator._spares_on(ffi.NULL))
+
+
+def _device_array_pointer(array):
+    return array.buffer._open_pointer()
+
+
 def _torch_pointer(tensor):
     return ffi.cast(_VOID_POINTER, tensor.data_ptr())
 
 
-def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None):
+def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None, spare_workspaces=None):
     """run(out, pointers) of one known layout: ``pointers`` of the arrays in C order (those of the outputs only
     where ``out`` is given; else fresh outputs are made by ``new_outputs``: per output, a function of no
     arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
     None where the checked path must decide. ``stream_of``: None (the CPU), or a function giving the stream's
     address for each call; ``new_workspace``: None (the operator's spare workspaces serve), or a function giving
-    a fresh torch tensor of workspace_size bytes per call."""
+    a fresh torch tensor of workspace_size bytes per call; ``spare_workspaces``: the list of the operator's own
+    workspaces to take from (default: the CPU's)."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
     # stays open: the functional caches never close theirs (nobody else holds them), this closure keeps it alive,
     # and finalizers do not run at exit (_resource.py), so no call needs close()'s wait.
     native, run_native, workspace_size = operator._pointer, operator._run_native, operator.workspace_size
-    take_workspace, spare_workspaces = operator._take_workspace, operator._spare_workspaces
+    take_workspace = operator._take_workspace
+    if spare_workspaces is None:
+        spare_workspaces = operator._spare_workspaces
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
     null, cast, void_pointer = ffi.NULL, ffi.cast, _VOID_POINTER

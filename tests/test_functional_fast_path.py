@@ -63,6 +63,14 @@ def _torch(array):
     return None if array is None else torch.from_numpy(array)
 
 
+def _device_array(array):
+    return None if array is None else ip.DeviceArray.from_numpy(array, "cpu")
+
+
+def _nvidia_device_array(array):
+    return None if array is None else ip.DeviceArray.from_numpy(array, "nvidia")
+
+
 def _call(case, seed, out_given, kind=_numpy):
     function, arrays, options = CALLS[case](seed)
     arrays = [None if array is None else kind(array) for array in arrays]
@@ -74,15 +82,23 @@ def _call(case, seed, out_given, kind=_numpy):
 
 
 def _as_numpy(array):
+    if isinstance(array, ip.DeviceArray):
+        return array.to_numpy()  # in the DeviceArray's layout
     return array if isinstance(array, np.ndarray) else array.numpy()
 
 
 def _forget_known_layouts():
     _known_layouts._runners.clear()
     _known_layouts._torch_runners.clear()
+    _known_layouts._device_array_runners.clear()
 
 
-@pytest.mark.parametrize("kind", [_numpy, _torch], ids=["numpy", "torch"])
+KINDS = [pytest.param(_numpy, id="numpy"), pytest.param(_torch, id="torch"),
+         pytest.param(_device_array, id="DeviceArray"),
+         pytest.param(_nvidia_device_array, id="DeviceArray-nvidia", marks=pytest.mark.nvidia)]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("out_given", [False, True], ids=["fresh-out", "out"])
 @pytest.mark.parametrize("case", CALLS)
 def test_known_layout_skips_the_checked_path_and_matches_it(case, out_given, kind, monkeypatch):
@@ -399,3 +415,66 @@ def test_cuda_tensors_take_the_fast_path_on_each_callers_stream(checked_runs):
     for got, want in zip(results, expected):
         _assert_same_bits(got, want)
     assert results[0][0].device == torch.device("cuda", torch.cuda.current_device())
+
+
+# ------------------------------------------------ DeviceArrays (any device, their dense layouts)
+
+def _device_batch(seed, channels_last, device="cpu"):
+    """(input, grad_output, weight, running_mean, running_var) DeviceArrays of an (N, C, H, W) BatchNorm, input and
+    grad_output channels-last or channels-first."""
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((4, 3, 5, 6)) * 1.5 + 0.25).astype(np.float32)
+    arrays = [x, rng.standard_normal(x.shape).astype(np.float32), rng.standard_normal(3).astype(np.float32),
+              x.mean(axis=(0, 2, 3)), x.var(axis=(0, 2, 3))]
+    if channels_last:
+        arrays[:2] = [np.ascontiguousarray(a.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2) for a in arrays[:2]]
+    result = []
+    for array in arrays:
+        device_array = ip.DeviceArray(array.shape, array.dtype, device,
+                                      strides=[stride // array.itemsize for stride in array.strides])
+        flat = np.ascontiguousarray(array.transpose(np.argsort(array.strides)[::-1]))  # memory order
+        device_array.buffer._copy(device_array.buffer._open_pointer(), ip._ffi.ffi.from_buffer(flat),
+                                  ip._ffi.libraries().rt.INFINIRT_MEMCPY_H2D)
+        result.append(device_array)
+    return result
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("nvidia", marks=pytest.mark.nvidia)])
+def test_device_arrays_of_each_layout_take_their_own_entries_and_give_the_checked_bits(device, checked_runs):
+    results = {}
+    for channels_last in (True, False):
+        expected = ip.batch_norm_backward(*_device_batch(2, channels_last, device), eps=1e-5)  # checked
+        _forget_known_layouts()
+        checked_runs.clear()
+        ip.batch_norm_backward(*_device_batch(1, channels_last, device), eps=1e-5)  # checked; known from now on
+        assert "input" in checked_runs, "the other layout's entry served this one"
+        checked_runs.clear()
+        got = ip.batch_norm_backward(*_device_batch(2, channels_last, device), eps=1e-5)
+        assert checked_runs == []
+        assert got[0].strides == expected[0].strides  # channels-last grad_input for channels-last input
+        for a, b in zip(got, expected):
+            assert type(a) is ip.DeviceArray and a.device == device
+            assert a.to_numpy().tobytes() == b.to_numpy().tobytes()
+        results[channels_last] = got[0].to_numpy()
+    # The same values in either layout (the data went in as laid out), up to the layouts' summation orders.
+    np.testing.assert_allclose(results[True], results[False], rtol=1e-5, atol=1e-6)
+
+
+def test_closed_device_array_of_a_known_layout_is_refused_as_before(checked_runs):
+    grad_y, x, w = (ip.DeviceArray.from_numpy(a, "cpu") for a in random_rms_inputs(4, 32, seed=0))
+    ip.rms_norm_backward(grad_y, x, w)
+    ip.rms_norm_backward(grad_y, x, w)  # known
+    checked_runs.clear()
+    x.close()
+    with pytest.raises(ip.ClosedError):
+        ip.rms_norm_backward(grad_y, x, w)
+    assert "x" in checked_runs  # the checked path said so, not the native call on freed memory
+
+
+def test_overlapping_out_of_a_known_device_array_layout_is_refused_naming_both(checked_runs):
+    grad_y, x, w = (ip.DeviceArray.from_numpy(a, "cpu") for a in random_rms_inputs(4, 32, seed=0))
+    out = (ip.DeviceArray((4, 32), np.float32, "cpu"), ip.DeviceArray((32,), np.float32, "cpu"))
+    ip.rms_norm_backward(grad_y, x, w, out=out)
+    ip.rms_norm_backward(grad_y, x, w, out=out)  # known
+    with pytest.raises(ip.BadParamError, match="grad_x: overlaps x"):
+        ip.rms_norm_backward(grad_y, x, w, out=(x, out[1]))

@@ -156,3 +156,28 @@ def test_unreferenced_objects_are_finalized_quietly():
             del operator, handle, desc
             gc.collect()
             assert not any(f.alive for f in finalizers)
+
+
+def test_closes_from_two_threads_both_wait_for_the_call_in_flight_and_destroy_once():
+    """close() makes its wait's Event only when a call is running; a second close() meanwhile must wait on the
+    same one (a new Event would never be set: a hang), and the native object is destroyed once, after the call."""
+    import threading
+
+    from infiniop_py._resource import NativeResource
+
+    destroyed = []
+    resource = NativeResource()
+    resource._own(object(), lambda pointer: destroyed.append(pointer) or 0, "destroy")
+    resource._begin_call()  # a native call in flight
+    closers = [threading.Thread(target=resource.close, daemon=True) for _ in range(2)]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(timeout=0.2)
+        assert closer.is_alive()  # waiting for the call
+    assert destroyed == []
+    resource._end_call()
+    for closer in closers:
+        closer.join(timeout=10)
+        assert not closer.is_alive()
+    assert len(destroyed) == 1 and resource.closed

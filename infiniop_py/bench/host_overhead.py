@@ -14,7 +14,10 @@ medians are reported, with their ratio:
   (_fused_rms_norm_backward where the device has it, else the autograd backward of rms_norm, as on the CPU;
   native_layer_norm_backward, native_batch_norm_backward) against
   infiniop_py.rms_norm_backward / layer_norm_backward / batch_norm_backward on the same device tensors, each
-  allocating its outputs.
+  allocating its outputs;
+- functional (DeviceArray): the same, ours on DeviceArrays holding the same data in the same layouts (the path of
+  arrays from other libraries, which arrive through DLPack or __cuda_array_interface__ and get DeviceArray
+  outputs), against the same torch op on torch tensors.
 
 Modules and data are in the row's dtype throughout (pure BF16: torch 2.11 refuses BF16 data with F32
 parameters in LayerNorm on CUDA).
@@ -43,7 +46,7 @@ CASES = (
     ("BatchNorm3d", "BatchNorm3d", (2, CHANNELS, 2, 2, 2), "channels-first"),
     ("BatchNorm3d", "BatchNorm3d", (2, CHANNELS, 2, 2, 2), "channels-last"),
 )
-MODES = ("forward", "forward+backward", "functional")
+MODES = ("forward", "forward+backward", "functional", "functional (DeviceArray)")
 
 
 def _laid_out(torch, tensor, layout):
@@ -87,11 +90,29 @@ def _module_runs(torch, class_name, shape, layout, dtype, device, mode):
             run_of(_module(torch, class_name, shape, dtype, device, ours=True)))
 
 
-def _functional_runs(torch, class_name, shape, layout, dtype, device):
-    """(stock, ours, what stock calls): torch's own backward op against this library's functional call, on the statistics that
-    torch's forward saved for the same data."""
+def _device_array(torch, tensor):
+    """A DeviceArray with ``tensor``'s data, dtype and (dense) layout, on the same device."""
+    import ml_dtypes
+    import numpy as np
+
+    import infiniop_py
+    from infiniop_py._ffi import ffi, libraries
+
+    host = tensor.detach().cpu()  # keeps a dense layout's strides
+    dtype = np.dtype(ml_dtypes.bfloat16) if tensor.dtype == torch.bfloat16 else np.dtype(str(tensor.dtype)[6:])
+    array = infiniop_py.DeviceArray(tuple(host.shape), dtype, "nvidia" if tensor.is_cuda else "cpu",
+                                    tensor.device.index or 0, host.stride())
+    array.buffer._copy(array.buffer._open_pointer(), ffi.cast("void *", host.data_ptr()),
+                       libraries().rt.INFINIRT_MEMCPY_H2D)
+    return array
+
+
+def _functional_runs(torch, class_name, shape, layout, dtype, device, device_arrays=False):
+    """(stock, ours, what stock calls): torch's own backward op against this library's functional call, on the
+    statistics that torch's forward saved for the same data; ``device_arrays``: ours on DeviceArrays of it."""
     import infiniop_py
 
+    mine = (lambda tensor: _device_array(torch, tensor)) if device_arrays else (lambda tensor: tensor)
     aten = torch.ops.aten
     generator = torch.Generator(device="cpu").manual_seed(0)
 
@@ -104,22 +125,26 @@ def _functional_runs(torch, class_name, shape, layout, dtype, device):
         # torch's fused backward where the device has one (CUDA), else the autograd backward of rms_norm (the CPU)
         stock, method = _torch_rms_norm_backward(torch, grad, x, weight)
         rstd_rows = (x.float().square().mean(-1) + 0.0).rsqrt()  # eps 0, as _torch_rms_norm_backward's
-        return stock, lambda: infiniop_py.rms_norm_backward(grad, x, weight, rstd=rstd_rows), method
+        arrays = [mine(tensor) for tensor in (grad, x, weight, rstd_rows)]
+        return stock, lambda: infiniop_py.rms_norm_backward(*arrays[:3], rstd=arrays[3]), method
     if class_name == "LayerNorm":
         weight, bias, normalized = random(shape[-1]), random(shape[-1]), [shape[-1]]
         _, mean, rstd = aten.native_layer_norm(x, normalized, weight, bias, 1e-5)
         mean_rows, rstd_rows = mean.reshape(shape[:-1]).float(), rstd.reshape(shape[:-1]).float()
+        ours_grad, ours_weight, ours_x, ours_mean, ours_rstd = map(mine, (grad, weight, x, mean_rows, rstd_rows))
         return (lambda: aten.native_layer_norm_backward(grad, x, normalized, mean, rstd, weight, bias,
                                                         [True, True, True]),
-                lambda: infiniop_py.layer_norm_backward(grad, weight, input=x, mean=mean_rows, rstd=rstd_rows),
+                lambda: infiniop_py.layer_norm_backward(ours_grad, ours_weight, input=ours_x, mean=ours_mean,
+                                                        rstd=ours_rstd),
                 "native_layer_norm_backward")
     weight, bias = random(shape[1]), random(shape[1])
     _, save_mean, save_invstd = aten.native_batch_norm(x, weight, bias, None, None, True, 0.1, 1e-5)
     mean32, invstd32 = save_mean.float(), save_invstd.float()  # 16-bit parameters: torch saves 16-bit statistics
+    ours_x, ours_grad, ours_weight, ours_mean, ours_invstd = map(mine, (x, grad, weight, mean32, invstd32))
     return (lambda: aten.native_batch_norm_backward(grad, x, weight, None, None, save_mean, save_invstd, True, 1e-5,
                                                     [True, True, True]),
-            lambda: infiniop_py.batch_norm_backward(x, grad, weight, None, None, eps=1e-5, save_mean=mean32,
-                                                    save_invstd=invstd32, training=True),
+            lambda: infiniop_py.batch_norm_backward(ours_x, ours_grad, ours_weight, None, None, eps=1e-5,
+                                                    save_mean=ours_mean, save_invstd=ours_invstd, training=True),
             "native_batch_norm_backward")
 
 
@@ -164,8 +189,9 @@ def run(repeats=7, dtypes=DTYPES, device="cpu", calls=None):
         for name, class_name, shape, layout in CASES:
             for dtype_name in dtypes:
                 dtype = getattr(torch, dtype_name)
-                if mode == "functional":
-                    *runs, method = _functional_runs(torch, class_name, shape, layout, dtype, device)
+                if mode.startswith("functional"):
+                    *runs, method = _functional_runs(torch, class_name, shape, layout, dtype, device,
+                                                     device_arrays=mode != "functional")
                 else:
                     runs = _module_runs(torch, class_name, shape, layout, dtype, device, mode)
                     method = f"torch.nn.{class_name}"
