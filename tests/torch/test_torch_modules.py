@@ -105,6 +105,41 @@ def test_layer_norm_matches_torch(shapes, dtype, parameter_dtype, affine, seed):
     assert_matches_torch(ours, theirs, x, grad_output, _row_scale(theirs, x, grad_output, rms=False))
 
 
+@pytest.mark.parametrize("dtype, parameter_dtype", [(torch.float32, "same"), (torch.bfloat16, torch.float32),
+                                                     (torch.bfloat16, "same"), (torch.float16, torch.float32)])
+@pytest.mark.parametrize("shape, normalized, affine", [((512, 1024), (1024,), "both"), ((2, 64, 48, 64), (48, 64), "both"),
+                                                       ((256, 2048), (2048,), "weight only"),
+                                                       ((512, 1024), (1024,), "none")])
+def test_layer_norm_on_this_librarys_forward_matches_torch(dtype, parameter_dtype, shape, normalized, affine):
+    """Shapes large enough for this library's CPU forward (ops._library_layer_norm_serves; smaller ones run
+    PyTorch's, the faster there): output within the bound of the float64 reference, gradients as torch's."""
+    from infiniop_py.torch import ops
+
+    generator = _seeded(29)
+    options = {"elementwise_affine": affine != "none", "bias": affine == "both"}
+    theirs = _with_parameters(torch.nn.LayerNorm(normalized, **options), dtype, parameter_dtype, generator)
+    ours = _with_parameters(ipt.LayerNorm(normalized, **options), dtype, parameter_dtype, generator)
+    x = _randn(shape, dtype, generator, 2.0, 1.0)
+    assert ops._library_layer_norm_serves(x, theirs.normalized_shape, theirs.weight, theirs.bias)
+    grad_output = _randn(x.shape, dtype, generator)
+    assert_matches_torch(ours, theirs, x, grad_output, _row_scale(theirs, x, grad_output, rms=False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_layer_norm_forward_is_the_librarys_from_its_measured_size_on(dtype):
+    """The CPU forward is PyTorch's below ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS (its call costs less there) and this
+    library's from there on; F64 and CUDA tensors always run PyTorch's."""
+    from infiniop_py.torch import ops
+
+    minimum = ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS[dtype]
+    weight, bias = torch.ones(256, dtype=dtype), torch.zeros(256, dtype=dtype)
+    for rows, served in ((minimum // 256 - 1, False), (minimum // 256, True), (1, False)):
+        x = torch.zeros(rows, 256, dtype=dtype)
+        assert ops._library_layer_norm_serves(x, (256,), weight, bias) is served, (rows, served)
+    assert not ops._library_layer_norm_serves(torch.zeros(minimum // 256, 256, dtype=torch.float64), (256,),
+                                              weight.double(), bias.double())
+
+
 BATCH_NORMS = {3: (torch.nn.BatchNorm1d, ipt.BatchNorm1d), 4: (torch.nn.BatchNorm2d, ipt.BatchNorm2d),
                5: (torch.nn.BatchNorm3d, ipt.BatchNorm3d)}
 
