@@ -7,12 +7,19 @@ both sides' gradients have the same bits.
 
     python scripts/ab.py A B --op layer_norm --dtype bfloat16 --shape 4096x4096 [--forward] [--processes 6]
                          [--calls 30] [--threads 2] [--after-copy] [--json]
+    python scripts/ab.py A B --device nvidia --op batch_norm --dtype float16 --shape 128x512x7x7
+                         [--layout channels_last] [--processes 2]
 
 A and B: a directory holding libinfiniop.so (set as INFINIOP_PY_LIBRARY_DIR), or `installed` for the library the
 package finds itself, each optionally followed by `:ISA` (INFINIOP_CPU_ISA), e.g. `installed:avx2`. Without
 --after-copy the calls run back to back (the data in the caches where it fits); with it each timed call follows a
 256 MiB copy and one untimed call, as the benchmark's rounds do. --forward times the op's forward (`bench --forward`'s
 case) instead of its backward. Each process reports the median of its calls.
+
+--device nvidia (GPU 0): the backward of `bench --device nvidia`'s case (BatchNorm: training, saved statistics, F32
+parameters, --layout), timed as that benchmark times it, in a CUDA graph of 10 calls (median of --calls replays, three
+times; the sample is their median): a kernel change measured in the library itself, against the build before it
+(scripts/prebuild_gpu_ab.sh packs builds for a GPU session; scripts/gpu_ab.sh runs this there).
 """
 
 import argparse
@@ -60,6 +67,32 @@ def _child(args):
             "copy_gbs": 2 * COPY_BYTES / statistics.median(copies) / 1e9, "bits": bits[:16]}
 
 
+def _child_nvidia(args):
+    """One process's sample on GPU 0: {median_s, min_s, copy_gbs, bits} of `bench --device nvidia`'s case."""
+    import infiniop_py as ip
+    from infiniop_py.bench import nvidia
+
+    torch = nvidia.require_cuda(0)
+    device = "cuda:0"
+    torch.cuda.set_device(device)
+    shape = tuple(int(size) for size in args.shape.split("x"))
+    stream = torch.cuda.Stream(device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    with ip.Handle("nvidia", 0) as handle, torch.cuda.stream(stream):
+        case = nvidia.GpuCase(torch, args.op, args.dtype, shape, handle, device, generator, args.layout, stream)
+        try:
+            runs = sorted(nvidia.graph_seconds(torch, case.ours, stream, replays=args.calls) for _ in range(3))
+            case.outputs()
+            stream.synchronize()
+            outputs = [t for t in case._tensors[:3] if t is not None]  # the gradients (RMSNorm: and grad_y)
+            bits = hashlib.sha256(b"".join(t.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
+                                           for t in outputs)).hexdigest()
+        finally:
+            case.close()
+    copy = nvidia.copy_bandwidth(torch, device, 5)
+    return {"median_s": runs[1], "min_s": runs[0], "copy_gbs": copy / 1e9, "bits": bits[:16]}
+
+
 def _environment(side, threads):
     directory, _, isa = side.partition(":")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -78,6 +111,7 @@ def _sample(side, args):
     command = [sys.executable, os.path.abspath(__file__), "--child", "--op", args.op, "--dtype", args.dtype,
                "--shape", args.shape, "--calls", str(args.calls), "--threads", str(args.threads)]
     command += [flag for flag, wanted in (("--after-copy", args.after_copy), ("--forward", args.forward)) if wanted]
+    command += ["--device", args.device, "--layout", args.layout]
     result = subprocess.run(command, env=_environment(side, args.threads), capture_output=True, text=True,
                             timeout=600)
     if result.returncode != 0:
@@ -95,7 +129,8 @@ def compare(args):
     a, b = ([s["median_s"] for s in samples[name]] for name in "AB")
     every = samples["A"] + samples["B"]
     return {
-        "case": f"{args.op} {args.dtype} {args.shape}", "forward": args.forward, "threads": args.threads,
+        "case": f"{args.op} {args.dtype} {args.shape}" + (f" {args.layout}" if args.op == "batch_norm" else ""),
+        "device": args.device, "forward": args.forward, "threads": args.threads,
         "after_copy": args.after_copy,
         "sides": sides, "samples": samples,
         "b_over_a_median": statistics.median(b) / statistics.median(a),
@@ -106,8 +141,11 @@ def compare(args):
 
 
 def format_report(report):
-    lines = [f"{report['case']}{' forward' if report['forward'] else ''}, {report['threads']} threads, "
-             f"{'each call after a 256 MiB copy' if report['after_copy'] else 'calls back to back'}"]
+    if report["device"] == "nvidia":
+        lines = [f"{report['case']} on the GPU, CUDA graphs of 10 calls"]
+    else:
+        lines = [f"{report['case']}{' forward' if report['forward'] else ''}, {report['threads']} threads, "
+                 f"{'each call after a 256 MiB copy' if report['after_copy'] else 'calls back to back'}"]
     for name, side in report["sides"].items():
         own = report["samples"][name]
         lines.append(f"{name} {side}: ms per process " + " ".join(f"{s['median_s'] * 1e3:.3f}" for s in own)
@@ -130,12 +168,17 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=30, help="timed calls per process (default 30)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
     parser.add_argument("--after-copy", action="store_true", help="each timed call after a 256 MiB copy")
-    parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward")
+    parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward (CPU)")
+    parser.add_argument("--device", choices=("cpu", "nvidia"), default="cpu")
+    parser.add_argument("--layout", choices=("channels_first", "channels_last"), default="channels_first",
+                        help="BatchNorm on nvidia: the data's layout")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.device == "nvidia" and args.forward:
+        parser.error("--forward: the CPU's only")
     if args.child:
-        print(json.dumps(_child(args)))
+        print(json.dumps((_child_nvidia if args.device == "nvidia" else _child)(args)))
         return 0
     if args.a is None or args.b is None:
         parser.error("A and B are required")

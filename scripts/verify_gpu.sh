@@ -15,6 +15,8 @@
 #            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
 #   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
 #            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
+#   ab       scripts/gpu_ab.sh, where gpu-ab/ was carried (scripts/prebuild_gpu_ab.sh): kernel changes timed in the
+#            library against the build before them (DIR/ab.txt, ab.json);
 #   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
 #            kernels, BF16 8192x8192 (the worst case of issue 53);
@@ -39,6 +41,8 @@
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 #      Only issue 53's kernel A/B (about 3 minutes, the build included):
 #        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=420).
+#      Only the A/B of packed library builds (gpu-ab/, scripts/prebuild_gpu_ab.sh; about 3 minutes):
+#        run(command="VERIFY_GPU_STEPS=ab bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=420).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
@@ -136,6 +140,7 @@ done
 step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
 step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
     --json "$out/bench_batch_norm.json"
+[[ -f gpu-ab/base.tar.xz ]] && step ab 200 bash scripts/gpu_ab.sh "$out"
 step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
 step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
 step ncu 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \

@@ -81,3 +81,36 @@ def test_prebuilt_libraries_of_other_sources_are_not_taken(tree_with_gpu_lib):
     assert "gpu-lib/ is stale or does not load here: building" in report, report[-3000:]
     assert "== build (limit 240 s)" in report and done.returncode == 1
     assert not (tree_with_gpu_lib / "infiniop_py" / "lib").exists()
+
+
+def test_gpu_ab_unpacks_each_build_and_reports_every_case(tmp_path):
+    """scripts/gpu_ab.sh with a base and one variant packed as scripts/prebuild_gpu_ab.sh packs them: it names each
+    build's revision and runs scripts/ab.py --device nvidia per case of gpu-ab/CASES; without a GPU each case fails,
+    saying why, and the script exits non-zero with an empty ab.json."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("copies the repository's tracked files: needs git and a checkout")
+    tree = _tracked_copy(tmp_path / "repo")
+    library_dir = pathlib.Path(infiniop_py.library_path()).parent
+    (tree / "gpu-ab").mkdir()
+    for name in ("base", "variant"):
+        staged = tmp_path / name
+        staged.mkdir()
+        for library in ("libinfiniop.so", "libinfinirt.so"):
+            shutil.copy2(library_dir / library, staged / library)
+        (staged / "REVISION").write_text(f"0000000 the {name} build\n")
+        subprocess.run(["tar", "-C", str(staged), "-cJf", str(tree / "gpu-ab" / f"{name}.tar.xz"), "libinfiniop.so",
+                        "libinfinirt.so", "REVISION"], check=True)
+    (tree / "gpu-ab" / "CASES").write_text("# one case\n--op batch_norm --dtype float16 --shape 4x8x7x7\n")
+    env = {key: value for key, value in os.environ.items() if key not in ("INFINIOP_PY_LIBRARY_DIR", "OUT")}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(tree)
+    done = subprocess.run(["bash", "scripts/gpu_ab.sh", str(tree / "report")], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=300)
+    report = (tree / "report" / "ab.txt").read_text()
+    assert "base: 0000000 the base build" in report and "variant: 0000000 the variant build" in report
+    assert "== variant against base: --op batch_norm --dtype float16 --shape 4x8x7x7" in report
+    torch_has_cuda = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
+                                    capture_output=True).returncode == 0
+    if not torch_has_cuda:
+        assert done.returncode == 1 and "cannot use CUDA" in report and "failed" in report
+        assert (tree / "report" / "ab.json").read_text().strip() == "[]"
