@@ -15,9 +15,9 @@
 #            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
 #   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
 #            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
+#   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   ab       scripts/gpu_ab.sh, where gpu-ab/ was carried (scripts/prebuild_gpu_ab.sh): kernel changes timed in the
 #            library against the build before them (DIR/ab.txt, ab.json);
-#   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
 #            kernels, BF16 8192x8192 (the worst case of issue 53);
 #   variants scripts/gpu_variants.sh: issue 53's A/B of the RMSNorm backward row kernel, the library's against
@@ -140,9 +140,9 @@ done
 step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
 step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
     --json "$out/bench_batch_norm.json"
-[[ -f gpu-ab/base.tar.xz ]] && step ab 200 bash scripts/gpu_ab.sh "$out"
 step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
 step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
+[[ -f gpu-ab/base.tar.xz ]] && step ab 200 bash scripts/gpu_ab.sh "$out"
 step ncu 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --kernel-name regex:'onePass|splitOutput|chunkSums|rowSums|sumPartials' python3 -c "
 import torch, infiniop_py as ip
