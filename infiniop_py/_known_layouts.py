@@ -15,9 +15,9 @@ The whole path costs a few microseconds, most of it one ffi.from_buffer per arra
 to be cheap: see compile_run.
 
 Torch tensors (torch.Tensor, nn.Parameter) of any layout the native op takes as it is, on the CPU or CUDA, get
-entries of their own after a checked run on them, under a key of their own, built only where the numpy lookup
-missed: per tensor its type, dtype, shape, strides, device (type and index) and negative bit, and for an output
-whether it requires grad. So another device, dtype or layout never reuses a wrong entry, and a tensor the checked
+entries of their own after a checked run on them, under a key of their own (each kind's key is built only where the
+first input is of that kind): per tensor its type, dtype, shape, strides, device (type and index) and negative bit,
+and for an output whether it requires grad. So another device, dtype or layout never reuses a wrong entry, and a tensor the checked
 path must decide (the negative bit, an output requiring grad) finds none: those are never remembered. The stream is
 no part of the layout: each CUDA call reads torch's current stream on the tensors' device, and takes its workspace
 from torch's caching allocator, which hands a block to another stream only after this one's work on it (and, under
@@ -142,9 +142,10 @@ def run(inputs, out, options, wanted):
     runner = pointers = None
     try:
         if out is None:
-            runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
-            if runner is not None:
-                pointers = [{pointers(inputs, False)}]
+            if type(in0) is ndarray:  # numpy entries hold exact ndarrays only: no key to build for other arrays
+                runner = get_runner((op, options, wanted, True, {layouts(inputs)}))
+                if runner is not None:
+                    pointers = [{pointers(inputs, False)}]
             elif type(in0) is device_array:
                 runner = get_device_array_runner((op, options, wanted, True, {device_array_layouts(inputs)}))
                 if runner is not None:
@@ -155,9 +156,10 @@ def run(inputs, out, options, wanted):
                     pointers = [{torch_pointers(inputs)}]
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
-            runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
-            if runner is not None:
-                pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
+            if type(in0) is ndarray:
+                runner = get_runner((op, options, wanted, False, {layouts(outputs)}, {layouts(inputs)}))
+                if runner is not None:
+                    pointers = [{pointers(outputs, True)}, {pointers(inputs, False)}]
             elif type(in0) is device_array:
                 runner = get_device_array_runner((op, options, wanted, False, {device_array_layouts(outputs)},
                                                   {device_array_layouts(inputs)}))
@@ -181,7 +183,7 @@ def run(inputs, out, options, wanted):
 """
     namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
                  "null": ffi.NULL, "torch_runners": _torch_runners, "get_torch_runner": _torch_runners.get,
-                 "cast": ffi.cast, "void_pointer": _VOID_POINTER, "device_array": DeviceArray,
+                 "cast": ffi.cast, "void_pointer": _VOID_POINTER, "ndarray": np.ndarray, "device_array": DeviceArray,
                  "get_device_array_runner": _device_array_runners.get}
     exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
     return namespace["run"]
