@@ -178,3 +178,24 @@ def test_rms_norm_composite_is_torchs_mixed_dtype_forward(dtype, shape, normaliz
     fused_rstd = torch.ops.aten._fused_rms_norm(x, normalized, w, eps)[1]
     assert rstd.dtype == fused_rstd.dtype and rstd.shape == fused_rstd.shape
     torch.testing.assert_close(rstd, fused_rstd, rtol=2e-7, atol=0)
+
+
+def test_batch_packed_agrees_with_its_definition_on_every_permuted_layout():
+    """ops._batch_packed (torch's channels-last checks for ranks 4 and 5) against its definition, channels-first
+    contiguous or contiguous with C moved last, on every dim order of shapes with size-1 dims (whose strides both
+    rules ignore), ranks 3 to 5."""
+    import itertools
+
+    from infiniop_py.torch import ops
+
+    checked = 0
+    for shape in [(2, 3, 1), (1, 2, 3), *itertools.product((1, 2), (1, 3), (1, 2), (2, 3)),
+                  *itertools.product((1, 2), (1, 3), (1, 2), (2,), (1, 3))]:
+        for order in itertools.permutations(range(len(shape))):
+            inverse = sorted(range(len(order)), key=order.__getitem__)
+            tensor = torch.empty([shape[dim] for dim in order]).permute(inverse)  # memory in `order`'s order
+            assert tuple(tensor.shape) == shape
+            definition = tensor.is_contiguous() or tensor.movedim(1, -1).is_contiguous()
+            assert ops._batch_packed(tensor) == definition, (shape, tensor.stride())
+            checked += definition
+    assert checked > 0
