@@ -69,6 +69,20 @@ def _leading(input, normalized_shape):
     return input.shape[:input.dim() - len(normalized_shape)]
 
 
+def _new_statistic(leading, dtype):
+    """An empty per-row statistic of the leading shape (torch.empty(*sizes) takes 0.8 us, torch.empty(torch.Size)
+    1.6; no sizes at all: a 0-dim one)."""
+    return torch.empty(*leading, dtype=dtype) if leading else torch.empty((), dtype=dtype)
+
+
+def _kept_dims(statistic, normalized_dims):
+    """A per-row statistic shaped as PyTorch's forwards save it: the leading dims, then a 1 per normalized dim
+    (unsqueeze takes 0.8 us, view(torch.Size) 1.9)."""
+    if normalized_dims == 1:
+        return statistic.unsqueeze(-1)
+    return statistic.view(statistic.shape + (1,) * normalized_dims)
+
+
 def _same_layout(tensor, like):
     """``tensor`` with ``like``'s strides (both dense), copied only where they differ."""
     if tensor.stride() == like.stride():
@@ -282,9 +296,9 @@ def _library_rms_norm(input, normalized_shape, weight, eps):
         eps = torch.finfo(statistics_dtype).eps
     leading = _leading(input, normalized_shape)
     output = torch.empty_like(input)
-    rstd = torch.empty(leading, dtype=statistics_dtype)
+    rstd = _new_statistic(leading, statistics_dtype)
     _RMS_NORM_FORWARD.run((input, weight), (output, rstd), (float(eps),), (True, True))
-    return output, rstd.view(leading + (1,) * len(normalized_shape))
+    return output, _kept_dims(rstd, len(normalized_shape))
 
 
 def _torch_rms_norm(input, normalized_shape, weight, eps):
@@ -379,12 +393,13 @@ def _library_layer_norm_serves(input, normalized_shape, weight, bias):
 
 
 # The data dtypes whose CPU forward is this library's, from these sizes on (docs/performance.md, bench --forward and
-# --training). Below them PyTorch's forward is the faster in a module's call: ours costs about 12 us more of Python
-# (the call, three outputs, the statistics' views) where both kernels take a few. Measured on the project's 2-core
-# EPYC, 2026-11-29, module forward with requires_grad, ours / PyTorch's: F32 1.09 at 262144 elements and 0.94 at
-# 393216 on 2 threads (one thread: 1.09 at 131072, 0.94 at 196608); BF16 1.01 at 131072 (one thread: 0.98 at
-# 65536); F16 1.02 at 196608 (1.00 at 98304). The 2-thread crossings: more threads speed PyTorch's small calls.
-_LIBRARY_LAYER_NORM_MIN_ELEMENTS = {torch.float32: 262144, torch.bfloat16: 131072, torch.float16: 196608}
+# --training). Below them PyTorch's forward is the faster in a module's call: ours costs about 8 us more of Python
+# (the call, three outputs, the statistics' shapes) where both kernels take a few. Measured on the project's 2-core
+# EPYC, 2026-11-29, module forward with requires_grad, ours / PyTorch's, 2 threads (one thread): F32 1.16 (0.96) at
+# 131072 elements, 1.02 (0.85) at 196608, 0.96 (0.80) at 262144; BF16 1.00 (0.84) at 65536, 0.91 (0.74) at 98304;
+# F16 1.09 (0.98) at 65536, 1.00 (0.82) at 131072, 0.89 (0.75) at 196608. The 2-thread crossings: more threads
+# speed PyTorch's small calls more than ours.
+_LIBRARY_LAYER_NORM_MIN_ELEMENTS = {torch.float32: 196608, torch.bfloat16: 65536, torch.float16: 131072}
 
 
 def _library_layer_norm(input, normalized_shape, weight, bias, eps):
@@ -392,10 +407,9 @@ def _library_layer_norm(input, normalized_shape, weight, bias, eps):
     leading = _leading(input, normalized_shape)
     statistics_dtype = _statistics_dtype(input.dtype)
     output = torch.empty_like(input)
-    mean, rstd = torch.empty(leading, dtype=statistics_dtype), torch.empty(leading, dtype=statistics_dtype)
+    mean, rstd = _new_statistic(leading, statistics_dtype), _new_statistic(leading, statistics_dtype)
     _LAYER_NORM_FORWARD.run((input, weight, bias), (output, mean, rstd), (float(eps),), (True, True, True))
-    kept = leading + (1,) * len(normalized_shape)
-    return output, mean.view(kept), rstd.view(kept)
+    return output, _kept_dims(mean, len(normalized_shape)), _kept_dims(rstd, len(normalized_shape))
 
 
 @layer_norm.register_fake
