@@ -36,7 +36,8 @@ def test_the_summary_and_different_bits(monkeypatch):
 
     monkeypatch.setattr(module, "_sample", sample)
     args = module.argparse.Namespace(a="A", b="B", processes=3, op="rms_norm", dtype="float32", shape="4x4",
-                                     threads=2, after_copy=False, forward=False)
+                                     threads=2, after_copy=False, forward=False, device="cpu",
+                                     layout="channels_first")
     report = module.compare(args)
     assert order == ["A", "B", "B", "A", "A", "B"]  # ABBA...: neither side always runs first
     assert report["b_over_a_median"] == pytest.approx(1.5 / 3.0)
@@ -49,3 +50,16 @@ def test_the_summary_and_different_bits(monkeypatch):
 def test_a_directory_without_the_library_is_named(tmp_path):
     with pytest.raises(SystemExit, match="no libinfiniop.so"):
         load_script("ab")._environment(f"{tmp_path}:avx2", 2)
+
+
+def test_a_gpu_report_names_the_layout_and_its_timing(monkeypatch):
+    module = load_script("ab")
+    monkeypatch.setattr(module, "_sample", lambda side, args: {"median_s": 1e-5, "min_s": 1e-5, "copy_gbs": 4000.0,
+                                                               "bits": "same"})
+    args = module.argparse.Namespace(a="A", b="B", processes=1, op="batch_norm", dtype="float16", shape="8x4x7x7",
+                                     threads=2, after_copy=False, forward=False, device="nvidia",
+                                     layout="channels_last")
+    report = module.compare(args)
+    assert report["case"] == "batch_norm float16 8x4x7x7 channels_last" and report["same_bits"]
+    assert module.format_report(report).splitlines()[0] == ("batch_norm float16 8x4x7x7 channels_last on the GPU, "
+                                                            "CUDA graphs of 10 calls")
