@@ -54,19 +54,6 @@ def _layout(array):
     return None if array is None else (type(array), array.dtype, array.shape)
 
 
-def key(op, options, wanted, out, inputs):
-    """The fast-path key of a call (the one compile_run's functions build, in plain form), or None for a
-    call no entry can match: out= neither None nor a tuple or list, or an argument without numpy's attributes.
-    ``op``: the functional op (its Signature); ``options``, ``wanted``: tuples of its option values and of
-    which outputs are computed."""
-    if out is not None and type(out) is not tuple and type(out) is not list:
-        return None
-    try:
-        return (op, options, wanted, out is None, *map(_layout, (*(out or ()), *inputs)))
-    except AttributeError:
-        return None
-
-
 def _torch_layout(tensor, written=False):
     if tensor is None:
         return None
@@ -74,16 +61,8 @@ def _torch_layout(tensor, written=False):
     return (*layout, tensor.requires_grad) if written else layout
 
 
-def torch_key(op, options, wanted, out, inputs):
-    """The fast-path key of a call on torch tensors (see key), or None where out= is neither None nor a tuple or
-    list, or an argument lacks torch's attributes."""
-    if out is not None and type(out) is not tuple and type(out) is not list:
-        return None
-    try:
-        return (op, options, wanted, out is None, *(_torch_layout(array, True) for array in out or ()),
-                *map(_torch_layout, inputs))
-    except (AttributeError, TypeError):
-        return None
+def _torch_output_layout(tensor):
+    return _torch_layout(tensor, written=True)
 
 
 def _device_array_layout(array):
@@ -92,15 +71,33 @@ def _device_array_layout(array):
     return (type(array), array.dtype, array.shape, array.strides, array.buffer.device, array.buffer.device_id)
 
 
-def device_array_key(op, options, wanted, out, inputs):
-    """The fast-path key of a call on DeviceArrays (see key), or None where out= is neither None nor a tuple or
-    list, or an argument lacks a DeviceArray's attributes."""
+def _call_key(output_layout, input_layout, op, options, wanted, out, inputs):
+    """(op, options, wanted, whether out= is absent, each output's layout, each input's layout), or None for a call
+    no entry can match: out= neither None nor a tuple or list, or an argument without the attributes its kind's
+    layout reads (or one that raises TypeError: a torch attribute of something else)."""
     if out is not None and type(out) is not tuple and type(out) is not list:
         return None
     try:
-        return (op, options, wanted, out is None, *map(_device_array_layout, (*(out or ()), *inputs)))
-    except AttributeError:
+        return (op, options, wanted, out is None, *map(output_layout, out or ()), *map(input_layout, inputs))
+    except (AttributeError, TypeError):
         return None
+
+
+def key(op, options, wanted, out, inputs):
+    """The fast-path key of a call on numpy arrays (the one compile_run's functions build, in plain form), or None
+    (see _call_key). ``op``: the functional op (its Signature); ``options``, ``wanted``: tuples of its option
+    values and of which outputs are computed."""
+    return _call_key(_layout, _layout, op, options, wanted, out, inputs)
+
+
+def torch_key(op, options, wanted, out, inputs):
+    """The fast-path key of a call on torch tensors (see key): outputs also hold whether they require grad."""
+    return _call_key(_torch_output_layout, _torch_layout, op, options, wanted, out, inputs)
+
+
+def device_array_key(op, options, wanted, out, inputs):
+    """The fast-path key of a call on DeviceArrays (see key)."""
+    return _call_key(_device_array_layout, _device_array_layout, op, options, wanted, out, inputs)
 
 
 def compile_run(op, output_count, input_count, checked_run):
