@@ -261,7 +261,7 @@ def _device_array_runner(operator, out):
     new_outputs = [None if array is None else functools.partial(
         DeviceArray, array.shape, array.dtype, array.device, array.device_id,
         None if array.strides == contiguous_strides(array.shape) else array.strides) for array in out]
-    return _runner(operator, new_outputs, _device_array_pointer, spare_workspaces=operator._spares_on(ffi.NULL))
+    return _runner(operator, new_outputs, _device_array_pointer)
 
 
 def _device_array_pointer(array):
@@ -272,21 +272,20 @@ def _torch_pointer(tensor):
     return ffi.cast(_VOID_POINTER, tensor.data_ptr())
 
 
-def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None, spare_workspaces=None):
+def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None):
     """run(out, pointers) of one known layout: ``pointers`` of the arrays in C order (those of the outputs only
     where ``out`` is given; else fresh outputs are made by ``new_outputs``: per output, a function of no
     arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
     None where the checked path must decide. ``stream_of``: None (the CPU), or a function giving the stream's
-    address for each call; ``new_workspace``: None (the operator's spare workspaces serve), or a function giving
-    a fresh torch tensor of workspace_size bytes per call; ``spare_workspaces``: the list of the operator's own
-    workspaces to take from (default: the CPU's)."""
+    address for each call; ``new_workspace``: None (the operator's spare workspaces of the default stream serve:
+    the CPU's, or a GPU's for DeviceArrays), or a function giving a fresh torch tensor of workspace_size bytes per
+    call."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
     # stays open: the functional caches never close theirs (nobody else holds them), this closure keeps it alive,
     # and finalizers do not run at exit (_resource.py), so no call needs close()'s wait.
     native, run_native, workspace_size = operator._pointer, operator._run_native, operator.workspace_size
     take_workspace = operator._take_workspace
-    if spare_workspaces is None:
-        spare_workspaces = operator._spare_workspaces
+    spare_workspaces = None if new_workspace is not None else operator._spares_on(ffi.NULL)
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
     null, cast, void_pointer = ffi.NULL, ffi.cast, _VOID_POINTER

@@ -92,14 +92,13 @@ def _module_runs(torch, class_name, shape, layout, dtype, device, mode):
 
 def _device_array(torch, tensor):
     """A DeviceArray with ``tensor``'s data, dtype and (dense) layout, on the same device."""
-    import ml_dtypes
-    import numpy as np
-
     import infiniop_py
     from infiniop_py._ffi import ffi, libraries
 
+    from .cpu import _numpy_dtype
+
     host = tensor.detach().cpu()  # keeps a dense layout's strides
-    dtype = np.dtype(ml_dtypes.bfloat16) if tensor.dtype == torch.bfloat16 else np.dtype(str(tensor.dtype)[6:])
+    dtype = _numpy_dtype(str(tensor.dtype).replace("torch.", ""))  # as tensors.py names a torch dtype
     array = infiniop_py.DeviceArray(tuple(host.shape), dtype, "nvidia" if tensor.is_cuda else "cpu",
                                     tensor.device.index or 0, host.stride())
     array.buffer._copy(array.buffer._open_pointer(), ffi.cast("void *", host.data_ptr()),

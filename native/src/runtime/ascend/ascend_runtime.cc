@@ -17,8 +17,6 @@ infiniStatus_t withAcl(Body &&body) {
     return body(*acl);
 }
 
-infiniStatus_t statusOf(int acl_code) { return acl_code == 0 ? INFINI_STATUS_SUCCESS : ascend::fromAcl(acl_code); }
-
 infiniStatus_t getDeviceCount(int *count) {
     const Api *acl;
     if (ascend::api(&acl) != INFINI_STATUS_SUCCESS) {
@@ -36,12 +34,12 @@ infiniStatus_t setDevice(int device_id) {
         uint32_t n = 0;
         ACL_CHECK(acl.aclrtGetDeviceCount(&n));
         if (static_cast<uint32_t>(device_id) >= n) return INFINI_STATUS_DEVICE_NOT_FOUND;
-        return statusOf(acl.aclrtSetDevice(device_id));
+        return ascend::fromAcl(acl.aclrtSetDevice(device_id));
     });
 }
 
 infiniStatus_t synchronize() {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeDevice()); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtSynchronizeDevice()); });
 }
 
 infiniStatus_t streamCreate(infinirtStream_t *stream) {
@@ -57,16 +55,16 @@ infiniStatus_t streamCreate(infinirtStream_t *stream) {
 infiniStatus_t streamDestroy(infinirtStream_t stream) {
     return withAcl([&](const Api &acl) {
         ACL_CHECK(acl.aclrtSynchronizeStream(stream));
-        return statusOf(acl.aclrtDestroyStream(stream));
+        return ascend::fromAcl(acl.aclrtDestroyStream(stream));
     });
 }
 
 infiniStatus_t streamSynchronize(infinirtStream_t stream) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeStream(stream)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtSynchronizeStream(stream)); });
 }
 
 infiniStatus_t streamWaitEvent(infinirtStream_t stream, infinirtEvent_t event) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtStreamWaitEvent(stream, event)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtStreamWaitEvent(stream, event)); });
 }
 
 infiniStatus_t eventCreate(infinirtEvent_t *event) {
@@ -79,7 +77,7 @@ infiniStatus_t eventCreate(infinirtEvent_t *event) {
 }
 
 infiniStatus_t eventRecord(infinirtEvent_t event, infinirtStream_t stream) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtRecordEvent(event, stream)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtRecordEvent(event, stream)); });
 }
 
 infiniStatus_t eventQuery(infinirtEvent_t event, infinirtEventStatus_t *status) {
@@ -92,21 +90,21 @@ infiniStatus_t eventQuery(infinirtEvent_t event, infinirtEventStatus_t *status) 
 }
 
 infiniStatus_t eventSynchronize(infinirtEvent_t event) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtSynchronizeEvent(event)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtSynchronizeEvent(event)); });
 }
 
 infiniStatus_t eventDestroy(infinirtEvent_t event) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtDestroyEvent(event)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtDestroyEvent(event)); });
 }
 
 // aclrtMalloc refuses size 0; a minimal block keeps malloc(0)/free symmetric.
 infiniStatus_t allocate(void **ptr, size_t size) {
     return withAcl(
-        [&](const Api &acl) { return statusOf(acl.aclrtMalloc(ptr, size == 0 ? 32 : size, ACL_MEM_MALLOC_HUGE_FIRST)); });
+        [&](const Api &acl) { return ascend::fromAcl(acl.aclrtMalloc(ptr, size == 0 ? 32 : size, ACL_MEM_MALLOC_HUGE_FIRST)); });
 }
 
 infiniStatus_t allocateHost(void **ptr, size_t size) {
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMallocHost(ptr, size == 0 ? 32 : size)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtMallocHost(ptr, size == 0 ? 32 : size)); });
 }
 
 // aclrtFree / aclrtFreeHost give memory back at once, while queued work may still use it. Like cudaFree, and
@@ -114,14 +112,14 @@ infiniStatus_t allocateHost(void **ptr, size_t size) {
 infiniStatus_t release(void *ptr) {
     return withAcl([&](const Api &acl) {
         ACL_CHECK(acl.aclrtSynchronizeDevice());
-        return statusOf(acl.aclrtFree(ptr));
+        return ascend::fromAcl(acl.aclrtFree(ptr));
     });
 }
 
 infiniStatus_t releaseHost(void *ptr) {
     return withAcl([&](const Api &acl) {
         ACL_CHECK(acl.aclrtSynchronizeDevice());
-        return statusOf(acl.aclrtFreeHost(ptr));
+        return ascend::fromAcl(acl.aclrtFreeHost(ptr));
     });
 }
 
@@ -130,19 +128,19 @@ aclrtMemcpyKind kindOf(infinirtMemcpyKind_t kind) { return static_cast<aclrtMemc
 
 infiniStatus_t copy(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMemcpy(dst, size, src, size, kindOf(kind))); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtMemcpy(dst, size, src, size, kindOf(kind))); });
 }
 
 infiniStatus_t copyAsync(void *dst, const void *src, size_t size, infinirtMemcpyKind_t kind,
                          infinirtStream_t stream) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
     return withAcl(
-        [&](const Api &acl) { return statusOf(acl.aclrtMemcpyAsync(dst, size, src, size, kindOf(kind), stream)); });
+        [&](const Api &acl) { return ascend::fromAcl(acl.aclrtMemcpyAsync(dst, size, src, size, kindOf(kind), stream)); });
 }
 
 infiniStatus_t fill(void *ptr, int value, size_t size) {
     if (size == 0) return INFINI_STATUS_SUCCESS;
-    return withAcl([&](const Api &acl) { return statusOf(acl.aclrtMemset(ptr, size, value, size)); });
+    return withAcl([&](const Api &acl) { return ascend::fromAcl(acl.aclrtMemset(ptr, size, value, size)); });
 }
 
 } // namespace
