@@ -22,6 +22,7 @@ path must decide (the negative bit, an output requiring grad) finds none: those 
 no part of the layout: each CUDA call reads torch's current stream on the tensors' device, and takes its workspace
 from torch's caching allocator, which hands a block to another stream only after this one's work on it (and, under
 CUDA-graph capture, from the graph's pool); the operator's spare workspaces, one list for all streams, serve the CPU.
+Their data and the stream go to the native run as the integers torch gives (_ffi.by_address), not cast to void *.
 
 DeviceArrays (the package's own arrays, and the outputs that arrays of other libraries get) have entries of their
 own too, looked up where the first input is a DeviceArray: per array its type, dtype, shape, strides, device and
@@ -124,7 +125,7 @@ def compile_run(op, output_count, input_count, checked_run):
                          f"{name}.device, {name}.is_neg(){requires_grad.format(name=name)})" for name in names)
 
     def torch_pointers(names):
-        return ", ".join(f"null if {name} is None else cast(void_pointer, {name}.data_ptr())" for name in names)
+        return ", ".join(f"0 if {name} is None else {name}.data_ptr()" for name in names)  # see _ffi.by_address
 
     def device_array_layouts(names):
         return ", ".join(f"None if {name} is None else (type({name}), {name}.dtype, {name}.shape, {name}.strides, "
@@ -180,7 +181,7 @@ def run(inputs, out, options, wanted):
 """
     namespace = {"op": op, "checked_run": checked_run, "get_runner": _runners.get, "from_buffer": ffi.from_buffer,
                  "null": ffi.NULL, "torch_runners": _torch_runners, "get_torch_runner": _torch_runners.get,
-                 "cast": ffi.cast, "void_pointer": _VOID_POINTER, "ndarray": np.ndarray, "device_array": DeviceArray,
+                 "ndarray": np.ndarray, "device_array": DeviceArray,
                  "get_device_array_runner": _device_array_runners.get}
     exec(compile(source, f"<functional fast path of {op}>", "exec"), namespace)
     return namespace["run"]
@@ -243,15 +244,21 @@ def _torch_runner(operator, out, arrays):
                                                                 array.stride(), dtype=array.dtype, device=device)
                    for array in out]
     if device.type == "cpu":
-        return _runner(operator, new_outputs, _torch_pointer)
-    index, current_stream = device.index, torch.cuda.current_stream
+        return _runner(operator, new_outputs, _torch_address, addresses=True)
+    # Per call, not cached: the caller may switch streams between calls (torch.cuda.stream). torch's raw getter
+    # (the one its compiled code calls) gives the address without making a Stream object.
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw_stream is not None:
+        stream_of = functools.partial(raw_stream, device.index)
+    else:
+        index, current_stream = device.index, torch.cuda.current_stream
 
-    def stream_of():  # per call, not cached: the caller may switch streams between calls (torch.cuda.stream)
-        return current_stream(index).cuda_stream
+        def stream_of():
+            return current_stream(index).cuda_stream
 
     # Stream-ordered and capture-safe, where the operator's spare list would be shared by all streams.
     new_workspace = functools.partial(torch.empty, operator.workspace_size, dtype=torch.uint8, device=device)
-    return _runner(operator, new_outputs, _torch_pointer, stream_of, new_workspace)
+    return _runner(operator, new_outputs, _torch_address, stream_of, new_workspace, addresses=True)
 
 
 def _device_array_runner(operator, out):
@@ -268,35 +275,38 @@ def _device_array_pointer(array):
     return array.buffer._open_pointer()
 
 
-def _torch_pointer(tensor):
-    return ffi.cast(_VOID_POINTER, tensor.data_ptr())
+def _torch_address(tensor):
+    return tensor.data_ptr()
 
 
-def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None):
+def _runner(operator, new_outputs, pointer_of, stream_of=None, new_workspace=None, addresses=False):
     """run(out, pointers) of one known layout: ``pointers`` of the arrays in C order (those of the outputs only
     where ``out`` is given; else fresh outputs are made by ``new_outputs``: per output, a function of no
     arguments, or None where not wanted, and pointed to by ``pointer_of``), then the native call; the outputs, or
     None where the checked path must decide. ``stream_of``: None (the CPU), or a function giving the stream's
     address for each call; ``new_workspace``: None (the operator's spare workspaces of the default stream serve:
     the CPU's, or a GPU's for DeviceArrays), or a function giving a fresh torch tensor of workspace_size bytes per
-    call."""
+    call; ``addresses``: whether the pointers and the stream are integer addresses (torch's; see _ffi.by_address),
+    not cdata."""
     # Taken once: each attribute lookup or bound method made per call costs tens of nanoseconds. The operator
     # stays open: the functional caches never close theirs (nobody else holds them), this closure keeps it alive,
     # and finalizers do not run at exit (_resource.py), so no call needs close()'s wait.
-    native, run_native, workspace_size = operator._pointer, operator._run_native, operator.workspace_size
+    native, workspace_size = operator._pointer, operator.workspace_size
+    run_native = operator._run_native_by_address() if addresses else operator._run_native
     take_workspace = operator._take_workspace
     spare_workspaces = None if new_workspace is not None else operator._spares_on(ffi.NULL)
     tensor_count = len(operator.layouts)  # without the Ex run, trailing absent tensors are not passed
     run_name = f"infiniop{operator._c_name}"
     null, cast, void_pointer = ffi.NULL, ffi.cast, _VOID_POINTER
+    absent = 0 if addresses else null  # an absent tensor's pointer, and the CPU's stream
 
     def run(out, pointers):
         if out is None:
             out = tuple([None if new is None else new() for new in new_outputs])
-            pointers[:0] = [null if array is None else pointer_of(array) for array in out]
+            pointers[:0] = [absent if array is None else pointer_of(array) for array in out]
         if len(pointers) > tensor_count:
             del pointers[tensor_count:]
-        stream = null if stream_of is None else cast(void_pointer, stream_of())
+        stream = absent if stream_of is None else stream_of()
         if not workspace_size:
             status = run_native(native, null, 0, *pointers, stream)
         elif new_workspace is not None:

@@ -13,7 +13,7 @@ import numpy as np
 from . import dtypes
 from ._aliasing import require_no_aliasing
 from ._device_memory import DeviceBuffer
-from ._ffi import ffi, libraries
+from ._ffi import by_address, ffi, libraries
 from ._layout import TensorSpec, contiguous_strides, significant_strides
 from ._resource import NativeResource
 from .errors import (BadParamError, BadTensorDtypeError, BadTensorShapeError, BadTensorStridesError, ClosedError,
@@ -148,8 +148,10 @@ class Operator(NativeResource):
         self.workspace_size = int(size[0])
         run_name = f"infiniop{self._c_name}Ex" if ex_run else f"infiniop{self._c_name}"
         self._run_native = getattr(op, run_name)
+        self._run_name, self._seed_order = run_name, None
         if not ex_run and self._seed_names is not None:
-            self._run_native = self._seed_run_of(self._run_native, list(descs), self._seed_names)
+            self._seed_order = list(descs)
+            self._run_native = self._seed_run_of(self._run_native, self._seed_order, self._seed_names)
         # Idle workspaces as (owner, address) pairs; list.pop/append are atomic, so concurrent calls never share one.
         # On a device, one list per stream (address -> list; _spares_on).
         self._spare_workspaces = []
@@ -179,6 +181,11 @@ class Operator(NativeResource):
     def _seed_tensor_names(self, names):
         """The names of the seed create's and run's tensors, in their order, of all the tensors' ``names``."""
         return list(self._seed_names) if self._seed_names is not None else list(names)[:self._seed_count]
+
+    def _run_native_by_address(self):
+        """_run_native taking the tensors' data and the stream as integer addresses (_ffi.by_address)."""
+        run = by_address(getattr(libraries().op, self._run_name))
+        return run if self._seed_order is None else self._seed_run_of(run, self._seed_order, self._seed_names)
 
     @staticmethod
     def _seed_run_of(seed_run, names, seed_names):

@@ -93,3 +93,19 @@ def test_every_declared_function_is_in_the_loaded_library(name):
     _, op, rt = native()
     library = rt if name.startswith("infinirt") else op
     assert getattr(library, name) is not None
+
+
+def test_by_address_types_only_the_pointers_after_descriptor_and_workspace_as_addresses():
+    """The torch fast path's run functions (_ffi.by_address): the descriptor and the workspace stay pointers, sizes
+    and other scalars keep their types, and every later pointer (the tensors' data, the stream) is a uintptr_t, the
+    integer that a void * is passed as."""
+    _, op, _ = native()
+    ffi = _ffi.ffi
+    run = ffi.typeof(op.infiniopBatchNormBackwardElementwiseEx)
+    addressed = ffi.typeof(_ffi.by_address(op.infiniopBatchNormBackwardElementwiseEx))
+    assert addressed.result is run.result
+    assert [a.cname for a in addressed.args[:3]] == [a.cname for a in run.args[:3]]
+    uintptr = ffi.typeof("uintptr_t")
+    for original, typed in zip(run.args[2:], addressed.args[2:], strict=True):
+        assert typed is (uintptr if original.kind == "pointer" else original), original.cname
+    assert ffi.typeof("int64_t") in addressed.args  # total_count

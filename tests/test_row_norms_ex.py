@@ -395,6 +395,29 @@ def test_without_ex_entry_points_seed_calls_run_and_ex_calls_name_what_is_missin
                                         x.astype(F64), w.astype(F64))
 
 
+def test_without_ex_entry_points_the_address_typed_run_passes_the_seed_tensors(monkeypatch):
+    """The torch fast path's run (_operator.Operator._run_native_by_address: data as integer addresses) takes the
+    tensors in the Ex order and passes the seed run its own, as the cdata run does: RMSNorm's seed run takes y, x, w
+    where the Ex order is y, rstd, x, w. The same bits."""
+    real = _operator._native_function
+    monkeypatch.setattr(_operator, "_native_function",
+                        lambda library, name: None if name.endswith("Ex") else real(library, name))
+    _, x, w = rms_inputs(np.random.default_rng(12), (8, 16), 1, F32)
+    with infiniop_py.Handle("cpu") as handle:
+        y = np.empty_like(x)
+        with infiniop_py.RMSNorm(handle, y, None, x, w, eps=1e-3) as operator:
+            assert operator._seed_order == ["y", "rstd", "x", "w"]
+            operator(y, None, x, w)
+            by_address = np.full_like(x, np.nan)
+            arrays = {"y": by_address, "x": x, "w": w}
+            addresses = [arrays[name].ctypes.data if name in arrays else 0 for name in operator.layouts]
+            workspace = np.empty(operator.workspace_size + 64, np.uint8)
+            status = operator._run_native_by_address()(operator._pointer, infiniop_py._ffi.ffi.from_buffer(workspace),
+                                                       operator.workspace_size, *addresses, 0)
+    assert status == 0
+    np.testing.assert_array_equal(by_address, y)
+
+
 # ---------------------------------------------------------------- determinism of the Ex paths across thread counts
 
 EX_DETERMINISM_SCRIPT = """
