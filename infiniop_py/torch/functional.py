@@ -3,6 +3,11 @@ is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), 
 through plain autograd Functions in eager mode, through the custom ops torch.ops.infiniop where torch.compile traces
 (ops.py). Under torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own
 functions: the backward kernels read plain memory, which functorch's wrapped and batched tensors do not have.
+
+Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
+input's device (CUDA's layer_norm; CUDA's rms_norm from torch 2.12), F16/BF16 input and parameters are cast to F32
+first, the norm runs in F32 and its output is F32; the casts are recorded by autograd, so each gradient comes back
+in its tensor's dtype. Elsewhere (the CPU, BatchNorm) autocast leaves the norms' operands as they are.
 """
 
 import numbers
@@ -28,6 +33,38 @@ def _in_torch_func():
     return torch._C._are_functorch_transforms_active()
 
 
+# The (op, device type) pairs where torch's autocast runs the op in F32 (read_autocast_policies).
+_F32_UNDER_AUTOCAST = set()
+_AUTOCAST_KEYS = {"cpu": "AutocastCPU", "cuda": "AutocastCUDA"}  # the devices this library serves
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def read_autocast_policies():
+    """Read from torch's dispatcher which of our ops its autocast takes over, per device: for layer_norm and
+    rms_norm, whose autocast kernels are the float-32 policy (torch's autocast_mode.h lists them under fp32). Done
+    at import; again where kernels are registered later (tests emulate CUDA's policy on the CPU so)."""
+    _F32_UNDER_AUTOCAST.clear()
+    for op in ("layer_norm", "rms_norm"):
+        for device_type, key in _AUTOCAST_KEYS.items():
+            if torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", key):
+                _F32_UNDER_AUTOCAST.add((op, device_type))
+
+
+read_autocast_policies()
+
+
+def _f32_under_autocast(op, input):
+    """Whether torch.nn.functional's ``op`` would run in F32 here: autocast on for input's device, with an F32
+    policy for the op there."""
+    device_type = input.device.type
+    return (op, device_type) in _F32_UNDER_AUTOCAST and torch.is_autocast_enabled(device_type)
+
+
+def _widened(*tensors):
+    """The tensors as autocast's F32 policy casts them: F16 and BF16 ones to F32, the others (F64 too) as they are."""
+    return tuple(t.float() if t is not None and t.dtype in _HALF_DTYPES else t for t in tensors)
+
+
 def _shape_list(normalized_shape):
     if isinstance(normalized_shape, numbers.Integral):
         return [int(normalized_shape)]
@@ -40,6 +77,15 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
     the dtype it computes in, as torch's: F32's for F16/BF16 data)."""
     if _in_torch_func():
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
+    if _f32_under_autocast("rms_norm", input):
+        input, weight = _widened(input, weight)
+    return rms_norm_as_called(input, normalized_shape, weight, eps)
+
+
+def rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
+                       eps: Optional[float] = None) -> Tensor:
+    """rms_norm of the operands as they are, whatever autocast's policy: for modules whose own forward autocast
+    does not touch (foreign_rms_norm: transformers' RMSNorm classes compute with elementwise ops)."""
     return _forward("rms_norm", input, _shape_list(normalized_shape), weight, eps)[0]
 
 
@@ -48,6 +94,8 @@ def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tens
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
     if _in_torch_func():
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
+    if _f32_under_autocast("layer_norm", input):
+        input, weight, bias = _widened(input, weight, bias)
     return _forward("layer_norm", input, _shape_list(normalized_shape), weight, bias, eps)[0]
 
 
