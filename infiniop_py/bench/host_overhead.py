@@ -8,6 +8,8 @@ decides who goes first, so that each follows the other equally often); every cal
 medians are reported, with their ratio:
 
 - forward: module(x) with x requiring grad (autograd records the graph, as in training);
+- forward (no_grad): the same under torch.no_grad (a validation pass, inference), the module still in training
+  mode (BatchNorm: batch statistics, running ones updated);
 - forward + backward: module(x).backward(grad) (the parameters' and x's .grad reset to None before each call,
   on both sides alike);
 - functional: the backward kernel call alone, on saved statistics: torch's own aten op
@@ -46,7 +48,7 @@ CASES = (
     ("BatchNorm3d", "BatchNorm3d", (2, CHANNELS, 2, 2, 2), "channels-first"),
     ("BatchNorm3d", "BatchNorm3d", (2, CHANNELS, 2, 2, 2), "channels-last"),
 )
-MODES = ("forward", "forward+backward", "functional", "functional (DeviceArray)")
+MODES = ("forward", "forward (no_grad)", "forward+backward", "functional", "functional (DeviceArray)")
 
 
 def _laid_out(torch, tensor, layout):
@@ -78,6 +80,11 @@ def _module_runs(torch, class_name, shape, layout, dtype, device, mode):
         parameters = list(module.parameters())
         if mode == "forward":
             return lambda: module(x)
+        if mode == "forward (no_grad)":
+            def unrecorded():
+                with torch.no_grad():
+                    module(x)
+            return unrecorded
 
         def step():
             for parameter in parameters:

@@ -128,7 +128,8 @@ def test_host_overhead_benchmark_reports_every_op_layout_and_dtype(monkeypatch, 
     layouts = [("RMSNorm", "rows"), ("LayerNorm", "rows")] + [
         (f"BatchNorm{rank}d", layout) for rank in (1, 2, 3) for layout in ("channels-first", "channels-last")]
     assert set(rows) == {(mode, op, layout, dtype)
-                         for mode in ("forward", "forward+backward", "functional", "functional (DeviceArray)")
+                         for mode in ("forward", "forward (no_grad)", "forward+backward", "functional",
+                                      "functional (DeviceArray)")
                          for op, layout in layouts for dtype in ("float32", "bfloat16")}
     assert len(report["results"]) == len(rows)
     assert all(r["stock_s"] > 0 and r["ours_s"] > 0 and r["ratio"] == r["ours_s"] / r["stock_s"]
