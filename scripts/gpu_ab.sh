@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue 53's A/B of library builds on an NVIDIA GPU: each gpu-ab/NAME.tar.xz (scripts/prebuild_gpu_ab.sh) timed
 # against gpu-ab/base.tar.xz by scripts/ab.py --device nvidia (a process a side, each case timed as
-# `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line of ab.py options each;
-# without that file, the cases below: issue 53's losing BatchNorm shapes, ResNet-50's channels-last layers, and one
-# row norm of each kind). From the repository root, the package importable with its Python dependencies (the `ab`
+# `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line of ab.py options each,
+# optionally after "[NAME,NAME2] ": then for those variants only; without that file, the cases below: issue 53's
+# losing BatchNorm shapes, ResNet-50's channels-last layers, and one row norm of each kind). From the repository root, the package importable with its Python dependencies (the `ab`
 # step of scripts/verify_gpu.sh runs it so):
 #   bash scripts/gpu_ab.sh [DIR]     (DIR: $OUT where that is set, else gpu-report/)
 # DIR/ab.txt: each build's revision, then a report per variant and case (B/A time: under 1 means the variant is
@@ -38,7 +38,12 @@ reports=()
 for variant in "$libs"/*; do
     name="$(basename "$variant")"
     [[ "$name" == base ]] && continue
-    for case in "${cases[@]}"; do
+    for line in "${cases[@]}"; do
+        case="$line"
+        if [[ "$line" =~ ^\[([^]]*)\][[:space:]]*(.*)$ ]]; then  # [variants] options: those variants only
+            [[ ",${BASH_REMATCH[1]}," == *",$name,"* ]] || continue
+            case="${BASH_REMATCH[2]}"
+        fi
         echo "== $name against base: $case" | tee -a "$out/ab.txt"
         # shellcheck disable=SC2086  # a case is a line of options
         if report="$(python3 scripts/ab.py "$libs/base" "$variant" --device nvidia --processes 1 --calls 20 $case \

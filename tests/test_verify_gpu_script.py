@@ -100,7 +100,10 @@ def test_gpu_ab_unpacks_each_build_and_reports_every_case(tmp_path):
         (staged / "REVISION").write_text(f"0000000 the {name} build\n")
         subprocess.run(["tar", "-C", str(staged), "-cJf", str(tree / "gpu-ab" / f"{name}.tar.xz"), "libinfiniop.so",
                         "libinfinirt.so", "REVISION"], check=True)
-    (tree / "gpu-ab" / "CASES").write_text("# one case\n--op batch_norm --dtype float16 --shape 4x8x7x7\n")
+    (tree / "gpu-ab" / "CASES").write_text("# a case for every variant, one for this variant, one for another\n"
+                                           "--op batch_norm --dtype float16 --shape 4x8x7x7\n"
+                                           "[other,variant] --op rms_norm --dtype bfloat16 --shape 8x96\n"
+                                           "[other] --op layer_norm --dtype bfloat16 --shape 8x96\n")
     env = {key: value for key, value in os.environ.items() if key not in ("INFINIOP_PY_LIBRARY_DIR", "OUT")}
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONPATH"] = str(tree)
@@ -109,6 +112,8 @@ def test_gpu_ab_unpacks_each_build_and_reports_every_case(tmp_path):
     report = (tree / "report" / "ab.txt").read_text()
     assert "base: 0000000 the base build" in report and "variant: 0000000 the variant build" in report
     assert "== variant against base: --op batch_norm --dtype float16 --shape 4x8x7x7" in report
+    assert "== variant against base: --op rms_norm --dtype bfloat16 --shape 8x96" in report
+    assert "layer_norm" not in report
     torch_has_cuda = subprocess.run([sys.executable, "-c", "import torch; assert torch.cuda.is_available()"],
                                     capture_output=True).returncode == 0
     if not torch_has_cuda:
