@@ -130,5 +130,37 @@ def test_an_operators_workspace_is_reused_only_on_its_stream(tmp_path):
             for stream in streams:
                 libraries().rt.infinirtStreamDestroy(stream)
     assert calls.pop("cudaMalloc", 0) == 1, calls
-    calls.pop("cudaSetDevice", 0)  # infinirt's device made current for that allocation
+    for name in [name for name in calls if name.startswith("cudaSetDevice")]:
+        calls.pop(name)  # infinirt's device made current for that allocation (cudaSetDevice:N, N the device)
     assert_only_launches(calls)
+
+
+def _device_arrays(arrays, device_id):
+    """DeviceArrays on emulated device ``device_id`` holding these C-contiguous numpy arrays."""
+    from infiniop_py._ffi import ffi, libraries
+
+    placed = []
+    for array in arrays:
+        device_array = infiniop_py.DeviceArray(array.shape, array.dtype, "nvidia", device_id)
+        device_array.buffer._copy(device_array.buffer._open_pointer(), ffi.from_buffer(array),
+                                  libraries().rt.INFINIRT_MEMCPY_H2D)
+        placed.append(device_array)
+    return placed
+
+
+@pytest.mark.parametrize("case", OPS, ids=str)
+def test_a_call_on_another_device_leaves_the_callers_device_current(case, tmp_path, monkeypatch):
+    """A call on device 1 from a thread whose current device is 0 runs there and makes 0 current again: the current
+    device is the thread's, shared with the caller's runtime (torch's, through the driver's current context), and
+    infinirt's record of it must stay true. The emulation's trace names each cudaSetDevice's device."""
+    monkeypatch.setenv("INFINIOP_EMULATED_CUDA_DEVICES", "2")
+    rng = np.random.default_rng(2)
+    shape = (4, 6, 40)
+    inputs = _device_arrays(case.make_inputs(rng, shape, F32), 1)
+    outputs = _device_arrays([np.zeros(s, F32) for s in case.output_shapes(shape)], 1)
+    function = case.function()
+    calls = runtime_calls(tmp_path, lambda: function(*inputs, out=tuple(outputs)))
+    trace = (tmp_path / "trace").read_text().split()
+    switches = [name for name in trace if name.startswith("cudaSetDevice")]
+    assert switches == ["cudaSetDevice:1", "cudaSetDevice:0"] * CALLS, switches
+    assert calls["launch"] >= CALLS

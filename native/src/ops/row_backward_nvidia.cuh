@@ -388,7 +388,8 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, int devi
         *plan = p;
         return INFINI_STATUS_SUCCESS;
     }
-    INFINI_CHECK(nvidia::useDevice(device_id));
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
     int sms = 1;
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
 

@@ -307,6 +307,13 @@ inline int sms() {
     const int n = value != nullptr ? std::atoi(value) : 0;
     return n > 0 ? n : kSms;
 }
+// INFINIOP_EMULATED_CUDA_DEVICES=N: N devices instead of one (all of them this process's memory), so that a test can
+// call on a device other than the current one.
+inline int devices() {
+    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_DEVICES");
+    const int n = value != nullptr ? std::atoi(value) : 0;
+    return n > 0 ? n : 1;
+}
 inline thread_local cudaError_t last_error = cudaSuccess;
 inline thread_local int current_device = 0;
 
@@ -492,10 +499,12 @@ inline cudaError_t cudaGetLastError() {
     emu::last_error = cudaSuccess;
     return error;
 }
-inline cudaError_t cudaGetDeviceCount(int *n) { emu::trace(__func__); return *n = 1, cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int *n) { emu::trace(__func__); return *n = emu::devices(), cudaSuccess; }
 inline cudaError_t cudaSetDevice(int device) {
-    emu::trace(__func__);
-    if (device != 0) return cudaErrorInvalidDevice;
+    char name[32]; // with the device, so that a test can follow the current one: cudaSetDevice:1
+    std::snprintf(name, sizeof name, "%s:%d", __func__, device);
+    emu::trace(name);
+    if (device < 0 || device >= emu::devices()) return cudaErrorInvalidDevice;
     emu::current_device = device;
     return cudaSuccess;
 }
@@ -506,7 +515,7 @@ inline cudaError_t cudaGetDevice(int *device) {
 inline cudaError_t cudaDeviceSynchronize() { emu::trace(__func__); return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int device) {
     emu::trace(__func__);
-    if (device != 0) return cudaErrorInvalidDevice;
+    if (device < 0 || device >= emu::devices()) return cudaErrorInvalidDevice;
     if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
     return *value = emu::sms(), cudaSuccess;
 }

@@ -32,13 +32,31 @@ inline infiniStatus_t toStatus(cudaError_t error) {
 // The error, if any, of the kernel launches since the last check (cleared by reading it).
 inline infiniStatus_t launchStatus() { return toStatus(cudaGetLastError()); }
 
-// Makes device_id current for this library's CUDA runtime on this thread (its state is private to the library).
-inline infiniStatus_t useDevice(int device_id) {
-    int current = -1;
-    cudaError_t error = cudaGetDevice(&current);
-    if (error == cudaSuccess && current == device_id) return INFINI_STATUS_SUCCESS;
-    return toStatus(cudaSetDevice(device_id));
-}
+// Makes device_id current for one library call and the caller's device current again after it, as torch's
+// CUDAGuard does: the thread's current device is shared by every CUDA runtime in the process (ours, torch's) through
+// the driver's current context, so a switch left behind would move the caller's, and leave infinirt's record of the
+// current device (its malloc, its streams) wrong. Where device_id is current already, nothing is switched.
+class DeviceScope {
+  public:
+    explicit DeviceScope(int device_id) {
+        const bool known = cudaGetDevice(&previous_) == cudaSuccess;
+        if (known && previous_ == device_id) return;
+        status_ = toStatus(cudaSetDevice(device_id));
+        restore_ = known && status_ == INFINI_STATUS_SUCCESS;
+    }
+    ~DeviceScope() {
+        if (restore_) cudaSetDevice(previous_);
+    }
+    DeviceScope(const DeviceScope &) = delete;
+    DeviceScope &operator=(const DeviceScope &) = delete;
+
+    infiniStatus_t status() const { return status_; }
+
+  private:
+    int previous_ = -1;
+    bool restore_ = false;
+    infiniStatus_t status_ = INFINI_STATUS_SUCCESS;
+};
 
 // Streaming multiprocessors of a device: sizes the persistent grids chosen at descriptor creation.
 inline infiniStatus_t multiprocessorCount(int device_id, int *count) {

@@ -263,7 +263,8 @@ class NvidiaDescriptor final : public Descriptor {
                              void *stream) const override {
         if (info.channels == 0) return INFINI_STATUS_SUCCESS;
         if (ceilDiv(info.channels, 8) > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // channelKernel's grid
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
         const size_t partial_bytes = info.training ? alignUp(info.channels * tiles_ * sizeof(double2)) : 0;
         auto *partials = reinterpret_cast<double2 *>(base);
@@ -330,7 +331,8 @@ infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t 
     *tiles = 1;
     *tile_elements = std::max<size_t>(elements_per_channel, 1);
     if (info.channels == 0 || elements_per_channel == 0) return INFINI_STATUS_SUCCESS;
-    INFINI_CHECK(nvidia::useDevice(device_id));
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
     int sms = 1, per_sm = 1;
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
     INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float>, kThreads, &per_sm));

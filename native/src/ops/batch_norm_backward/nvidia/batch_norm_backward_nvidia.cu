@@ -346,7 +346,8 @@ class NvidiaDescriptor final : public Descriptor {
             return INFINI_STATUS_SUCCESS; // nothing to write (the channels may be a broadcast vector's 2^61)
         }
         if (ceilDiv(info.channels, 8) > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // channelKernel's grid
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
         auto *partials = reinterpret_cast<double2 *>(base);
         auto cuda_stream = static_cast<cudaStream_t>(stream);
@@ -480,7 +481,8 @@ infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t 
     *tiles = 1;
     *tile_elements = rowsOfChannels(info) ? std::max<size_t>(rows, 1) : kTileAlign;
     if (info.channels == 0 || rows == 0) return INFINI_STATUS_SUCCESS;
-    INFINI_CHECK(nvidia::useDevice(device_id));
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
     int sms = 1, per_sm = 1;
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
     INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float, float, 4>, kThreads, &per_sm));

@@ -18,7 +18,8 @@ class NvidiaDescriptor final : public Descriptor {
 
     infiniStatus_t calculate(void *, void *y, void *xhat, void *first_statistic, void *rstd, const void *x,
                              const void *w, const void *b, void *stream) const override {
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         const bool xhat_form = info.form == Info::Form::xhat;
         rf::RowCall call{};
         call.y = y;
@@ -60,7 +61,8 @@ class NvidiaDescriptor final : public Descriptor {
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     int multiprocessors = 0;
-    INFINI_CHECK(nvidia::useDevice(device_id));
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &multiprocessors));
     *desc = new NvidiaDescriptor(device_id, info, multiprocessors);
     return INFINI_STATUS_SUCCESS;

@@ -69,7 +69,8 @@ class NvidiaDescriptor final : public Descriptor {
     infiniStatus_t calculate(void *workspace, void *grad_input, void *grad_weight, void *grad_bias,
                              const void *grad_output, const void *weight, const void *row_input,
                              const void *row_mean, const void *row_scale, void *stream) const override {
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         rb::RowCall call{};
         call.out = grad_input;
         call.a = grad_output;

@@ -17,7 +17,8 @@ class NvidiaDescriptor final : public Descriptor {
     size_t workspaceSize() const override { return 0; }
 
     infiniStatus_t calculate(void *, void *y, void *rstd, const void *x, const void *w, void *stream) const override {
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         rf::RowCall call{};
         call.y = y;
         call.stat = info.has_rstd ? rstd : nullptr;
@@ -44,7 +45,8 @@ class NvidiaDescriptor final : public Descriptor {
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     int multiprocessors = 0;
-    INFINI_CHECK(nvidia::useDevice(device_id));
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &multiprocessors));
     *desc = new NvidiaDescriptor(device_id, info, multiprocessors);
     return INFINI_STATUS_SUCCESS;

@@ -54,7 +54,8 @@ class NvidiaDescriptor final : public Descriptor {
 
     infiniStatus_t calculate(void *workspace, void *grad_x, void *grad_w, const void *grad_y, const void *x,
                              const void *w, const void *rstd, void *stream) const override {
-        INFINI_CHECK(nvidia::useDevice(device_id));
+        const nvidia::DeviceScope device_scope(device_id);
+        INFINI_CHECK(device_scope.status());
         rb::RowCall call{};
         call.out = grad_x;
         call.a = grad_y;
