@@ -35,7 +35,7 @@ class ForeignRMSNorm:
         if self._infiniop_offset:
             weight = 1.0 + weight.float()  # as Gemma's forward has it; autograd takes the gradient to the weight
         # As called: autocast's policy for torch's rms_norm has no part in the module's own forward.
-        output = functional.rms_norm_as_called(hidden_states, weight.shape, weight,
+        output = functional._rms_norm_as_called(hidden_states, weight.shape, weight,
                                                getattr(self, self._infiniop_epsilon))
         dtype = (hidden_states.dtype if self._infiniop_data_dtype
                  else torch.promote_types(hidden_states.dtype, self.weight.dtype))

@@ -87,10 +87,10 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     if _f32_under_autocast("rms_norm", input):
         input, weight = _widened(input, weight)
-    return rms_norm_as_called(input, normalized_shape, weight, eps)
+    return _rms_norm_as_called(input, normalized_shape, weight, eps)
 
 
-def rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
+def _rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                        eps: Optional[float] = None) -> Tensor:
     """rms_norm of the operands as they are, whatever autocast's policy: for modules whose own forward autocast
     does not touch (foreign_rms_norm: transformers' RMSNorm classes compute with elementwise ops)."""
