@@ -158,3 +158,16 @@ def test_host_overhead_on_nvidia_without_a_gpu_says_so(capsys):
     assert bench.main(["--host-overhead", "--device", "cuda", "--repeats", "1"]) == 2
     captured = capsys.readouterr()
     assert "cannot benchmark nvidia:0" in captured.err and captured.out == ""
+
+
+def test_host_overhead_times_this_librarys_path_at_every_size(monkeypatch):
+    """The drop-ins give tiny CPU tensors to torch's own norms end to end (functional._TORCH_BELOW): the benchmark
+    sets those sizes aside while it runs, and puts them back after."""
+    from infiniop_py.torch import functional
+
+    sizes = {("layer_norm", torch.float32): 1 << 20}
+    monkeypatch.setattr(functional, "_TORCH_BELOW", sizes)
+    seen = []
+    monkeypatch.setattr(bench_host_overhead, "_run", lambda *args: seen.append(dict(functional._TORCH_BELOW)))
+    bench_host_overhead.run(repeats=1)
+    assert seen == [{}] and functional._TORCH_BELOW is sizes

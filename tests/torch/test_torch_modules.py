@@ -1,5 +1,6 @@
 """The drop-in modules against torch.nn's: forward, gradients, running statistics, state_dict, replace_norms."""
 
+import copy
 import warnings
 
 import pytest
@@ -138,6 +139,42 @@ def test_layer_norm_forward_is_the_librarys_from_its_measured_size_on(dtype):
         assert ops._library_layer_norm_serves(x, (256,), weight, bias) is served, (rows, served)
     assert not ops._library_layer_norm_serves(torch.zeros(minimum // 256, 256, dtype=torch.float64), (256,),
                                               weight.double(), bias.double())
+
+
+@pytest.mark.parametrize("norm", ["LayerNorm", "BatchNorm1d"])
+def test_small_cpu_inputs_run_torchs_norm_end_to_end(norm, monkeypatch):
+    """Below functional._TORCH_BELOW's size a CPU input runs torch's own norm, forward and backward (there the Python
+    around our kernels costs more than they save): torch's autograd node and torch's bits, running statistics
+    included. From that size on, ours. The sizes here are set small, for the test."""
+    from infiniop_py.torch import functional
+
+    op = "layer_norm" if norm == "LayerNorm" else "batch_norm"
+    monkeypatch.setattr(functional, "_TORCH_BELOW", {(op, torch.float32): 100})
+    generator = _seeded(3)
+    for rows, torchs in ((6, True), (7, False)):  # 96 elements, then 112
+        theirs = getattr(torch.nn, norm)(16)
+        ours = copy.deepcopy(theirs)
+        ipt.replace_norms(ours)
+        x = torch.randn(rows, 16, generator=generator, requires_grad=True)
+        grad_output = torch.randn(rows, 16, generator=generator)
+        results = []
+        for module in (theirs, ours):
+            x.grad = None
+            output = module(x)
+            output.backward(grad_output)
+            results.append((type(output.grad_fn).__name__, output.detach(), x.grad.clone(),
+                            [p.grad for p in module.parameters()], [b.clone() for b in module.buffers()]))
+        (stock_node, *stock), (our_node, *our) = results
+        assert ("Function" in our_node) is not torchs, (rows, our_node)
+        if torchs:
+            assert our_node == stock_node
+            for a, b in zip(_flat(our), _flat(stock)):
+                assert torch.equal(a, b)
+
+
+def _flat(items):
+    for item in items:
+        yield from (item if isinstance(item, list) else [item])
 
 
 BATCH_NORMS = {3: (torch.nn.BatchNorm1d, ipt.BatchNorm1d), 4: (torch.nn.BatchNorm2d, ipt.BatchNorm2d),
