@@ -156,10 +156,16 @@ def test_a_call_on_another_device_leaves_the_callers_device_current(case, tmp_pa
     monkeypatch.setenv("INFINIOP_EMULATED_CUDA_DEVICES", "2")
     rng = np.random.default_rng(2)
     shape = (4, 6, 40)
-    inputs = _device_arrays(case.make_inputs(rng, shape, F32), 1)
-    outputs = _device_arrays([np.zeros(s, F32) for s in case.output_shapes(shape)], 1)
-    function = case.function()
-    calls = runtime_calls(tmp_path, lambda: function(*inputs, out=tuple(outputs)))
+    output_shapes = case.output_shapes(shape)
+    arrays = _device_arrays([*case.make_inputs(rng, shape, F32), *(np.zeros(s, F32) for s in output_shapes)], 1)
+    inputs, outputs = arrays[:-len(output_shapes)], arrays[-len(output_shapes):]
+    try:  # an operator object and arrays closed here: nothing of device 1 outlives the second emulated device
+        with infiniop_py.Handle("nvidia", 1) as handle, case.operator_class()(handle, *outputs, *inputs) as operator:
+            calls = runtime_calls(tmp_path, lambda: operator(*outputs, *inputs))
+    finally:
+        for array in arrays:
+            array.close()
+        infiniop_py.empty_cache("nvidia", 1)
     trace = (tmp_path / "trace").read_text().split()
     switches = [name for name in trace if name.startswith("cudaSetDevice")]
     assert switches == ["cudaSetDevice:1", "cudaSetDevice:0"] * CALLS, switches
