@@ -36,14 +36,17 @@ def _forward(name, *args):
 _PARAMETERS = {"rms_norm": (2,), "layer_norm": (2, 3), "batch_norm": (1, 2)}
 
 
-# CPU inputs below these sizes run torch's own norm, forward and backward (its autograd, in C++ end to end): there
-# our backward's kernel gain is smaller than the 20-25 us of Python that our Function and call add to a step.
-# Module forward + backward, ours / stock's, 1 thread, 2026-11-29 (docs/performance.md), at 16384, 65536, 131072,
-# 262144 and 524288 elements: LayerNorm(1024) F32 0.57x 0.71x 0.83x 1.06x 1.40x, BF16 0.69x 1.02x 1.39x 1.86x 2.28x,
-# F16 0.62x 0.86x 1.10x 1.40x 1.68x; BatchNorm1d(256) F32 0.61x 0.71x 0.88x 1.00x 1.39x, BF16 0.69x 0.80x 0.99x
-# 1.19x 1.43x, F16 0.65x 0.70x 0.87x 1.04x 1.16x. LayerNorm's are its forward's (ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS):
-# below them PyTorch's forward was the faster already. RMSNorm has none: torch's CPU backward is a composite's
-# autograd, and ours is the faster at every size. F64 (reference use) and other devices always run ours.
+# CPU inputs below these sizes, times the threads (_MOST_THREADS_SCALED), run torch's own norm, forward and backward
+# (its autograd, in C++ end to end): there our backward's kernel gain is smaller than the 20-25 us of Python that our
+# Function and call add to a step. Module forward + backward, ours / stock's, 2026-11-29 (docs/performance.md), malloc
+# keeping freed memory, at 65536, 131072, 262144, 524288 and 1048576 elements, 1 thread (2 threads):
+# LayerNorm(1024) F32 0.73 0.84 1.03 1.18 1.33 (0.66 0.75 0.87 1.06 1.32), BF16 1.01 1.39 1.82 2.27 2.58 (0.73 0.99
+# 1.33 1.68 2.17), F16 0.87 1.09 1.40 1.69 1.83 (0.71 0.82 1.04 1.29 1.56); BatchNorm1d(256) F32 0.72 0.86 1.03 1.18
+# 1.12 (0.64 0.72 0.83 0.98 0.95; 1.11 at 2097152), BF16 0.80 0.95 1.20 1.39 1.50 (0.67 0.80 0.95 1.14 1.31), F16
+# 0.70 0.84 1.05 1.19 1.27 (0.64 0.71 0.84 0.98 1.10). The sizes are the one-thread crossings. LayerNorm's are also
+# its forward's (ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS): below them PyTorch's forward is the faster.
+# RMSNorm has none: torch's CPU backward is a composite's autograd, and ours is the faster at every size. F64
+# (reference use) and other devices always run ours.
 _TORCH_BELOW = {
     ("layer_norm", torch.float32): 196608, ("layer_norm", torch.bfloat16): 65536,
     ("layer_norm", torch.float16): 131072,
@@ -51,12 +54,19 @@ _TORCH_BELOW = {
     ("batch_norm", torch.float16): 262144,
 }
 
+# With two threads every crossing above about doubled: the Python's cost is fixed while both kernels take half the
+# time. So the sizes scale with torch's thread count (which this library's kernels share), up to this many threads:
+# from there on (an estimate; this machine has 2 cores) both kernels are bound by memory bandwidth, their gain per
+# element stops shrinking with more threads, and the crossing stops rising.
+_MOST_THREADS_SCALED = 4
+
 
 def _torch_end_to_end(op, input):
     """Whether torch's own ``op`` (forward and backward) is the faster for this input (_TORCH_BELOW). Eager only:
     torch.compile traces our custom ops whatever the size."""
     minimum = _TORCH_BELOW.get((op, input.dtype))
-    return (minimum is not None and input.numel() < minimum and input.device.type == "cpu"
+    return (minimum is not None and input.device.type == "cpu"
+            and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED)
             and not torch.compiler.is_compiling())
 
 

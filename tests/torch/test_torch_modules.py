@@ -141,35 +141,44 @@ def test_layer_norm_forward_is_the_librarys_from_its_measured_size_on(dtype):
                                               weight.double(), bias.double())
 
 
+@pytest.mark.parametrize("threads", [1, 2, 8])
 @pytest.mark.parametrize("norm", ["LayerNorm", "BatchNorm1d"])
-def test_small_cpu_inputs_run_torchs_norm_end_to_end(norm, monkeypatch):
-    """Below functional._TORCH_BELOW's size a CPU input runs torch's own norm, forward and backward (there the Python
-    around our kernels costs more than they save): torch's autograd node and torch's bits, running statistics
-    included. From that size on, ours. The sizes here are set small, for the test."""
+def test_small_cpu_inputs_run_torchs_norm_end_to_end(norm, threads, monkeypatch):
+    """Below functional._TORCH_BELOW's size times torch's threads (at most 4 of them) a CPU input runs torch's own
+    norm, forward and backward (there the Python around our kernels costs more than they save): torch's autograd
+    node and torch's bits, running statistics included. From that size on, ours. The sizes here are set small, for
+    the test."""
     from infiniop_py.torch import functional
 
     op = "layer_norm" if norm == "LayerNorm" else "batch_norm"
     monkeypatch.setattr(functional, "_TORCH_BELOW", {(op, torch.float32): 100})
     generator = _seeded(3)
-    for rows, torchs in ((6, True), (7, False)):  # 96 elements, then 112
-        theirs = getattr(torch.nn, norm)(16)
-        ours = copy.deepcopy(theirs)
-        ipt.replace_norms(ours)
-        x = torch.randn(rows, 16, generator=generator, requires_grad=True)
-        grad_output = torch.randn(rows, 16, generator=generator)
-        results = []
-        for module in (theirs, ours):
-            x.grad = None
-            output = module(x)
-            output.backward(grad_output)
-            results.append((type(output.grad_fn).__name__, output.detach(), x.grad.clone(),
-                            [p.grad for p in module.parameters()], [b.clone() for b in module.buffers()]))
-        (stock_node, *stock), (our_node, *our) = results
-        assert ("Function" in our_node) is not torchs, (rows, our_node)
-        if torchs:
-            assert our_node == stock_node
-            for a, b in zip(_flat(our), _flat(stock)):
-                assert torch.equal(a, b)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        below = 100 * min(threads, 4)
+        for rows in (6, 7, 13, 26):  # 96, 112, 208 and 416 elements
+            torchs = rows * 16 < below
+            theirs = getattr(torch.nn, norm)(16)
+            ours = copy.deepcopy(theirs)
+            ipt.replace_norms(ours)
+            x = torch.randn(rows, 16, generator=generator, requires_grad=True)
+            grad_output = torch.randn(rows, 16, generator=generator)
+            results = []
+            for module in (theirs, ours):
+                x.grad = None
+                output = module(x)
+                output.backward(grad_output)
+                results.append((type(output.grad_fn).__name__, output.detach(), x.grad.clone(),
+                                [p.grad for p in module.parameters()], [b.clone() for b in module.buffers()]))
+            (stock_node, *stock), (our_node, *our) = results
+            assert ("Function" in our_node) is not torchs, (rows, threads, our_node)
+            if torchs:
+                assert our_node == stock_node
+                for a, b in zip(_flat(our), _flat(stock)):
+                    assert torch.equal(a, b)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _flat(items):
