@@ -64,10 +64,11 @@ _MOST_THREADS_SCALED = 4
 def _torch_end_to_end(op, input):
     """Whether torch's own ``op`` (forward and backward) is the faster for this input (_TORCH_BELOW). Eager only:
     torch.compile traces our custom ops whatever the size."""
+    if torch.compiler.is_compiling():  # first: dynamo cannot trace get_num_threads (it returns no tensor)
+        return False
     minimum = _TORCH_BELOW.get((op, input.dtype))
     return (minimum is not None and input.device.type == "cpu"
-            and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED)
-            and not torch.compiler.is_compiling())
+            and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED))
 
 
 def _in_torch_func():
