@@ -22,9 +22,11 @@
 #            kernels, BF16 8192x8192 (the worst case of issue 53);
 #   variants scripts/gpu_variants.sh: issue 53's A/B of the RMSNorm backward row kernel, the library's against
 #            candidate designs and a copy, checked and timed (compiled in the background while the tests run);
+#   bench-forward  `bench --device nvidia --forward --json` (BF16 and F32): issue 54's forwards against torch's,
+#            Liger-Kernel's and cuDNN's; past the default budget after a full run, so run it with the ab step (below);
 #   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
 # DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
-# bench_batch_norm.json, host_overhead.json, training.json and variants.csv the numbers (variants.txt: the kernels'
+# bench_batch_norm.json, host_overhead.json, training.json, bench_forward.json and variants.csv the numbers (variants.txt: the kernels'
 # registers and the variants' table). Exit status 0 when every step passed.
 # Needs: nvcc, a C++17 compiler, and a python3 with torch (CUDA), numpy, ml_dtypes, setuptools, pytest and
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
@@ -41,8 +43,10 @@
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 #      Only issue 53's kernel A/B (about 3 minutes, the build included):
 #        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=420).
-#      Only the A/B of packed library builds (gpu-ab/, scripts/prebuild_gpu_ab.sh; about 3 minutes):
-#        run(command="VERIFY_GPU_STEPS=ab bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=420).
+#      Only the A/B of packed library builds (gpu-ab/, scripts/prebuild_gpu_ab.sh; about 3 minutes) and the
+#      forwards' table (about 1.5 minutes), right after the full run, while the machine is warm:
+#        run(command="VERIFY_GPU_STEPS='ab bench-forward' bash scripts/verify_gpu.sh",
+#            carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=420).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
@@ -153,6 +157,8 @@ ip.layer_norm_backward(g, w, x, torch.rand(8192, device='cuda', dtype=torch.bflo
 torch.cuda.synchronize()"
 [[ -n "$variants_build" ]] && wait "$variants_build"  # its failure shows in the step, which compiles again
 step variants 90 bash scripts/gpu_variants.sh "$out"
+step bench-forward 100 python3 -m infiniop_py bench --device nvidia --forward --dtypes bfloat16 float32 \
+    --json "$out/bench_forward.json"
 step backend-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
     python3 -m pytest tests/test_nvidia_backend.py -q -p no:cacheprovider -x
 

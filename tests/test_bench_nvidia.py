@@ -1,5 +1,6 @@
-"""`bench --device nvidia` (infiniop_py/bench/nvidia.py, gpu_peers.py) where it can be checked without a GPU: the
-cases compute the same gradients as the PyTorch calls they are timed against (built on torch CPU tensors here),
+"""`bench --device nvidia` (infiniop_py/bench/nvidia.py, nvidia_forward.py, gpu_peers.py) where it can be checked
+without a GPU: the cases, backward and forward, compute what the PyTorch calls they are timed against compute (built
+on torch CPU tensors here),
 a GPU report makes a table with the GPU's copy bandwidth, the peers' columns and no CPU-only lines, and a peer
 that cannot run is named with the reason. On a GPU (nvidia-marked): Liger-Kernel's and cuDNN's gradients agree
 with torch's, and a quick run reports every column."""
@@ -14,6 +15,7 @@ from _helpers import TOLERANCE, BF16, F32
 torch = pytest.importorskip("torch")
 
 from infiniop_py.bench import cpu as bench, gpu_peers, main as bench_main, nvidia as bench_nvidia  # noqa: E402
+from infiniop_py.bench.nvidia_forward import GpuForwardCase  # noqa: E402
 
 
 @pytest.mark.parametrize("op,shape,layout,dtype", [
@@ -38,6 +40,50 @@ def test_case_computes_what_torch_computes(cpu_handle, op, shape, layout, dtype)
         assert case.parameter_dtype == "float32"
     else:
         assert case.phases == {}
+
+
+FORWARD_CASES = [("rms_norm", (6, 40), "rows", "float32"), ("rms_norm", (6, 40), "rows", "bfloat16"),
+                 ("layer_norm", (6, 40), "rows", "float32"), ("layer_norm", (6, 40), "rows", "bfloat16"),
+                 ("batch_norm", (3, 4, 10), "channels_first", "float32"),
+                 ("batch_norm", (3, 4, 5, 6), "channels_last", "float32"),
+                 ("batch_norm", (3, 4, 5, 6), "channels_last", "bfloat16")]
+
+
+@pytest.mark.parametrize("op,shape,layout,dtype", FORWARD_CASES)
+def test_forward_case_computes_what_torch_computes(cpu_handle, op, shape, layout, dtype):
+    """Each forward case's y is torch's training forward's (statistics saved, running ones updated), laid out as
+    torch lays it out; the bytes are one read and one write; the CUDA-only peers say why they have no time here."""
+    generator = torch.Generator().manual_seed(0)
+    case = GpuForwardCase(torch, op, dtype, shape, cpu_handle, "cpu", generator, layout, liger=[None, None],
+                          cudnn=True)
+    try:
+        outputs = case.outputs()
+        statistics = [t.clone() for t in case._tensors[1:5 if op == "batch_norm" else 2 if op == "rms_norm" else 3]]
+    finally:
+        case.close()
+
+    ours, theirs = outputs["ours"], outputs["torch"]
+    assert ours.shape == theirs.shape == shape and ours.stride() == theirs.stride()
+    assert bench_nvidia.relative_difference(ours, theirs) <= TOLERANCE[BF16 if dtype == "bfloat16" else F32]
+    assert case.bytes_moved == 2 * ours.numel() * ours.element_size() and case.direction == "forward"
+    assert all(torch.isfinite(s).all() for s in statistics)  # written: torch.empty's memory would hold anything
+    peer = "cudnn_s" if op == "batch_norm" else "liger_s"
+    runs_on = "cuDNN" if op == "batch_norm" else "Liger-Kernel"
+    assert case.peers == {peer: f"{runs_on} runs on CUDA tensors only"} and set(outputs) == {"ours", "torch"}
+    assert case.phases == {} and case.parameter_dtype == ("float32" if op == "batch_norm" else dtype)
+
+
+def test_forward_case_row_says_forward(cpu_handle):
+    generator = torch.Generator().manual_seed(0)
+    case = GpuForwardCase(torch, "layer_norm", "float32", (4, 16), cpu_handle, "cpu", generator)
+    try:
+        row = bench_nvidia.case_row(case, {"ours_s": 1e-3, "torch_s": 2e-3}, {"ours": 0.0})
+    finally:
+        case.close()
+    assert row["direction"] == "forward" and row["ours_bandwidth"] == 2 * 4 * 16 * 4 / 1e-3
+    assert "| layer_norm forward | float32 | 4x16 |" in bench.format_table(_report([row]))
+    with pytest.raises(ValueError, match="no forward benchmark of 'layer_norm_from_input'"):
+        GpuForwardCase(torch, "layer_norm_from_input", "float32", (4, 16), cpu_handle, "cpu", generator)
 
 
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
@@ -76,6 +122,12 @@ def test_peers_refuse_cpu_tensors_saying_so():
         gpu_peers.liger_rms_norm_backward(None, x, x, torch.ones(8))
     with pytest.raises(gpu_peers.Unavailable, match="Liger-Kernel runs on CUDA tensors only"):
         gpu_peers.liger_layer_norm_backward(None, x, x, torch.ones(8), 1e-5)
+    with pytest.raises(gpu_peers.Unavailable, match="Liger-Kernel runs on CUDA tensors only"):
+        gpu_peers.liger_rms_norm_forward(None, x, torch.ones(8), 1e-6)
+    with pytest.raises(gpu_peers.Unavailable, match="Liger-Kernel runs on CUDA tensors only"):
+        gpu_peers.liger_layer_norm_forward(None, x, torch.ones(8), torch.zeros(8), 1e-5)
+    with pytest.raises(gpu_peers.Unavailable, match="cuDNN runs on CUDA tensors only"):
+        gpu_peers.cudnn_batch_norm_forward(torch, torch.ones(2, 8, 3), torch.ones(8), torch.zeros(8), 0.1, 1e-5)
 
 
 def test_missing_liger_kernel_is_a_note_saying_how_to_get_it(monkeypatch):
@@ -236,3 +288,50 @@ def test_quick_gpu_run_reports_every_column(tmp_path, capsys):
     assert all(r["ours_s"] > 0 and r["torch_s"] > 0 and r["max_relative_difference_vs_torch"] < 2e-2
                for r in rows.values())
     assert "vs best" in capsys.readouterr().out and report["timing_method"].startswith("CUDA graph of 10 calls")
+
+
+@pytest.mark.nvidia
+@pytest.mark.torch_cuda
+@pytest.mark.parametrize("op,shape,layout", [("rms_norm", (64, 4096), "rows"), ("layer_norm", (64, 1024), "rows"),
+                                             ("batch_norm", (8, 64, 14, 14), "channels_last"),
+                                             ("batch_norm", (8, 64, 14, 14), "channels_first")])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_peers_compute_what_torch_computes_on_the_gpu(op, shape, layout, dtype):
+    import infiniop_py as ip
+
+    try:
+        liger = list(gpu_peers.liger_modules())[:2]
+    except gpu_peers.Unavailable:
+        liger = None
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    with ip.Handle("nvidia", 0) as handle:
+        case = GpuForwardCase(torch, op, dtype, shape, handle, "cuda", generator, layout,
+                              torch.cuda.current_stream(), liger, cudnn=True)
+        try:
+            outputs = case.outputs()
+            torch.cuda.synchronize()
+        finally:
+            case.close()
+
+    tolerance = TOLERANCE[BF16 if dtype == "bfloat16" else F32]
+    refused = {key: why for key, why in case.peers.items() if isinstance(why, str)}
+    assert not refused or dtype == "bfloat16", refused
+    assert set(outputs) == {"ours", "torch"} | (set(case.peers) - set(refused))
+    for key, value in outputs.items():
+        assert bench_nvidia.relative_difference(value, outputs["torch"]) <= tolerance, key
+
+
+@pytest.mark.nvidia
+@pytest.mark.torch_cuda
+def test_quick_gpu_forward_run_reports_every_op(tmp_path, capsys):
+    path = tmp_path / "gpu_forward.json"
+
+    assert bench_main(["--device", "nvidia", "--forward", "--quick", "--dtypes", "bfloat16", "--repeats", "3",
+                       "--json", str(path)]) == 0
+
+    report = json.loads(path.read_text())
+    assert report["direction"] == "forward" and {r["op"] for r in report["results"]} == {
+        "rms_norm", "layer_norm", "batch_norm"}
+    assert all(r["direction"] == "forward" and r["ours_s"] > 0 and r["torch_s"] > 0
+               and r["max_relative_difference_vs_torch"] < 2e-2 for r in report["results"])
+    assert "| batch_norm forward |" in capsys.readouterr().out

@@ -1,10 +1,12 @@
 """The GPU implementations `bench --device nvidia` times beside torch's native kernels: Liger-Kernel's RMSNorm and
-LayerNorm backward (Triton kernels; where the liger_kernel package imports) and cuDNN's BatchNorm backward (ATen's
-cudnn_batch_norm_backward, the call torch's BatchNorm makes when cuDNN takes it).
+LayerNorm backward and forward (Triton kernels; where the liger_kernel package imports) and cuDNN's BatchNorm
+backward and forward (ATen's cudnn_batch_norm_backward and cudnn_batch_norm, the calls torch's BatchNorm makes when
+cuDNN takes it).
 
-Each builder takes the case's tensors, runs the peer's own forward once for the statistics it saves, and returns
-(call, gradient): call() launches the backward on torch's current stream (so a CUDA graph captures it) and
-gradient() is the grad_input of the last call. Where a peer cannot run it raises Unavailable with the reason.
+Each backward builder takes the case's tensors, runs the peer's own forward once for the statistics it saves, and
+returns (call, gradient): call() launches the backward on torch's current stream (so a CUDA graph captures it) and
+gradient() is the grad_input of the last call. Each forward builder returns (call, output), output() being y of a
+fresh call. Where a peer cannot run it raises Unavailable with the reason.
 """
 
 import importlib
@@ -77,6 +79,33 @@ def liger_layer_norm_backward(modules, grad_output, x, weight, eps):
     return call, gradient
 
 
+def liger_rms_norm_forward(modules, x, weight, eps):
+    """Liger's RMSNorm forward as its autograd Function runs it ("llama" casting: F32 rstd saved)."""
+    _cuda_only(x, "Liger-Kernel")
+    rms_norm = modules[0]
+
+    def call():
+        return rms_norm.rms_norm_forward(x, weight, eps, 0.0, "llama", None)
+
+    return _liger_forward(call)
+
+
+def liger_layer_norm_forward(modules, x, weight, bias, eps):
+    """Liger's LayerNorm forward: y, and the F32 mean and rstd it saves."""
+    _cuda_only(x, "Liger-Kernel")
+    layer_norm = modules[1]
+    return _liger_forward(lambda: layer_norm.layer_norm_forward(x, weight, bias, eps))
+
+
+def _liger_forward(call):
+    """(call, output) of a Liger forward whose first result is y, once it has run here (a refusal: Unavailable)."""
+    try:
+        call()
+    except RuntimeError as error:  # rows beyond its block size (64K elements)
+        raise Unavailable(f"Liger-Kernel refuses it: {str(error).splitlines()[0]}") from None
+    return call, (lambda: call()[0])
+
+
 def cudnn_version(torch):
     """"cuDNN <version>", or Unavailable where torch has no usable cuDNN."""
     if not (torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled):
@@ -106,3 +135,20 @@ def cudnn_batch_norm_backward(torch, x, grad_output, weight, eps):
         call()
         return result[0]
     return call, gradient
+
+
+def cudnn_batch_norm_forward(torch, x, weight, bias, momentum, eps):
+    """cuDNN's training BatchNorm forward (weight and bias F32 for 16-bit data, as cuDNN requires), updating running
+    statistics of its own as torch's module does."""
+    _cuda_only(x, "cuDNN")
+    aten = torch.ops.aten
+    running_mean, running_var = torch.zeros_like(weight), torch.ones_like(weight)
+
+    def call():
+        return aten.cudnn_batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps)
+
+    try:
+        call()
+    except RuntimeError as error:
+        raise Unavailable(f"cuDNN refuses it: {str(error).splitlines()[0]}") from None
+    return call, (lambda: call()[0])

@@ -66,6 +66,7 @@ class GpuCase:
         import infiniop_py as ip
 
         self.op, self.dtype, self.shape, self.layout = op, dtype, tuple(shape), layout
+        self.direction = "backward"
         dt = cpu.torch_dtype(torch, dtype)
         self.bytes_moved = cpu.bytes_moved(dtype, shape)
         self.parameter_dtype = dtype
@@ -279,11 +280,12 @@ def peer_columns(ops, liger_name, cudnn_name):
 
 
 def case_row(case, times, differences):
-    """A case's JSON row: times (key -> seconds or None) of ours, torch's and each peer's; their main gradients'
-    largest relative difference to torch's."""
-    row = {"op": case.op, "dtype": case.dtype, "shape": list(case.shape), "ours_s": times["ours_s"],
-           "torch_s": times["torch_s"], "ours_bandwidth": case.bytes_moved / times["ours_s"],
-           "torch_bandwidth": case.bytes_moved / times["torch_s"], "torch_method": case.torch_method,
+    """A case's JSON row: times (key -> seconds or None) of ours, torch's and each peer's; their main outputs'
+    (a backward's grad_input, a forward's y) largest relative difference to torch's."""
+    row = {"op": case.op, "direction": case.direction, "dtype": case.dtype, "shape": list(case.shape),
+           "ours_s": times["ours_s"], "torch_s": times["torch_s"],
+           "ours_bandwidth": case.bytes_moved / times["ours_s"], "torch_bandwidth": case.bytes_moved / times["torch_s"],
+           "torch_method": case.torch_method,
            "max_relative_difference_vs_torch": differences["ours"]}
     if case.op == "batch_norm":
         row.update(layout=case.layout, parameter_dtype=case.parameter_dtype)
@@ -344,8 +346,15 @@ def _run_case(torch, case, stream, replays, notes):
 
 
 def run(args):
-    """The report of cpu.format_table for NVIDIA device ``args.device_id`` (Unavailable if it cannot run)."""
+    """The report of cpu.format_table for NVIDIA device ``args.device_id`` (Unavailable if it cannot run): the
+    backwards, or with ``args.forward`` the forwards (nvidia_forward.py)."""
     import infiniop_py as ip
+
+    direction = "forward" if getattr(args, "forward", False) else "backward"
+    if direction == "forward":
+        from .nvidia_forward import GpuForwardCase as case_class
+    else:
+        case_class = GpuCase
 
     torch = require_cuda(args.device_id)
     device = f"cuda:{args.device_id}"
@@ -369,8 +378,8 @@ def run(args):
     with ip.Handle("nvidia", args.device_id) as handle, torch.cuda.stream(stream):
         for index, (op, dtype, shape, layout) in enumerate(planned):
             timing.progress(index, len(planned), f"{op} {dtype} {shape}")
-            case = GpuCase(torch, op, dtype, shape, handle, device, generator, layout, stream, liger,
-                           cudnn=not isinstance(cudnn_name, gpu_peers.Unavailable))
+            case = case_class(torch, op, dtype, shape, handle, device, generator, layout, stream, liger,
+                              cudnn=not isinstance(cudnn_name, gpu_peers.Unavailable))
             try:
                 times, differences = _run_case(torch, case, stream, replays, notes)
             finally:
@@ -383,7 +392,7 @@ def run(args):
             torch.cuda.empty_cache()  # the next case's graphs and tensors start from a clean pool
         timing.progress(len(planned), len(planned), "done")
     return {
-        "machine": gpu_description(torch, device), "threads": None, "copy_bandwidth": copy,
+        "machine": gpu_description(torch, device), "threads": None, "direction": direction, "copy_bandwidth": copy,
         "copy_method": "torch copy_ of 512 MiB, device to device, eager, same run",
         "timing_method": f"CUDA graph of {GRAPH_CALLS} calls on one stream, median of {replays} replays",
         "torch_version": torch.__version__, "functional_overhead_s": None,
