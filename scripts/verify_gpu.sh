@@ -26,8 +26,8 @@
 #            Liger-Kernel's and cuDNN's; past the default budget after a full run, so run it with the ab step (below);
 #   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
 # DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
-# bench_batch_norm.json, host_overhead.json, training.json, bench_forward.json and variants.csv the numbers (variants.txt: the kernels'
-# registers and the variants' table). Exit status 0 when every step passed.
+# bench_batch_norm.json, host_overhead.json, training.json, bench_forward.json and variants.csv the numbers
+# (variants.txt: the kernels' registers and the variants' table). Exit status 0 when every step passed.
 # Needs: nvcc, a C++17 compiler, and a python3 with torch (CUDA), numpy, ml_dtypes, setuptools, pytest and
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
 #
@@ -37,8 +37,8 @@
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
-#   2. optionally, here: bash scripts/prebuild_gpu.sh (the libraries for sm_90 in gpu-lib/: the device then
-#      skips its two-minute build; add "gpu-lib" to carry below);
+#   2. optionally, here: bash scripts/prebuild_gpu.sh (the libraries for sm_90, packed in gpu-lib/: the device
+#      then skips its two-minute build; add "gpu-lib" to carry below);
 #   3. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=600).
 #      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
 #      Only issue 53's kernel A/B (about 3 minutes, the build included):
@@ -107,7 +107,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # they load here (another image's system libraries may refuse them); else the build below.
 prebuilt_loads() {
     [[ -f gpu-lib/SOURCES && "$(cat gpu-lib/SOURCES)" == "$(bash scripts/native_fingerprint.sh)" ]] || return 1
-    mkdir -p infiniop_py/lib && cp gpu-lib/libinfiniop.so gpu-lib/libinfinirt.so infiniop_py/lib/ &&
+    mkdir -p infiniop_py/lib && tar -C infiniop_py/lib -xJf gpu-lib/libraries.tar.xz libinfiniop.so libinfinirt.so &&
         python3 -c "import infiniop_py; infiniop_py.cpu_isa()"
 }
 if [[ -d gpu-lib ]]; then

@@ -38,8 +38,8 @@ def tree_with_gpu_lib(tmp_path):
     gpu_lib = tree / "gpu-lib"
     gpu_lib.mkdir()
     library_dir = pathlib.Path(infiniop_py.library_path()).parent  # this process's libraries stand in for sm_90's
-    for name in ("libinfiniop.so", "libinfinirt.so"):
-        shutil.copy2(library_dir / name, gpu_lib / name)
+    subprocess.run(["tar", "-C", str(library_dir), "-cJf", str(gpu_lib / "libraries.tar.xz"), "libinfiniop.so",
+                    "libinfinirt.so"], check=True)  # packed as scripts/prebuild_gpu.sh packs them
     (gpu_lib / "SOURCES").write_text(_fingerprint(tree) + "\n")
     return tree
 
