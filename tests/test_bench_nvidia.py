@@ -241,14 +241,19 @@ def test_a_peer_that_fails_is_noted_and_the_case_still_reports(cpu_handle, monke
     assert row["torch_bandwidth"] == case.bytes_moved / 2e-3
 
 
+GPU_CASES = [("rms_norm", (64, 4096), "rows"), ("layer_norm", (64, 1024), "rows"),
+             ("batch_norm", (8, 64, 14, 14), "channels_last"), ("batch_norm", (8, 64, 14, 14), "channels_first")]
+
+
 @pytest.mark.nvidia
 @pytest.mark.torch_cuda
-@pytest.mark.parametrize("op,shape,layout", [("rms_norm", (64, 4096), "rows"), ("layer_norm", (64, 1024), "rows"),
-                                             ("layer_norm_from_input", (64, 1024), "rows"),
-                                             ("batch_norm", (8, 64, 14, 14), "channels_last"),
-                                             ("batch_norm", (8, 64, 14, 14), "channels_first")])
+@pytest.mark.parametrize("case_class,op,shape,layout",
+                         [(bench_nvidia.GpuCase, *case) for case in GPU_CASES]
+                         + [(bench_nvidia.GpuCase, "layer_norm_from_input", (64, 1024), "rows")]
+                         + [(GpuForwardCase, *case) for case in GPU_CASES])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_peers_compute_what_torch_computes_on_the_gpu(op, shape, layout, dtype):
+def test_peers_compute_what_torch_computes_on_the_gpu(case_class, op, shape, layout, dtype):
+    """Backward (GpuCase) and forward (GpuForwardCase): ours and each peer give torch's main output."""
     import infiniop_py as ip
 
     try:
@@ -257,8 +262,8 @@ def test_peers_compute_what_torch_computes_on_the_gpu(op, shape, layout, dtype):
         liger = None
     generator = torch.Generator(device="cuda").manual_seed(0)
     with ip.Handle("nvidia", 0) as handle:
-        case = bench_nvidia.GpuCase(torch, op, dtype, shape, handle, "cuda", generator, layout,
-                                    torch.cuda.current_stream(), liger, cudnn=True)
+        case = case_class(torch, op, dtype, shape, handle, "cuda", generator, layout, torch.cuda.current_stream(),
+                          liger, cudnn=True)
         try:
             outputs = case.outputs()
             torch.cuda.synchronize()
@@ -288,37 +293,6 @@ def test_quick_gpu_run_reports_every_column(tmp_path, capsys):
     assert all(r["ours_s"] > 0 and r["torch_s"] > 0 and r["max_relative_difference_vs_torch"] < 2e-2
                for r in rows.values())
     assert "vs best" in capsys.readouterr().out and report["timing_method"].startswith("CUDA graph of 10 calls")
-
-
-@pytest.mark.nvidia
-@pytest.mark.torch_cuda
-@pytest.mark.parametrize("op,shape,layout", [("rms_norm", (64, 4096), "rows"), ("layer_norm", (64, 1024), "rows"),
-                                             ("batch_norm", (8, 64, 14, 14), "channels_last"),
-                                             ("batch_norm", (8, 64, 14, 14), "channels_first")])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_forward_peers_compute_what_torch_computes_on_the_gpu(op, shape, layout, dtype):
-    import infiniop_py as ip
-
-    try:
-        liger = list(gpu_peers.liger_modules())[:2]
-    except gpu_peers.Unavailable:
-        liger = None
-    generator = torch.Generator(device="cuda").manual_seed(0)
-    with ip.Handle("nvidia", 0) as handle:
-        case = GpuForwardCase(torch, op, dtype, shape, handle, "cuda", generator, layout,
-                              torch.cuda.current_stream(), liger, cudnn=True)
-        try:
-            outputs = case.outputs()
-            torch.cuda.synchronize()
-        finally:
-            case.close()
-
-    tolerance = TOLERANCE[BF16 if dtype == "bfloat16" else F32]
-    refused = {key: why for key, why in case.peers.items() if isinstance(why, str)}
-    assert not refused or dtype == "bfloat16", refused
-    assert set(outputs) == {"ours", "torch"} | (set(case.peers) - set(refused))
-    for key, value in outputs.items():
-        assert bench_nvidia.relative_difference(value, outputs["torch"]) <= tolerance, key
 
 
 @pytest.mark.nvidia

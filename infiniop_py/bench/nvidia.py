@@ -54,7 +54,42 @@ def require_cuda(device_id):
     return torch
 
 
-class GpuCase:
+class TimedCase:
+    """What a case of either direction has: ``ours()``, our operator's bare C call on its tensors (bind), each
+    peer's (call, output) or the reason it cannot run (peer), ``outputs()`` and ``close()``."""
+
+    def bind(self, torch, operator, tensors, device, stream):
+        """Our call: ``operator`` on ``tensors`` (its arguments in order, None where absent) and a workspace of its
+        size, on ``stream`` (None: the default stream). Returns the workspace."""
+        self.operator, self._tensors = operator, tensors
+        workspace = torch.empty(max(operator.workspace_size, 1), dtype=torch.uint8, device=device)
+        self._workspace = workspace
+        stream_address = 0 if stream is None else stream.cuda_stream
+        self.ours = timing.native_call(operator, [0 if t is None else t.data_ptr() for t in tensors],
+                                       workspace.data_ptr(), stream_address)
+        return workspace
+
+    def peer(self, key, build):
+        try:
+            self.peers[key] = build()
+        except gpu_peers.Unavailable as why:
+            self.peers[key] = str(why)
+
+    def outputs(self):
+        """{"ours": our main output (a backward's grad_input, a forward's y), "torch": torch's, peer key: the
+        peer's}, after a run of each."""
+        self.ours()
+        results = {"ours": self._tensors[0], "torch": self.theirs()[0]}
+        for key, peer in self.peers.items():
+            if not isinstance(peer, str):
+                results[key] = peer[1]()
+        return results
+
+    def close(self):
+        self.operator.close()
+
+
+class GpuCase(TimedCase):
     """One case on one torch device: ``ours()``, ``theirs()`` and each available peer's call launch on the current
     stream (ours on ``stream``, which must then be current) and return nothing; ``outputs()`` gives the main
     gradients of each, to check that all computed the same thing. ``peers``: result key -> (call, gradient) or
@@ -83,7 +118,7 @@ class GpuCase:
             operator_class = ip.RMSNormBackward
             self.theirs, self.torch_method = _torch_rms_norm_backward(torch, grad_y, x, w)
             if liger is not None:
-                self._peer("liger_s", lambda: gpu_peers.liger_rms_norm_backward(liger, grad_y, x, w))
+                self.peer("liger_s", lambda: gpu_peers.liger_rms_norm_backward(liger, grad_y, x, w))
         elif op in ("layer_norm", "layer_norm_from_input"):
             x32 = torch.randn(shape, generator=generator, device=device)
             mean = x32.mean(-1, keepdim=True)
@@ -102,7 +137,7 @@ class GpuCase:
                 grad_output, x, list(shape[-1:]), saved_mean, saved_rstd, weight, weight, [True, True, True])
             self.torch_method = "native_layer_norm_backward"
             if liger is not None:
-                self._peer("liger_s", lambda: gpu_peers.liger_layer_norm_backward(liger, grad_output, x, weight,
+                self.peer("liger_s", lambda: gpu_peers.liger_layer_norm_backward(liger, grad_output, x, weight,
                                                                                   LAYER_NORM_EPS))
         else:
             # Training with saved statistics; F32 parameters for 16-bit data, as autocast trains (and cuDNN needs).
@@ -120,16 +155,10 @@ class GpuCase:
                 grad_output, x, weight, None, None, save_mean, save_invstd, True, BATCH_NORM_EPS, [True, True, True])
             self.torch_method = "native_batch_norm_backward"
             if cudnn:
-                self._peer("cudnn_s", lambda: gpu_peers.cudnn_batch_norm_backward(torch, x, grad_output, weight,
+                self.peer("cudnn_s", lambda: gpu_peers.cudnn_batch_norm_backward(torch, x, grad_output, weight,
                                                                                   BATCH_NORM_EPS))
-        self._tensors = tensors
         options = {"eps": BATCH_NORM_EPS} if op == "batch_norm" else {}
-        self.operator = operator_class(handle, *tensors, **options)
-        workspace = torch.empty(max(self.operator.workspace_size, 1), dtype=torch.uint8, device=device)
-        self._workspace = workspace
-        stream_address = 0 if stream is None else stream.cuda_stream
-        self.ours = timing.native_call(self.operator, [0 if t is None else t.data_ptr() for t in tensors],
-                                       workspace.data_ptr(), stream_address)
+        workspace = self.bind(torch, operator_class(handle, *tensors, **options), tensors, device, stream)
         if op == "batch_norm":
             self._phase_calls(torch, workspace, stream)
 
@@ -146,25 +175,6 @@ class GpuCase:
         self.phases["ours_elementwise_s"] = lambda: operator.elementwise(  # noqa: E731
             grad_input, x, grad_output, weight, None, None, save_mean, save_invstd, *sums, count,
             workspace=workspace, stream=stream)
-
-    def _peer(self, key, build):
-        try:
-            self.peers[key] = build()
-        except gpu_peers.Unavailable as why:
-            self.peers[key] = str(why)
-
-    def outputs(self):
-        """{"ours": our main gradient, "torch": torch's, peer key: the peer's}, after a run of each."""
-        self.ours()
-        results = {"ours": self._tensors[0], "torch": self.theirs()[0]}
-        for key, peer in self.peers.items():
-            if not isinstance(peer, str):
-                results[key] = peer[1]()
-        return results
-
-    def close(self):
-        self.operator.close()
-
 
 def relative_difference(value, reference):
     """max |value - reference| / max |reference|, in F32."""

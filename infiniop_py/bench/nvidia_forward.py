@@ -9,7 +9,8 @@ Issue 54 asks for our forwards in infiniop_py.torch wherever a benchmark on that
 faster: on CUDA the torch integration runs torch's forwards until this table says otherwise.
 """
 
-from . import cpu, forward, gpu_peers, timing
+from . import cpu, forward, gpu_peers
+from .nvidia import TimedCase
 
 RMS_NORM_EPS = 1e-6
 LAYER_NORM_EPS = 1e-5
@@ -17,7 +18,7 @@ BATCH_NORM_EPS = 1e-5  # cuDNN's least
 BATCH_NORM_MOMENTUM = 0.1
 
 
-class GpuForwardCase:
+class GpuForwardCase(TimedCase):
     """nvidia.GpuCase's interface for a forward: ``ours()``, ``theirs()`` and each peer's call launch on the current
     stream (ours on ``stream``, which must then be current); ``outputs()`` gives each one's y."""
 
@@ -43,18 +44,18 @@ class GpuForwardCase:
         if op == "rms_norm":
             x, w = random(*shape), random(shape[-1])
             tensors = [torch.empty_like(x), statistic(shape[:-1]), x, w]
-            self.operator = ip.RMSNorm(handle, *tensors, eps=RMS_NORM_EPS)
+            operator = ip.RMSNorm(handle, *tensors, eps=RMS_NORM_EPS)
             self.theirs, self.torch_method = _torch_rms_norm_forward(torch, x, w)
             if liger is not None:
-                self._peer("liger_s", lambda: gpu_peers.liger_rms_norm_forward(liger, x, w, RMS_NORM_EPS))
+                self.peer("liger_s", lambda: gpu_peers.liger_rms_norm_forward(liger, x, w, RMS_NORM_EPS))
         elif op == "layer_norm":
             x, w, b = random(*shape), random(shape[-1]), random(shape[-1])
             tensors = [torch.empty_like(x), statistic(shape[:-1]), statistic(shape[:-1]), x, w, b]
-            self.operator = ip.LayerNorm(handle, *tensors, eps=LAYER_NORM_EPS)
+            operator = ip.LayerNorm(handle, *tensors, eps=LAYER_NORM_EPS)
             self.theirs = lambda: aten.native_layer_norm(x, list(shape[-1:]), w, b, LAYER_NORM_EPS)  # noqa: E731
             self.torch_method = "native_layer_norm"
             if liger is not None:
-                self._peer("liger_s", lambda: gpu_peers.liger_layer_norm_forward(liger, x, w, b, LAYER_NORM_EPS))
+                self.peer("liger_s", lambda: gpu_peers.liger_layer_norm_forward(liger, x, w, b, LAYER_NORM_EPS))
         elif op == "batch_norm":
             # Training; F32 parameters and running statistics for 16-bit data, as autocast trains (and cuDNN needs).
             # Each implementation updates running statistics of its own.
@@ -68,40 +69,17 @@ class GpuForwardCase:
                 return torch.zeros(channels, device=device), torch.ones(channels, device=device)
 
             tensors = [torch.empty_like(x), statistic(channels), statistic(channels), *running(), x, weight, bias]
-            self.operator = ip.BatchNorm(handle, *tensors, momentum=BATCH_NORM_MOMENTUM, eps=BATCH_NORM_EPS)
+            operator = ip.BatchNorm(handle, *tensors, momentum=BATCH_NORM_MOMENTUM, eps=BATCH_NORM_EPS)
             torch_running = running()
             self.theirs = lambda: aten.native_batch_norm(  # noqa: E731
                 x, weight, bias, *torch_running, True, BATCH_NORM_MOMENTUM, BATCH_NORM_EPS)
             self.torch_method = "native_batch_norm"
             if cudnn:
-                self._peer("cudnn_s", lambda: gpu_peers.cudnn_batch_norm_forward(
+                self.peer("cudnn_s", lambda: gpu_peers.cudnn_batch_norm_forward(
                     torch, x, weight, bias, BATCH_NORM_MOMENTUM, BATCH_NORM_EPS))
         else:
             raise ValueError(f"op: no forward benchmark of {op!r} (forwards: {', '.join(forward.OPS)})")
-        self._tensors = tensors
-        workspace = torch.empty(max(self.operator.workspace_size, 1), dtype=torch.uint8, device=device)
-        self._workspace = workspace
-        stream_address = 0 if stream is None else stream.cuda_stream
-        self.ours = timing.native_call(self.operator, [t.data_ptr() for t in tensors], workspace.data_ptr(),
-                                       stream_address)
-
-    def _peer(self, key, build):
-        try:
-            self.peers[key] = build()
-        except gpu_peers.Unavailable as why:
-            self.peers[key] = str(why)
-
-    def outputs(self):
-        """{"ours": our y, "torch": torch's, peer key: the peer's}, after a run of each."""
-        self.ours()
-        results = {"ours": self._tensors[0], "torch": self.theirs()[0]}
-        for key, peer in self.peers.items():
-            if not isinstance(peer, str):
-                results[key] = peer[1]()
-        return results
-
-    def close(self):
-        self.operator.close()
+        self.bind(torch, operator, tensors, device, stream)
 
 
 def _torch_rms_norm_forward(torch, x, w):
