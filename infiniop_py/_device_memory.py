@@ -115,6 +115,16 @@ class DeviceBuffer(NativeResource):
             check(libraries().rt.infinirtMemcpy(destination, source, self.nbytes, kind), "infinirtMemcpy")
 
 
+def _dense_strides_of(array):
+    """A numpy array's element strides where it lies densely in memory from its first element (every stride
+    non-negative, a whole number of elements, packed in some order of its dims), else None."""
+    itemsize = array.dtype.itemsize
+    if array.size == 0 or any(stride < 0 or stride % itemsize for stride in array.strides):
+        return None
+    strides = tuple(stride // itemsize for stride in array.strides)
+    return strides if packed(array.shape, strides) else None
+
+
 def _dense_strides(shape, strides):
     """``strides`` (elements) as a tuple, or ValueError unless they lay ``shape`` out densely (packed in some order
     of its dims)."""
@@ -153,8 +163,14 @@ class DeviceArray:
 
     @classmethod
     def from_numpy(cls, array, device, device_id=0):
-        array = np.ascontiguousarray(array)
-        device_array = cls(array.shape, array.dtype, device, device_id)
+        """A device copy of ``array`` in its own layout where that is dense (C order, channels-last, any packed
+        order of its dims), so that outputs made like it keep it too; other arrays (views with gaps, negative
+        strides) are copied C-contiguous first."""
+        array = np.asarray(array)
+        strides = _dense_strides_of(array)
+        if strides is None:
+            array = np.ascontiguousarray(array)
+        device_array = cls(array.shape, array.dtype, device, device_id, strides)
         device_array.buffer._copy(ffi.cast("void *", device_array.buffer.address),
                                   ffi.cast("void *", array.ctypes.data),
                                   libraries().rt.INFINIRT_MEMCPY_H2D)

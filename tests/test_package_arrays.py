@@ -2,7 +2,6 @@
 contiguous whatever numpy reports, foreign objects go through the array protocols, and
 DeviceArray runs on the CPU device through infinirt memory."""
 
-import ctypes
 
 import numpy as np
 import pytest
@@ -66,12 +65,22 @@ def test_device_array_on_the_cpu_device():
         assert reference.relative_error(got.to_numpy(), want) < 5e-5
 
 
-def _device_copy_in_layout(array):
-    """A DeviceArray on the CPU device with ``array``'s values and its dense layout (e.g. channels-last)."""
-    strides = tuple(stride // array.itemsize for stride in array.strides)
-    device_array = infiniop_py.DeviceArray(array.shape, array.dtype, "cpu", strides=strides)
-    ctypes.memmove(device_array.buffer.address, array.ctypes.data, array.nbytes)  # dense: one span, no gaps
-    return device_array
+@pytest.mark.parametrize("layout", ["C", "F", "channels_last", "gaps", "reversed"])
+def test_from_numpy_keeps_a_dense_layout_and_packs_the_others(layout):
+    """DeviceArray.from_numpy copies a dense array in its own layout (its element strides), so that outputs made
+    like it keep that layout; an array with gaps or negative strides becomes C-contiguous. Values are kept."""
+    base = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    array = {"C": base, "F": np.asfortranarray(base),
+             "channels_last": np.ascontiguousarray(base.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2),
+             "gaps": base[:, :, ::2], "reversed": base[::-1]}[layout]
+    device_array = infiniop_py.DeviceArray.from_numpy(array, "cpu")
+    kept = tuple(stride // array.itemsize for stride in array.strides)
+    assert device_array.strides == (kept if layout in ("C", "F", "channels_last") else
+                                    tuple(s // 4 for s in np.ascontiguousarray(array).strides))
+    host = device_array.to_numpy()
+    np.testing.assert_array_equal(host, array)
+    assert host.strides == (array.strides if layout in ("C", "F", "channels_last") else
+                            np.ascontiguousarray(array).strides)
 
 
 def test_channels_last_device_arrays_get_outputs_in_their_layout():
@@ -81,7 +90,7 @@ def test_channels_last_device_arrays_get_outputs_in_their_layout():
     inputs = reference.make_batch_norm_inputs((4, 3, 10), np.float32, rng)
     channels_last = {name: np.ascontiguousarray(a.transpose(0, 2, 1)).transpose(0, 2, 1) if a.ndim == 3 else a
                      for name, a in inputs.items()}
-    device_inputs = [_device_copy_in_layout(a) for a in channels_last.values()]
+    device_inputs = [infiniop_py.DeviceArray.from_numpy(a, "cpu") for a in channels_last.values()]
     assert device_inputs[0].strides == (30, 1, 3)
     outputs = infiniop_py.batch_norm_backward(*device_inputs)
     assert outputs[0].strides == device_inputs[0].strides
