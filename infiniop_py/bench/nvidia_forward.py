@@ -10,11 +10,9 @@ faster: on CUDA the torch integration runs torch's forwards until this table say
 """
 
 from . import cpu, forward, gpu_peers
-from .nvidia import TimedCase
+from .nvidia import BATCH_NORM_EPS, LAYER_NORM_EPS, TimedCase
 
 RMS_NORM_EPS = 1e-6
-LAYER_NORM_EPS = 1e-5
-BATCH_NORM_EPS = 1e-5  # cuDNN's least
 BATCH_NORM_MOMENTUM = 0.1
 
 
