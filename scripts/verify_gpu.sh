@@ -11,19 +11,19 @@
 #   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
 #            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 4 processes where
 #            pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
-#   memcheck, racecheck, initcheck: `smoke --device nvidia` under each compute-sanitizer tool (the smoke
-#            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
+#   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
 #            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
-#   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   ab       scripts/gpu_ab.sh, where gpu-ab/ was carried (scripts/prebuild_gpu_ab.sh): kernel changes timed in the
 #            library against the build before them (DIR/ab.txt, ab.json);
-#   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
-#            kernels, BF16 8192x8192 (the worst case of issue 53);
 #   variants scripts/gpu_variants.sh: issue 53's A/B of the RMSNorm backward row kernel, the library's against
 #            candidate designs and a copy, checked and timed (compiled in the background while the tests run);
 #   bench-forward  `bench --device nvidia --forward --json` (BF16 and F32): issue 54's forwards against torch's,
-#            Liger-Kernel's and cuDNN's; past the default budget after a full run, so run it with the ab step (below);
+#            Liger-Kernel's and cuDNN's; with the time left;
+#   memcheck, racecheck, initcheck: `smoke --device nvidia` under each compute-sanitizer tool (the smoke
+#            run is the documented subset: the whole NVIDIA suite under a sanitizer takes far longer);
+#   ncu      Nsight Compute's speed-of-light, occupancy and launch sections of our RMSNorm and LayerNorm backward
+#            kernels, BF16 8192x8192 (the worst case of issue 53);
 #   backend-memcheck  tests/test_nvidia_backend.py under memcheck, with what time is left.
 # DIR/report.txt gets each step's command, whole output, exit status and seconds; DIR/bench_rows.json,
 # bench_batch_norm.json, host_overhead.json, training.json, bench_forward.json and variants.csv the numbers
@@ -39,14 +39,15 @@
 #          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
 #   2. optionally, here: bash scripts/prebuild_gpu.sh (the libraries for sm_90, packed in gpu-lib/: the device
 #      then skips its two-minute build; add "gpu-lib" to carry below);
-#   3. one device call: run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=600).
-#      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT.
-#      Only issue 53's kernel A/B (about 3 minutes, the build included):
-#        run(command="VERIFY_GPU_STEPS=variants bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib"], timeout_s=420).
-#      Only the A/B of packed library builds (gpu-ab/, scripts/prebuild_gpu_ab.sh; about 3 minutes) and the
-#      forwards' table (about 1.5 minutes), right after the full run, while the machine is warm:
-#        run(command="VERIFY_GPU_STEPS='ab bench-forward' bash scripts/verify_gpu.sh",
-#            carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=420).
+#   3. one device call, carrying the A/B builds of gpu-ab/ too (scripts/prebuild_gpu_ab.sh; all of it about
+#      35 MB of the 64 MiB a call carries):
+#        run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=600).
+#      Its reply ends with the summary of every step; report.txt and the JSON files come back from $OUT. A
+#      session's 15 minutes of device time cover the machine's start and about one such call: the steps are in
+#      the order of the open issues (host time and training, then the kernels' tables and A/Bs, the forwards,
+#      the sanitizers), and the budget skips what is left. With device time to spare, name the skipped ones:
+#        run(command="VERIFY_GPU_STEPS='memcheck racecheck initcheck' bash scripts/verify_gpu.sh",
+#            carry=[".whl", "gpu-lib"], timeout_s=300).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="$(realpath -m "${1:-${OUT:-gpu-report}}")"
@@ -138,15 +139,19 @@ python3 -c "import xdist" 2>/dev/null && options+=(-n 4)
 python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
 # -rfEs: every failure, error and skip with its reason at the end; --durations: where the time went.
 step tests 180 python3 -m pytest tests -m nvidia "${options[@]}" -q -p no:cacheprovider -rfEs --durations=15
-for tool in memcheck racecheck initcheck; do
-    step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 -m infiniop_py smoke --device nvidia
-done
+step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
+step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
 step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
 step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
     --json "$out/bench_batch_norm.json"
-step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
-step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
 [[ -f gpu-ab/base.tar.xz ]] && step ab 200 bash scripts/gpu_ab.sh "$out"
+[[ -n "$variants_build" ]] && wait "$variants_build"  # its failure shows in the step, which compiles again
+step variants 90 bash scripts/gpu_variants.sh "$out"
+step bench-forward 100 python3 -m infiniop_py bench --device nvidia --forward --dtypes bfloat16 float32 \
+    --json "$out/bench_forward.json"
+for tool in memcheck racecheck initcheck; do
+    step "$tool" 60 compute-sanitizer --tool "$tool" --error-exitcode 3 python3 -m infiniop_py smoke --device nvidia
+done
 step ncu 60 ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
     --kernel-name regex:'onePass|splitOutput|chunkSums|rowSums|sumPartials' python3 -c "
 import torch, infiniop_py as ip
@@ -155,10 +160,6 @@ w = torch.randn(8192, device='cuda', dtype=torch.bfloat16)
 ip.rms_norm_backward(g, x, w)
 ip.layer_norm_backward(g, w, x, torch.rand(8192, device='cuda', dtype=torch.bfloat16) + 0.5)
 torch.cuda.synchronize()"
-[[ -n "$variants_build" ]] && wait "$variants_build"  # its failure shows in the step, which compiles again
-step variants 90 bash scripts/gpu_variants.sh "$out"
-step bench-forward 100 python3 -m infiniop_py bench --device nvidia --forward --dtypes bfloat16 float32 \
-    --json "$out/bench_forward.json"
 step backend-memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 \
     python3 -m pytest tests/test_nvidia_backend.py -q -p no:cacheprovider -x
 
