@@ -13,9 +13,9 @@ import numpy as np
 
 from . import _dlpack
 from ._ffi import ffi, libraries
-from ._layout import contiguous_strides, packed
+from ._layout import contiguous_strides, element_strides, packed
 from ._resource import NativeResource
-from .errors import InfiniopError, check
+from .errors import BadTensorStridesError, InfiniopError, check
 from .handle import device_name, selected_device
 
 
@@ -116,12 +116,14 @@ class DeviceBuffer(NativeResource):
 
 
 def _dense_strides_of(array):
-    """A numpy array's element strides where it lies densely in memory from its first element (every stride
-    non-negative, a whole number of elements, packed in some order of its dims), else None."""
-    itemsize = array.dtype.itemsize
-    if array.size == 0 or any(stride < 0 or stride % itemsize for stride in array.strides):
+    """A numpy array's element strides where it lies densely in memory from its first element (packed in some
+    order of its dims, which no negative stride is), else None."""
+    if array.size == 0:
         return None
-    strides = tuple(stride // itemsize for stride in array.strides)
+    try:
+        strides = element_strides(array.strides, array.shape, array.dtype.itemsize, "array")
+    except BadTensorStridesError:
+        return None
     return strides if packed(array.shape, strides) else None
 
 

@@ -116,7 +116,7 @@ def read(capsule, name, writable):
     shape = tuple(tensor.shape[dim] for dim in range(tensor.ndim))
     # NULL strides: a C-contiguous tensor (older dlpack.h allowed that; the current one asks for strides when
     # ndim != 0, but older producers still send NULL). An array with no elements has no layout to keep, as in
-    # tensors._element_strides.
+    # _layout.element_strides.
     if not tensor.strides or 0 in shape:
         strides = contiguous_strides(shape)
     else:

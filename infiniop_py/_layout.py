@@ -29,6 +29,22 @@ def contiguous_strides(shape):
     return tuple(reversed(strides))
 
 
+def element_strides(byte_strides, shape, itemsize, name):
+    """Byte strides (numpy's, __cuda_array_interface__'s; None: C-contiguous) as element strides, or
+    BadTensorStridesError naming ``name`` where one is not a whole number of elements."""
+    # An array with no elements has no layout to keep (numpy reports zero strides for it).
+    if byte_strides is None or 0 in shape:
+        return contiguous_strides(shape)
+    strides = []
+    for dim, (stride, extent) in enumerate(zip(byte_strides, shape)):
+        if stride % itemsize and extent > 1:
+            raise BadTensorStridesError(
+                f"{name}: byte stride {stride} of dim {dim} is not a multiple of the item size {itemsize}"
+            )
+        strides.append(stride // itemsize)  # a dim of size <= 1 is never stepped
+    return tuple(strides)
+
+
 def strides_of(spec):
     return tuple(spec.strides) if spec.strides is not None else contiguous_strides(spec.shape)
 

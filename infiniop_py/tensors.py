@@ -9,7 +9,7 @@ import numpy as np
 from . import _dlpack, dtypes
 from ._device_memory import DeviceArray
 from ._ffi import ffi, libraries
-from ._layout import contiguous_strides
+from ._layout import contiguous_strides, element_strides
 from ._resource import NativeResource
 from .errors import BadTensorShapeError, BadTensorStridesError, check
 
@@ -31,25 +31,11 @@ class TensorRef(NamedTuple):
     owner: Any
 
 
-def _element_strides(byte_strides, shape, itemsize, name):
-    # An array with no elements has no layout to keep (numpy reports zero strides for it).
-    if byte_strides is None or 0 in shape:
-        return contiguous_strides(shape)
-    strides = []
-    for dim, (stride, extent) in enumerate(zip(byte_strides, shape)):
-        if stride % itemsize and extent > 1:
-            raise BadTensorStridesError(
-                f"{name}: byte stride {stride} of dim {dim} is not a multiple of the item size {itemsize}"
-            )
-        strides.append(stride // itemsize)  # a dim of size <= 1 is never stepped
-    return tuple(strides)
-
-
 def _from_numpy(array, name, owner):
     return TensorRef(
         data=array.ctypes.data, device="cpu", device_id=0, dtype=dtypes.code_of(array.dtype, name),
         itemsize=array.dtype.itemsize, shape=tuple(array.shape),
-        strides=_element_strides(array.strides, array.shape, array.dtype.itemsize, name), owner=owner,
+        strides=element_strides(array.strides, array.shape, array.dtype.itemsize, name), owner=owner,
     )
 
 
@@ -74,7 +60,7 @@ def _from_cuda_array_interface(obj, name):
     return TensorRef(
         data=interface["data"][0], device="nvidia", device_id=getattr(getattr(obj, "device", None), "id", 0),
         dtype=dtypes.code_of(dtype, name), itemsize=dtype.itemsize, shape=shape,
-        strides=_element_strides(interface.get("strides"), shape, dtype.itemsize, name), owner=obj,
+        strides=element_strides(interface.get("strides"), shape, dtype.itemsize, name), owner=obj,
     )
 
 
