@@ -87,22 +87,23 @@ def liger_rms_norm_forward(modules, x, weight, eps):
     def call():
         return rms_norm.rms_norm_forward(x, weight, eps, 0.0, "llama", None)
 
-    return _liger_forward(call)
+    return _forward_peer(call, "Liger-Kernel")  # refused: rows beyond its block size (64K elements)
 
 
 def liger_layer_norm_forward(modules, x, weight, bias, eps):
     """Liger's LayerNorm forward: y, and the F32 mean and rstd it saves."""
     _cuda_only(x, "Liger-Kernel")
     layer_norm = modules[1]
-    return _liger_forward(lambda: layer_norm.layer_norm_forward(x, weight, bias, eps))
+    return _forward_peer(lambda: layer_norm.layer_norm_forward(x, weight, bias, eps), "Liger-Kernel")
 
 
-def _liger_forward(call):
-    """(call, output) of a Liger forward whose first result is y, once it has run here (a refusal: Unavailable)."""
+def _forward_peer(call, peer):
+    """(call, output) of a peer's forward whose first result is y, once it has run here (a refusal: Unavailable,
+    naming the peer)."""
     try:
         call()
-    except RuntimeError as error:  # rows beyond its block size (64K elements)
-        raise Unavailable(f"Liger-Kernel refuses it: {str(error).splitlines()[0]}") from None
+    except RuntimeError as error:
+        raise Unavailable(f"{peer} refuses it: {str(error).splitlines()[0]}") from None
     return call, (lambda: call()[0])
 
 
@@ -147,8 +148,4 @@ def cudnn_batch_norm_forward(torch, x, weight, bias, momentum, eps):
     def call():
         return aten.cudnn_batch_norm(x, weight, bias, running_mean, running_var, True, momentum, eps)
 
-    try:
-        call()
-    except RuntimeError as error:
-        raise Unavailable(f"cuDNN refuses it: {str(error).splitlines()[0]}") from None
-    return call, (lambda: call()[0])
+    return _forward_peer(call, "cuDNN")
