@@ -9,8 +9,8 @@
 #            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build), unless gpu-lib/ was carried
 #            (scripts/prebuild_gpu.sh: built here beforehand from the same sources) and loads;
 #   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
-#            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 4 processes where
-#            pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
+#            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 8 processes (4 on
+#            fewer than 16 CPUs) where pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
 #   host-overhead, training: `bench --host-overhead` and `bench --training` on the GPU, each with --json;
 #   bench-rows, bench-batch-norm: `bench --device nvidia --json` for RMSNorm/LayerNorm (beside Liger-Kernel where
 #            it imports) and for BatchNorm (beside cuDNN), two runs so that a slow one cannot lose both tables;
@@ -135,7 +135,7 @@ if selected variants; then
 fi
 
 options=()
-python3 -c "import xdist" 2>/dev/null && options+=(-n 4)
+python3 -c "import xdist" 2>/dev/null && options+=(-n "$(( $(nproc) >= 16 ? 8 : 4 ))")
 python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
 # -rfEs: every failure, error and skip with its reason at the end; --durations: where the time went.
 step tests 180 python3 -m pytest tests -m nvidia "${options[@]}" -q -p no:cacheprovider -rfEs --durations=15

@@ -69,10 +69,11 @@ def _leading(input, normalized_shape):
     return input.shape[:input.dim() - len(normalized_shape)]
 
 
-def _new_statistic(leading, dtype):
-    """An empty per-row statistic of the leading shape (torch.empty(*sizes) takes 0.8 us, torch.empty(torch.Size)
-    1.6; no sizes at all: a 0-dim one)."""
-    return torch.empty(*leading, dtype=dtype) if leading else torch.empty((), dtype=dtype)
+def _new_statistic(leading, dtype, device):
+    """An empty per-row statistic of the leading shape on ``device`` (torch.empty(*sizes) takes 0.8 us,
+    torch.empty(torch.Size) 1.6; no sizes at all: a 0-dim one)."""
+    return (torch.empty(*leading, dtype=dtype, device=device) if leading
+            else torch.empty((), dtype=dtype, device=device))
 
 
 def _kept_dims(statistic, normalized_dims):
@@ -296,7 +297,7 @@ def _library_rms_norm(input, normalized_shape, weight, eps):
         eps = torch.finfo(statistics_dtype).eps
     leading = _leading(input, normalized_shape)
     output = torch.empty_like(input)
-    rstd = _new_statistic(leading, statistics_dtype)
+    rstd = _new_statistic(leading, statistics_dtype, input.device)
     _RMS_NORM_FORWARD.run((input, weight), (output, rstd), (float(eps),), (True, True))
     return output, _kept_dims(rstd, len(normalized_shape))
 
@@ -372,13 +373,22 @@ def _torch_layer_norm(input, normalized_shape, weight, bias, eps):
 
 
 def _library_layer_norm_serves(input, normalized_shape, weight, bias):
-    """Whether this library's CPU forward takes these operands as they are and is the faster one
-    (_LIBRARY_LAYER_NORM_MIN_ELEMENTS below): packed data of at least that many elements, whose trailing dims are
-    normalized_shape; parameters of that shape and of the data's dtype or F32 (16-bit data), the same for both; at
-    least one of them where several dims are normalized (the library reads the normalized dims from their rank).
-    Anything else goes to PyTorch's kernel, which runs it or raises its own error."""
-    minimum = _LIBRARY_LAYER_NORM_MIN_ELEMENTS.get(input.dtype)
-    if input.device.type != "cpu" or minimum is None or input.numel() < minimum or not input.is_contiguous():
+    """Whether this library's forward takes these operands as they are and is the one to run: packed data whose
+    trailing dims are normalized_shape; parameters of that shape and of the data's dtype or F32 (16-bit data), the
+    same for both; at least one of them where several dims are normalized (the library reads the normalized dims
+    from their rank). On the CPU from _LIBRARY_LAYER_NORM_MIN_ELEMENTS on (below it PyTorch's is the faster). On
+    CUDA only for 16-bit data with F32 parameters, which torch 2.11's CUDA kernel refuses (PyTorch's forward is the
+    faster there otherwise: docs/performance.md, the forwards on an H200). Anything else goes to PyTorch's kernel,
+    which runs it or raises its own error."""
+    if input.device.type == "cuda":
+        if input.dtype not in _HALF_DTYPES or not any(p is not None and p.dtype is torch.float32
+                                                      for p in (weight, bias)):
+            return False
+    else:
+        minimum = _LIBRARY_LAYER_NORM_MIN_ELEMENTS.get(input.dtype)
+        if input.device.type != "cpu" or minimum is None or input.numel() < minimum:
+            return False
+    if input.numel() == 0 or not input.is_contiguous():
         return False
     normalized = tuple(normalized_shape)
     trailing = tuple(input.shape[input.dim() - len(normalized):]) if len(normalized) <= input.dim() else None
@@ -407,7 +417,8 @@ def _library_layer_norm(input, normalized_shape, weight, bias, eps):
     leading = _leading(input, normalized_shape)
     statistics_dtype = _statistics_dtype(input.dtype)
     output = torch.empty_like(input)
-    mean, rstd = _new_statistic(leading, statistics_dtype), _new_statistic(leading, statistics_dtype)
+    mean = _new_statistic(leading, statistics_dtype, input.device)
+    rstd = _new_statistic(leading, statistics_dtype, input.device)
     _LAYER_NORM_FORWARD.run((input, weight, bias), (output, mean, rstd), (float(eps),), (True, True, True))
     return output, _kept_dims(mean, len(normalized_shape)), _kept_dims(rstd, len(normalized_shape))
 
