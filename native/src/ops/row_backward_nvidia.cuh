@@ -5,7 +5,9 @@
 //    reduction and its output; each CTA owns a fixed contiguous range of rows and keeps its column partials
 //    in registers until the end;
 //  - split (long rows, or too few rows to fill the GPU): rows are cut in chunks of kChunk columns; pass 1
-//    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits).
+//    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits);
+//  - packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim, in 16-byte vectors): one pass, a CTA a row, each
+//    thread one vector of the row kept as raw 16-bit values, the next row's already loading (packedRowsKernel).
 // Partials are in the compute type (F32, F64 for F64 data), one row of length D per CTA (or row block) for each
 // per-column output that is wanted, summed in fixed order by sumPartials: no atomics. Types: T the data, W the
 // parameters (w and the per-column outputs), C = ComputeOf<T>.
@@ -247,6 +249,177 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
     storePartials<Terms, G, V>(args, blockIdx.x, 0, lane, acc);
 }
 
+// Packed rows: F16/BF16 data whose rows start 16-byte vectors apart, 512 <= D <= 8192. A CTA of ceil(D / 8)
+// threads (a multiple of 32, at most kThreads) per row; thread t holds elements [8t, 8t + 8) of a and b as one raw
+// 16-byte vector each and widens them only where it computes, so a row costs 8 registers a thread where the
+// one-pass kernel holds 48 widened values: twice the resident threads, and no spills at 1024 threads. Its columns
+// of w sit in shared memory (only the thread itself reads them: no barrier). The next row's vectors are loaded
+// before this row's barrier, so they are in flight through its reduction and stores. ONE barrier a row: each warp's
+// double sums go to slots[row parity][warp], and after the barrier every warp adds all slots in one fixed order; a
+// slot is rewritten two rows later, after the next barrier, which every reader of it has passed. Partials as in
+// the one-pass plan (a row per CTA, summed in fixed order). `vectors`: the base pointers are 16-byte aligned too;
+// else the same elements load one by one. On an H200 (scripts/gpu_variants, `cta8p`, docs/performance.md): 2-3.4x
+// the one-pass kernel at D 1024-8192, 0.81-0.86 of copy bandwidth.
+constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
+constexpr int kPackedItems = 8; // elements a thread: one 16-byte vector of 16-bit values
+
+// A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
+// 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
+__device__ __forceinline__ uint32_t wordOf(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The two elements of a word, widened; and two values narrowed into a word (round to nearest even).
+__device__ __forceinline__ float2 widenWord(nvidia::bf16_t, uint32_t word) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+__device__ __forceinline__ float2 widenWord(nvidia::f16_t, uint32_t word) {
+    return make_float2(nvidia::widen(nvidia::f16_t{static_cast<uint16_t>(word & 0xffffu)}),
+                       nvidia::widen(nvidia::f16_t{static_cast<uint16_t>(word >> 16)}));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t narrowWord(float low, float high) {
+    return nvidia::narrow<T>(low).bits | static_cast<uint32_t>(nvidia::narrow<T>(high).bits) << 16;
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 loadPacked(const T *row, size_t col, size_t dim, bool vectors) {
+    if (vectors && col + kPackedItems <= dim) return *reinterpret_cast<const uint4 *>(row + col);
+    uint32_t words[kPackedItems / 2];
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const size_t c = col + 2 * i;
+        words[i] = (c < dim ? row[c].bits : 0u) | (c + 1 < dim ? static_cast<uint32_t>(row[c + 1].bits) << 16 : 0u);
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack(uint4 raw, ComputeOf<T> *out) {
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const float2 pair = widenWord(T{}, wordOf(raw, i));
+        out[2 * i] = pair.x;
+        out[2 * i + 1] = pair.y;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void storePacked(T *row, size_t col, size_t dim, bool vectors, const ComputeOf<T> *in) {
+    uint32_t words[kPackedItems / 2];
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        words[i] = narrowWord<T>(in[2 * i], in[2 * i + 1]);
+    }
+    if (vectors && col + kPackedItems <= dim) {
+        *reinterpret_cast<uint4 *>(row + col) = make_uint4(words[0], words[1], words[2], words[3]);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const size_t c = col + 2 * i;
+        if (c < dim) row[c].bits = static_cast<uint16_t>(words[i] & 0xffffu);
+        if (c + 1 < dim) row[c + 1].bits = static_cast<uint16_t>(words[i] >> 16);
+    }
+}
+
+// A row's offset where its layout has at most one dim (the packed plan's condition): no division, which the
+// general RowLayout::offset does per kept dim (its 64-bit divisions cost the kernel 20 bytes of spills).
+__device__ __forceinline__ ptrdiff_t flatOffset(const RowLayout &rows, size_t row) {
+    return static_cast<ptrdiff_t>(row) * rows.strides[0];
+}
+
+// The row's (mean, rstd) where the Terms center b (LayerNorm from the forward's input), read once a row; else unused.
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ Pair<ComputeOf<T>> centeringOf(const Args<T, W, S> &args, size_t row) {
+    using C = ComputeOf<T>;
+    if constexpr (CentersB<Terms>::value) {
+        return {static_cast<C>(args.b_mean[args.b_mean_rows.offset(row)]),
+                static_cast<C>(args.scalar[args.scalar_rows.offset(row)])};
+    } else {
+        return {C(0), C(1)};
+    }
+}
+
+// b of a thread's vector as the Terms see it (see prepareB).
+template <typename Terms, typename T>
+__device__ __forceinline__ void unpackB(uint4 raw, Pair<ComputeOf<T>> centering, ComputeOf<T> *b) {
+    unpack<T>(raw, b);
+    if constexpr (CentersB<Terms>::value) {
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) b[e] = (b[e] - centering.first) * centering.second;
+    }
+}
+
+template <typename Terms, typename T, typename W, typename S, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
+    packedRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
+    using C = ComputeOf<T>;
+    __shared__ C w_shared[kThreads * kPackedItems];
+    __shared__ double2 slots[2][32];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+    const size_t col = static_cast<size_t>(t) * kPackedItems;
+    const size_t first = blockIdx.x * rows_per_cta;
+    const size_t last = min(first + rows_per_cta, args.rows);
+    C *w = w_shared + t * kPackedItems;
+#pragma unroll
+    for (int e = 0; e < kPackedItems; ++e) { // ones where w is absent, zeros past the end of the row
+        const size_t c = col + e;
+        w[e] = c >= args.dim ? C(0)
+                             : args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(c) * args.w_stride])
+                                                 : C(1);
+    }
+    C acc[Terms::kPartials][kPackedItems] = {};
+    uint4 a_raw = {}, b_raw = {};
+    if (first < last) {
+        a_raw = loadPacked(args.a + flatOffset(args.a_rows, first), col, args.dim, vectors);
+        b_raw = loadPacked(args.b + flatOffset(args.b_rows, first), col, args.dim, vectors);
+    }
+    for (size_t row = first; row < last; ++row) {
+        const int parity = static_cast<int>((row - first) & 1);
+        uint4 a_next = {}, b_next = {};
+        if (row + 1 < last) { // in flight through this row's barrier
+            a_next = loadPacked(args.a + flatOffset(args.a_rows, row + 1), col, args.dim, vectors);
+            b_next = loadPacked(args.b + flatOffset(args.b_rows, row + 1), col, args.dim, vectors);
+        }
+        const Pair<C> centering = centeringOf<Terms>(args, row);
+        C a[kPackedItems], b[kPackedItems];
+        unpack<T>(a_raw, a);
+        unpackB<Terms, T>(b_raw, centering, b);
+        C s1 = 0, s2 = 0;
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) {
+            const Pair<C> terms = Terms::terms(a[e], b[e], w[e]);
+            s1 += terms.first;
+            s2 += terms.second;
+        }
+        const double2 part = nvidia::warpSum(make_double2(s1, s2));
+        if (lane == 0) slots[parity][warp] = part;
+        __syncthreads();
+        const double2 sums = nvidia::warpSum(lane < warps ? slots[parity][lane] : make_double2(0.0, 0.0));
+        const auto k = rowCoefficients<Terms>(args, row, sums);
+        unpack<T>(a_raw, a); // widened again rather than kept live across the barrier
+        unpackB<Terms, T>(b_raw, centering, b);
+        C result[kPackedItems];
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) {
+            result[e] = Terms::out(a[e], b[e], w[e], k);
+            const Pair<C> terms = Terms::partialTerms(a[e], b[e], k); // zero-padded columns add zero
+            acc[0][e] += terms.first;
+            if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += terms.second;
+        }
+        storePacked(args.out + flatOffset(args.out_rows, row), col, args.dim, vectors, result);
+        a_raw = a_next;
+        b_raw = b_next;
+    }
+#pragma unroll
+    for (int p = 0; p < Terms::kPartials; ++p) {
+        C *partial = args.partials[p];
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) {
+            if (partial != nullptr && col + e < args.dim) partial[blockIdx.x * args.dim + col + e] = acc[p][e];
+        }
+    }
+}
+
 // Split pass 1: the two sums of each (row, chunk), in row-major order.
 template <typename Terms, typename T, typename W, typename S, int V>
 __global__ void __launch_bounds__(kSplitThreads) chunkSumsKernel(Args<T, W, S> args, size_t chunks,
@@ -330,9 +503,10 @@ inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 // thus every sum's order) is the same on every call.
 struct Plan {
     bool split = false;
+    int packed_threads = 0;      // packed plan: threads per CTA (a row each); 0: another plan
     int group = 32;              // one pass: threads per row
-    size_t ctas = 0;             // one pass: CTAs = partial rows
-    size_t rows_per_cta = 1;     // one pass
+    size_t ctas = 0;             // one pass and packed: CTAs = partial rows
+    size_t rows_per_cta = 1;     // one pass and packed
     size_t chunks = 1;           // split
     size_t row_blocks = 0;       // split: partial rows
     size_t rows_per_block = 1;   // split
@@ -377,8 +551,20 @@ infiniStatus_t occupancyOf(int group, int *ctas_per_sm) {
     }
 }
 
+// The packed kernel's CTA size class for `threads` threads a row (its shared w is sized by the class).
+template <typename Terms, typename T, typename W, typename Body>
+infiniStatus_t withPackedKernel(int threads, Body &&body) {
+    using S = ScalarOf<Terms, T, W>;
+    if (threads <= 128) return body(packedRowsKernel<Terms, T, W, S, 128>);
+    if (threads <= 256) return body(packedRowsKernel<Terms, T, W, S, 256>);
+    if (threads <= 512) return body(packedRowsKernel<Terms, T, W, S, 512>);
+    return body(packedRowsKernel<Terms, T, W, S, 1024>);
+}
+
+// packable_rows: the rows of out, a and b are one stride apart, a multiple of 16 bytes (the packed plan's rows).
 template <typename Terms, typename T, typename W>
-infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, int device_id, Plan *plan) {
+infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool packable_rows, int device_id,
+                           Plan *plan) {
     Plan p;
     p.rows = rows;
     p.dim = dim;
@@ -399,6 +585,23 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, int devi
     const size_t chunks = ceilDiv(dim, kChunk);
     // Long rows do not fit in registers; rows too few to give each SM a CTA are better cut in chunks.
     p.split = dim > kMaxRegisterDim || (chunks >= 2 && ceilDiv(rows, groups_per_cta) < static_cast<size_t>(sms));
+
+    if constexpr (sizeof(T) == 2) {
+        if (packable_rows && !p.split && dim >= kMinPackedDim && dim <= kMaxPackedDim) {
+            const int threads = static_cast<int>(ceilDiv(ceilDiv(dim, kPackedItems), 32) * 32);
+            int per_sm = 1;
+            INFINI_CHECK((withPackedKernel<Terms, T, W>(
+                threads, [&](auto kernel) { return nvidia::residentCtas(kernel, threads, &per_sm); })));
+            p.packed_threads = threads;
+            p.ctas = std::min(rows, static_cast<size_t>(sms) * per_sm);
+            if (p.ctas > 0) {
+                p.rows_per_cta = ceilDiv(rows, p.ctas);
+                p.ctas = ceilDiv(rows, p.rows_per_cta);
+            }
+            *plan = p;
+            return INFINI_STATUS_SUCCESS;
+        }
+    }
 
     if (!p.split) {
         int per_sm = 1;
@@ -435,6 +638,22 @@ infiniStatus_t launchOnePass(const Plan &plan, const Args<T, W, S> &args, cudaSt
     case 128: onePassKernel<Terms, T, W, S, 128, V><<<grid, 128, 0, stream>>>(args, plan.rows_per_cta); break;
     case 256: onePassKernel<Terms, T, W, S, 256, V><<<grid, 256, 0, stream>>>(args, plan.rows_per_cta); break;
     default: onePassKernel<Terms, T, W, S, 512, V><<<grid, 512, 0, stream>>>(args, plan.rows_per_cta); break;
+    }
+    return nvidia::launchStatus();
+}
+
+template <typename Terms, typename T, typename W, typename S>
+infiniStatus_t launchPacked(const Plan &plan, const Args<T, W, S> &args, bool vectors, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(plan.ctas));
+    const int threads = plan.packed_threads;
+    if (threads <= 128) {
+        packedRowsKernel<Terms, T, W, S, 128><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
+    } else if (threads <= 256) {
+        packedRowsKernel<Terms, T, W, S, 256><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
+    } else if (threads <= 512) {
+        packedRowsKernel<Terms, T, W, S, 512><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
+    } else {
+        packedRowsKernel<Terms, T, W, S, 1024><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
     }
     return nvidia::launchStatus();
 }
@@ -485,14 +704,16 @@ class Driver {
         driver->dtype_ = dtype;
         driver->parameter_dtype_ = parameter_dtype;
         driver->vector_ok_ = vectorStrides(infini::dtypeSize(dtype), row_layouts);
+        bool flat_rows = true; // rows one stride apart (at most one dim kept): the packed plan's offsets
+        for (const RowLayout &layout : row_layouts) flat_rows = flat_rows && layout.depth <= 1;
         int partial_arrays = 0;
         for (int p = 0; p < Terms::kPartials; ++p) {
             driver->wanted_[p] = wanted[p];
             partial_arrays += wanted[p] ? 1 : 0;
         }
         INFINI_CHECK(nvidia::withDataAndParameterTypes(dtype, parameter_dtype, [&](auto data_tag, auto parameter_tag) {
-            return makePlanFor<Terms, decltype(data_tag), decltype(parameter_tag)>(rows, dim, partial_arrays,
-                                                                                  device_id, &driver->plan_);
+            return makePlanFor<Terms, decltype(data_tag), decltype(parameter_tag)>(
+                rows, dim, partial_arrays, driver->vector_ok_ && flat_rows, device_id, &driver->plan_);
         }));
         return driver->plan_.workspaceOverflows() ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
     }
@@ -543,11 +764,16 @@ class Driver {
             const bool vectors = vector_ok_ && nvidia::aligned16(args.out) && nvidia::aligned16(args.a) &&
                                  nvidia::aligned16(args.b);
             constexpr int V = nvidia::kVec<T>;
-            infiniStatus_t status;
-            if (plan_.split) {
+            infiniStatus_t status = INFINI_STATUS_SUCCESS;
+            bool packed = false;
+            if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
+                packed = plan_.packed_threads > 0;
+                if (packed) status = launchPacked<Terms>(plan_, args, vectors, stream);
+            }
+            if (!packed && plan_.split) {
                 status = vectors ? launchSplit<Terms, T, W, S, V>(plan_, args, chunk_sums, row_sums, stream)
                                  : launchSplit<Terms, T, W, S, 1>(plan_, args, chunk_sums, row_sums, stream);
-            } else {
+            } else if (!packed) {
                 status = vectors ? launchOnePass<Terms, T, W, S, V>(plan_, args, stream)
                                  : launchOnePass<Terms, T, W, S, 1>(plan_, args, stream);
             }

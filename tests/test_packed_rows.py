@@ -1,0 +1,79 @@
+"""The row backwards on F16/BF16 rows of 512-8192 elements laid one stride apart: on CUDA these take the packed plan
+(native/src/ops/row_backward_nvidia.cuh, packedRowsKernel: a CTA a row, one 16-byte vector of each input a thread,
+the next row loading through this one's single barrier). Every form that reaches it, against float64 references of
+the exact rounded inputs: RMSNorm from x alone, with F32 weights and a saved rstd, without grad_w; LayerNorm from xhat
+and std, and from the input with its mean and rstd; rows that end inside a vector (D = 1000 and 3000), several rows a
+CTA (the prefetch and the alternating sum slots), one or several leading dims. The CPU runs the same cases."""
+
+import numpy as np
+import pytest
+
+import infiniop_py
+from _devices import DEVICES, call_on
+from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_norm_reference, rms_reference,
+                      rounded)
+
+# (leading dims, D): D from the plan's least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
+# the packed plan needs for rows over 4096 (fewer take the split plan).
+SHAPES = [((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192)]
+DTYPES = (F16, BF16)
+
+
+def _name(dtype):
+    return np.dtype(dtype).name
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("leading, dim", SHAPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_forms(device, leading, dim, dtype):
+    rng = np.random.default_rng(dim)
+    shape = leading + (dim,)
+    grad_y, x = (rounded(rng.standard_normal(shape) * rng.uniform(0.5, 2.0, leading + (1,)), dtype)
+                 for _ in range(2))
+    w = rounded(rng.uniform(0.5, 1.5, dim), dtype)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w)
+    expected_x, expected_w, _ = rms_reference(grad_y, x, w)
+    assert_close(grad_x, expected_x, dtype, "grad_x")
+    assert_close(grad_w, expected_w, dtype, "grad_w")
+
+    # Ex: F32 weights and the forward's saved rstd (F32), grad_w not wanted.
+    eps = 1e-6
+    w32 = w.astype(F32)
+    rstd = (1.0 / np.sqrt(np.mean(f64(x) ** 2, axis=-1) + eps)).astype(F32)
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w32, eps=eps, rstd=rstd,
+                             need_grad_weight=False)
+    expected_x, _, _ = rms_reference(grad_y, x, w32, rstd=rstd)
+    assert grad_w is None
+    assert_close(grad_x, expected_x, dtype, "grad_x with a saved rstd")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_name)
+@pytest.mark.parametrize("leading, dim", SHAPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_forms(device, leading, dim, dtype):
+    rng = np.random.default_rng(dim + 1)
+    shape = leading + (dim,)
+    per_row = leading + (1,)
+    grad_output = rounded(rng.standard_normal(shape), dtype)
+    x = rounded(rng.standard_normal(shape) * rng.uniform(0.5, 3.0, per_row) + rng.uniform(-4, 4, per_row), dtype)
+    weight = rounded(rng.uniform(0.5, 1.5, dim), dtype)
+
+    # From xhat and std (std in the parameters' dtype, as the seed API has it).
+    xhat = rounded(rng.standard_normal(shape), dtype)
+    std = rounded(rng.uniform(0.5, 2.0, leading), dtype)
+    outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight, xhat, std)
+    for got, expected, what in zip(outputs, layer_norm_reference(grad_output, weight, xhat, std),
+                                   ("grad_input", "grad_weight", "grad_bias")):
+        assert_close(got, expected, dtype, what)
+
+    # From the input, its mean and rstd (F32), with F32 parameters.
+    mean = f64(x).mean(-1)
+    rstd = 1.0 / np.sqrt(f64(x).var(-1) + LAYER_NORM_EPS)
+    mean, rstd = mean.astype(F32), rstd.astype(F32)
+    weight32 = weight.astype(F32)
+    outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, weight32, input=x, mean=mean, rstd=rstd)
+    xhat_exact = (f64(x) - f64(mean)[..., None]) * f64(rstd)[..., None]
+    expected = layer_norm_reference(grad_output, weight32, xhat_exact, 1.0 / f64(rstd))
+    for got, want, what in zip(outputs, expected, ("grad_input", "grad_weight", "grad_bias")):
+        assert_close(got, want, dtype, f"{what} from the input")
