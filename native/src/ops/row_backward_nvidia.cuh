@@ -130,11 +130,17 @@ __device__ __forceinline__ void loadWeights(const Args<T, W, S> &args, size_t ba
     }
 }
 
-template <typename Terms, typename T, typename W, typename S>
-__device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_t row, double2 sums) {
+// The row's coefficients from its two sums, computed in their type A (double; float in the packed plan).
+template <typename Terms, typename T, typename W, typename S, typename A>
+__device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_t row, A sum1, A sum2) {
     const bool has_scalar = args.scalar != nullptr;
     const double scalar = has_scalar ? static_cast<double>(nvidia::widen(args.scalar[args.scalar_rows.offset(row)])) : 0.0;
-    return Terms::template row<ComputeOf<T>>(sums.x, sums.y, args.dim, args.epsilon, has_scalar, scalar);
+    return Terms::template row<ComputeOf<T>>(sum1, sum2, args.dim, args.epsilon, has_scalar, scalar);
+}
+
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_t row, double2 sums) {
+    return rowCoefficients<Terms>(args, row, sums.x, sums.y);
 }
 
 // The thread's share of the two row sums (zero-padded columns contribute zero terms).
@@ -255,8 +261,10 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 // one-pass kernel holds 48 widened values: twice the resident threads, and no spills at 1024 threads. Its columns
 // of w sit in shared memory (only the thread itself reads them: no barrier). The next row's vectors are loaded
 // before this row's barrier, so they are in flight through its reduction and stores. ONE barrier a row: each warp's
-// double sums go to slots[row parity][warp], and after the barrier every warp adds all slots in one fixed order; a
-// slot is rewritten two rows later, after the next barrier, which every reader of it has passed. Partials as in
+// sums go to slots[row parity][warp], and after the barrier every warp adds all slots in one fixed order; a slot is
+// rewritten two rows later, after the next barrier, which every reader of it has passed. The row sums and
+// coefficients are F32 here (F64 in the other plans): each of a CTA's 32 warps computes them, and in F64 their
+// divisions and square root took the FP64 pipe about a quarter of a row's time at D = 8192. Partials as in
 // the one-pass plan (a row per CTA, summed in fixed order). `vectors`: the base pointers are 16-byte aligned too;
 // else the same elements load one by one. On an H200 (scripts/gpu_variants, `cta8p`, docs/performance.md): 2-3.4x
 // the one-pass kernel at D 1024-8192, 0.81-0.86 of copy bandwidth.
@@ -327,6 +335,16 @@ __device__ __forceinline__ ptrdiff_t flatOffset(const RowLayout &rows, size_t ro
     return static_cast<ptrdiff_t>(row) * rows.strides[0];
 }
 
+// Sum over the warp by a xor butterfly, in F32: every lane ends with the same bits (IEEE addition commutes).
+__device__ __forceinline__ float2 warpAllSum(float2 value) {
+#pragma unroll
+    for (int mask = 16; mask > 0; mask /= 2) {
+        value.x += __shfl_xor_sync(nvidia::kFullMask, value.x, mask);
+        value.y += __shfl_xor_sync(nvidia::kFullMask, value.y, mask);
+    }
+    return value;
+}
+
 // The row's (mean, rstd) where the Terms center b (LayerNorm from the forward's input), read once a row; else unused.
 template <typename Terms, typename T, typename W, typename S>
 __device__ __forceinline__ Pair<ComputeOf<T>> centeringOf(const Args<T, W, S> &args, size_t row) {
@@ -354,7 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     packedRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
     using C = ComputeOf<T>;
     __shared__ C w_shared[kThreads * kPackedItems];
-    __shared__ double2 slots[2][32];
+    __shared__ float2 slots[2][32];
     const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
     const size_t col = static_cast<size_t>(t) * kPackedItems;
     const size_t first = blockIdx.x * rows_per_cta;
@@ -391,11 +409,11 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
             s1 += terms.first;
             s2 += terms.second;
         }
-        const double2 part = nvidia::warpSum(make_double2(s1, s2));
+        const float2 part = warpAllSum(make_float2(s1, s2));
         if (lane == 0) slots[parity][warp] = part;
         __syncthreads();
-        const double2 sums = nvidia::warpSum(lane < warps ? slots[parity][lane] : make_double2(0.0, 0.0));
-        const auto k = rowCoefficients<Terms>(args, row, sums);
+        const float2 sums = warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
+        const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
         unpack<T>(a_raw, a); // widened again rather than kept live across the barrier
         unpackB<Terms, T>(b_raw, centering, b);
         C result[kPackedItems];

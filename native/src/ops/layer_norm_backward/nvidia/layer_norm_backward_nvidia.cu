@@ -26,12 +26,11 @@ struct LayerNormTerms {
         return {g, g * xhat};
     }
 
-    // The std is always given (has_std is true).
-    template <typename C>
-    __device__ static Row<C> row(double sum_g, double sum_g_xhat, size_t dim, double, bool /*has_std*/,
-                                 double std_row) {
-        return Row<C>{C(1) / static_cast<C>(std_row), static_cast<C>(sum_g / static_cast<double>(dim)),
-                      static_cast<C>(sum_g_xhat / static_cast<double>(dim))};
+    // The std is always given (has_std is true). A: the sums' type (F64, or F32 in the packed plan).
+    template <typename C, typename A>
+    __device__ static Row<C> row(A sum_g, A sum_g_xhat, size_t dim, double, bool /*has_std*/, double std_row) {
+        return Row<C>{C(1) / static_cast<C>(std_row), static_cast<C>(sum_g / static_cast<A>(dim)),
+                      static_cast<C>(sum_g_xhat / static_cast<A>(dim))};
     }
 
     template <typename C>
@@ -51,10 +50,10 @@ struct LayerNormFromInputTerms : LayerNormTerms {
     static constexpr bool kCentersB = true;
     template <typename T, typename W>
     using Scalar = nvidia::ComputeOf<T>; // rstd: F32, F64 for F64 data
-    template <typename C>
-    __device__ static Row<C> row(double sum_g, double sum_g_xhat, size_t dim, double, bool, double rstd) {
-        return Row<C>{static_cast<C>(rstd), static_cast<C>(sum_g / static_cast<double>(dim)),
-                      static_cast<C>(sum_g_xhat / static_cast<double>(dim))};
+    template <typename C, typename A>
+    __device__ static Row<C> row(A sum_g, A sum_g_xhat, size_t dim, double, bool, double rstd) {
+        return Row<C>{static_cast<C>(rstd), static_cast<C>(sum_g / static_cast<A>(dim)),
+                      static_cast<C>(sum_g_xhat / static_cast<A>(dim))};
     }
 };
 

@@ -25,13 +25,14 @@ struct RmsTerms {
         return {x * x, gy * w * x};
     }
 
-    // r = the saved rstd, else 1/sqrt(mean(x^2) + eps). A row of zeros without eps gives r = inf and NaN
-    // outputs, as the seed formula does; nothing traps.
-    template <typename C>
-    __device__ static Row<C> row(double sum_squares, double sum_gwx, size_t dim, double epsilon, bool has_rstd,
+    // r = the saved rstd, else 1/sqrt(mean(x^2) + eps), in A (the sums' type: F64, or F32 in the packed plan).
+    // A row of zeros without eps gives r = inf and NaN outputs, as the seed formula does; nothing traps.
+    template <typename C, typename A>
+    __device__ static Row<C> row(A sum_squares, A sum_gwx, size_t dim, double epsilon, bool has_rstd,
                                  double saved_rstd) {
-        const double rstd = has_rstd ? saved_rstd : 1.0 / sqrt(sum_squares / static_cast<double>(dim) + epsilon);
-        return Row<C>{static_cast<C>(rstd), static_cast<C>(rstd * rstd * rstd * sum_gwx / static_cast<double>(dim))};
+        const A n = static_cast<A>(dim);
+        const A rstd = has_rstd ? static_cast<A>(saved_rstd) : A(1) / sqrt(sum_squares / n + static_cast<A>(epsilon));
+        return Row<C>{static_cast<C>(rstd), static_cast<C>(rstd * rstd * rstd * sum_gwx / n)};
     }
 
     template <typename C>
