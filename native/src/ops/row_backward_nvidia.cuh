@@ -143,17 +143,36 @@ __device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_
     return rowCoefficients<Terms>(args, row, sums.x, sums.y);
 }
 
-// The thread's share of the two row sums (zero-padded columns contribute zero terms).
+// The two row sums over a thread's N elements (zero-padded columns contribute zero terms).
+template <typename Terms, int N, typename C>
+__device__ __forceinline__ Pair<C> elementSums(const C *a, const C *b, const C *w) {
+    Pair<C> sums{0, 0};
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+        const Pair<C> t = Terms::terms(a[e], b[e], w[e]);
+        sums.first += t.first;
+        sums.second += t.second;
+    }
+    return sums;
+}
+
 template <typename Terms, typename C>
 __device__ __forceinline__ double2 threadSums(const C *a, const C *b, const C *w) {
-    C s1 = 0, s2 = 0;
+    const Pair<C> sums = elementSums<Terms, kItems>(a, b, w);
+    return make_double2(sums.first, sums.second);
+}
+
+// The outputs of a thread's N elements, and their partial terms added into acc (zero-padded columns add zero).
+template <typename Terms, int N, typename C, typename Row>
+__device__ __forceinline__ void elementOutputs(const C *a, const C *b, const C *w, const Row &k, C *result,
+                                               C (&acc)[Terms::kPartials][N]) {
 #pragma unroll
-    for (int e = 0; e < kItems; ++e) {
-        const Pair<C> t = Terms::terms(a[e], b[e], w[e]);
-        s1 += t.first;
-        s2 += t.second;
+    for (int e = 0; e < N; ++e) {
+        result[e] = Terms::out(a[e], b[e], w[e], k);
+        const Pair<C> t = Terms::partialTerms(a[e], b[e], k);
+        acc[0][e] += t.first;
+        if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += t.second;
     }
-    return make_double2(s1, s2);
 }
 
 // Writes the output of this thread's columns of one row and adds its partial terms. In place (out == a) is
@@ -162,15 +181,8 @@ template <typename Terms, int G, int V, typename T, typename Row>
 __device__ __forceinline__ void emitColumns(T *out_row, size_t base, int lane, size_t dim, const ComputeOf<T> *a,
                                             const ComputeOf<T> *b, const ComputeOf<T> *w, const Row &k,
                                             ComputeOf<T> (&acc)[Terms::kPartials][kItems]) {
-    using C = ComputeOf<T>;
-    C result[kItems];
-#pragma unroll
-    for (int e = 0; e < kItems; ++e) {
-        result[e] = Terms::out(a[e], b[e], w[e], k);
-        const Pair<C> t = Terms::partialTerms(a[e], b[e], k); // zero-padded columns add zero
-        acc[0][e] += t.first;
-        if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += t.second;
-    }
+    ComputeOf<T> result[kItems];
+    elementOutputs<Terms>(a, b, w, k, result, acc);
 #pragma unroll
     for (int j = 0; j < kItems / V; ++j) {
         nvidia::storeSpan<V>(out_row, base + static_cast<size_t>(j * G + lane) * V, dim, result + j * V);
@@ -402,14 +414,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
         C a[kPackedItems], b[kPackedItems];
         unpack<T>(a_raw, a);
         unpackB<Terms, T>(b_raw, centering, b);
-        C s1 = 0, s2 = 0;
-#pragma unroll
-        for (int e = 0; e < kPackedItems; ++e) {
-            const Pair<C> terms = Terms::terms(a[e], b[e], w[e]);
-            s1 += terms.first;
-            s2 += terms.second;
-        }
-        const float2 part = warpAllSum(make_float2(s1, s2));
+        const Pair<C> thread_sums = elementSums<Terms, kPackedItems>(a, b, w);
+        const float2 part = warpAllSum(make_float2(thread_sums.first, thread_sums.second));
         if (lane == 0) slots[parity][warp] = part;
         __syncthreads();
         const float2 sums = warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
@@ -417,13 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
         unpack<T>(a_raw, a); // widened again rather than kept live across the barrier
         unpackB<Terms, T>(b_raw, centering, b);
         C result[kPackedItems];
-#pragma unroll
-        for (int e = 0; e < kPackedItems; ++e) {
-            result[e] = Terms::out(a[e], b[e], w[e], k);
-            const Pair<C> terms = Terms::partialTerms(a[e], b[e], k); // zero-padded columns add zero
-            acc[0][e] += terms.first;
-            if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += terms.second;
-        }
+        elementOutputs<Terms>(a, b, w, k, result, acc);
         storePacked(args.out + flatOffset(args.out_rows, row), col, args.dim, vectors, result);
         a_raw = a_next;
         b_raw = b_next;
