@@ -90,17 +90,32 @@ struct CentersB<Terms, std::void_t<decltype(Terms::kCentersB)>> {
     static constexpr bool value = Terms::kCentersB;
 };
 
-// b of this row, as the Terms see it: unchanged, or centred and scaled by the row's mean and rstd (zero-padded
+// The row's (mean, rstd) where the Terms center b (LayerNorm from the forward's input); else unused.
+template <typename Terms, typename T, typename W, typename S>
+__device__ __forceinline__ Pair<ComputeOf<T>> centeringOf(const Args<T, W, S> &args, size_t row) {
+    using C = ComputeOf<T>;
+    if constexpr (CentersB<Terms>::value) {
+        return {static_cast<C>(args.b_mean[args.b_mean_rows.offset(row)]),
+                static_cast<C>(args.scalar[args.scalar_rows.offset(row)])};
+    } else {
+        return {C(0), C(1)};
+    }
+}
+
+// N values of b as the Terms see them: unchanged, or centred and scaled by the row's (mean, rstd) (zero-padded
 // columns become -mean * rstd, but their a is zero, so they add no terms and are never stored).
+template <typename Terms, int N, typename C>
+__device__ __forceinline__ void centerB(Pair<C> centering, C *b) {
+    if constexpr (CentersB<Terms>::value) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) b[e] = (b[e] - centering.first) * centering.second;
+    }
+}
+
+// b of this row, as the Terms see it.
 template <typename Terms, typename T, typename W, typename S>
 __device__ __forceinline__ void prepareB(const Args<T, W, S> &args, size_t row, ComputeOf<T> *b) {
-    if constexpr (CentersB<Terms>::value) {
-        using C = ComputeOf<T>;
-        const C mean = static_cast<C>(args.b_mean[args.b_mean_rows.offset(row)]);
-        const C rstd = static_cast<C>(args.scalar[args.scalar_rows.offset(row)]);
-#pragma unroll
-        for (int e = 0; e < kItems; ++e) b[e] = (b[e] - mean) * rstd;
-    }
+    if constexpr (CentersB<Terms>::value) centerB<Terms, kItems>(centeringOf<Terms>(args, row), b);
 }
 
 // The column of element e of a thread's kItems: vector k = e / V of V elements starts at base + (k*G + lane)*V.
@@ -117,12 +132,12 @@ __device__ __forceinline__ void loadColumns(const T *row, size_t base, int lane,
     }
 }
 
-// This thread's columns of w: ones where w is absent, zeros past the end of the row.
-template <int G, int V, typename T, typename W, typename S>
+// This thread's N columns of w: ones where w is absent, zeros past the end of the row.
+template <int G, int V, int N = kItems, typename T, typename W, typename S>
 __device__ __forceinline__ void loadWeights(const Args<T, W, S> &args, size_t base, int lane, ComputeOf<T> *w) {
     using C = ComputeOf<T>;
 #pragma unroll
-    for (int e = 0; e < kItems; ++e) {
+    for (int e = 0; e < N; ++e) {
         const size_t col = columnOf<G, V>(base, lane, e);
         const bool in_row = col < args.dim; // never read past the end of w; an absent w is ones
         w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride])
@@ -357,26 +372,11 @@ __device__ __forceinline__ float2 warpAllSum(float2 value) {
     return value;
 }
 
-// The row's (mean, rstd) where the Terms center b (LayerNorm from the forward's input), read once a row; else unused.
-template <typename Terms, typename T, typename W, typename S>
-__device__ __forceinline__ Pair<ComputeOf<T>> centeringOf(const Args<T, W, S> &args, size_t row) {
-    using C = ComputeOf<T>;
-    if constexpr (CentersB<Terms>::value) {
-        return {static_cast<C>(args.b_mean[args.b_mean_rows.offset(row)]),
-                static_cast<C>(args.scalar[args.scalar_rows.offset(row)])};
-    } else {
-        return {C(0), C(1)};
-    }
-}
-
-// b of a thread's vector as the Terms see it (see prepareB).
+// b of a thread's vector as the Terms see it (centering: the row's, read once a row with centeringOf).
 template <typename Terms, typename T>
 __device__ __forceinline__ void unpackB(uint4 raw, Pair<ComputeOf<T>> centering, ComputeOf<T> *b) {
     unpack<T>(raw, b);
-    if constexpr (CentersB<Terms>::value) {
-#pragma unroll
-        for (int e = 0; e < kPackedItems; ++e) b[e] = (b[e] - centering.first) * centering.second;
-    }
+    centerB<Terms, kPackedItems>(centering, b);
 }
 
 template <typename Terms, typename T, typename W, typename S, int kThreads>
@@ -390,13 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
     C *w = w_shared + t * kPackedItems;
-#pragma unroll
-    for (int e = 0; e < kPackedItems; ++e) { // ones where w is absent, zeros past the end of the row
-        const size_t c = col + e;
-        w[e] = c >= args.dim ? C(0)
-                             : args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(c) * args.w_stride])
-                                                 : C(1);
-    }
+    loadWeights<1, kPackedItems, kPackedItems>(args, 0, t, w); // columns 8t .. 8t + 7
     C acc[Terms::kPartials][kPackedItems] = {};
     uint4 a_raw = {}, b_raw = {};
     if (first < last) {
@@ -604,28 +598,21 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     // Long rows do not fit in registers; rows too few to give each SM a CTA are better cut in chunks.
     p.split = dim > kMaxRegisterDim || (chunks >= 2 && ceilDiv(rows, groups_per_cta) < static_cast<size_t>(sms));
 
-    if constexpr (sizeof(T) == 2) {
-        if (packable_rows && !p.split && dim >= kMinPackedDim && dim <= kMaxPackedDim) {
-            const int threads = static_cast<int>(ceilDiv(ceilDiv(dim, kPackedItems), 32) * 32);
-            int per_sm = 1;
-            INFINI_CHECK((withPackedKernel<Terms, T, W>(
-                threads, [&](auto kernel) { return nvidia::residentCtas(kernel, threads, &per_sm); })));
-            p.packed_threads = threads;
-            p.ctas = std::min(rows, static_cast<size_t>(sms) * per_sm);
-            if (p.ctas > 0) {
-                p.rows_per_cta = ceilDiv(rows, p.ctas);
-                p.ctas = ceilDiv(rows, p.rows_per_cta);
-            }
-            *plan = p;
-            return INFINI_STATUS_SUCCESS;
-        }
-    }
-
     if (!p.split) {
         int per_sm = 1;
-        INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
+        size_t rows_at_once = groups_per_cta; // rows a CTA holds at a time
+        if constexpr (sizeof(T) == 2) {       // the packed kernel exists for 16-bit data alone
+            if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim) {
+                p.packed_threads = static_cast<int>(ceilDiv(ceilDiv(dim, kPackedItems), 32) * 32);
+                rows_at_once = 1;
+                INFINI_CHECK((withPackedKernel<Terms, T, W>(p.packed_threads, [&](auto kernel) {
+                    return nvidia::residentCtas(kernel, p.packed_threads, &per_sm);
+                })));
+            }
+        }
+        if (p.packed_threads == 0) INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
         const size_t resident = static_cast<size_t>(sms) * per_sm;
-        p.ctas = std::min(ceilDiv(rows, groups_per_cta), resident);
+        p.ctas = std::min(ceilDiv(rows, rows_at_once), resident);
         if (p.ctas > 0) {
             p.rows_per_cta = ceilDiv(rows, p.ctas);
             p.ctas = ceilDiv(rows, p.rows_per_cta);
@@ -660,20 +647,16 @@ infiniStatus_t launchOnePass(const Plan &plan, const Args<T, W, S> &args, cudaSt
     return nvidia::launchStatus();
 }
 
+// The kernel of the size class whose occupancy planned the grid (withPackedKernel, in both).
 template <typename Terms, typename T, typename W, typename S>
 infiniStatus_t launchPacked(const Plan &plan, const Args<T, W, S> &args, bool vectors, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(plan.ctas));
     const int threads = plan.packed_threads;
-    if (threads <= 128) {
-        packedRowsKernel<Terms, T, W, S, 128><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
-    } else if (threads <= 256) {
-        packedRowsKernel<Terms, T, W, S, 256><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
-    } else if (threads <= 512) {
-        packedRowsKernel<Terms, T, W, S, 512><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
-    } else {
-        packedRowsKernel<Terms, T, W, S, 1024><<<grid, threads, 0, stream>>>(args, plan.rows_per_cta, vectors);
-    }
-    return nvidia::launchStatus();
+    const size_t rows_per_cta = plan.rows_per_cta;
+    return withPackedKernel<Terms, T, W>(threads, [&](auto kernel) {
+        kernel<<<grid, threads, 0, stream>>>(args, rows_per_cta, vectors);
+        return nvidia::launchStatus();
+    });
 }
 
 template <typename Terms, typename T, typename W, typename S, int V>
@@ -781,21 +764,7 @@ class Driver {
         if (plan_.partialCount() > 0) {
             const bool vectors = vector_ok_ && nvidia::aligned16(args.out) && nvidia::aligned16(args.a) &&
                                  nvidia::aligned16(args.b);
-            constexpr int V = nvidia::kVec<T>;
-            infiniStatus_t status = INFINI_STATUS_SUCCESS;
-            bool packed = false;
-            if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
-                packed = plan_.packed_threads > 0;
-                if (packed) status = launchPacked<Terms>(plan_, args, vectors, stream);
-            }
-            if (!packed && plan_.split) {
-                status = vectors ? launchSplit<Terms, T, W, S, V>(plan_, args, chunk_sums, row_sums, stream)
-                                 : launchSplit<Terms, T, W, S, 1>(plan_, args, chunk_sums, row_sums, stream);
-            } else if (!packed) {
-                status = vectors ? launchOnePass<Terms, T, W, S, V>(plan_, args, stream)
-                                 : launchOnePass<Terms, T, W, S, 1>(plan_, args, stream);
-            }
-            INFINI_CHECK(status);
+            INFINI_CHECK(launchRows(args, vectors, chunk_sums, row_sums, stream));
         }
         for (int p = 0; p < Terms::kPartials; ++p) {
             if (!wanted_[p]) continue;
@@ -803,6 +772,22 @@ class Driver {
                                            static_cast<W *>(call.outs[p]), call.out_strides[p], stream));
         }
         return INFINI_STATUS_SUCCESS;
+    }
+
+    // The plan's row kernels (partials and outputs; the partials' sums follow in runTyped).
+    template <typename T, typename W, typename S>
+    infiniStatus_t launchRows(const Args<T, W, S> &args, bool vectors, double2 *chunk_sums, double2 *row_sums,
+                              cudaStream_t stream) const {
+        constexpr int V = nvidia::kVec<T>;
+        if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
+            if (plan_.packed_threads > 0) return launchPacked<Terms>(plan_, args, vectors, stream);
+        }
+        if (plan_.split) {
+            return vectors ? launchSplit<Terms, T, W, S, V>(plan_, args, chunk_sums, row_sums, stream)
+                           : launchSplit<Terms, T, W, S, 1>(plan_, args, chunk_sums, row_sums, stream);
+        }
+        return vectors ? launchOnePass<Terms, T, W, S, V>(plan_, args, stream)
+                       : launchOnePass<Terms, T, W, S, 1>(plan_, args, stream);
     }
 
     Plan plan_;
