@@ -140,7 +140,7 @@ python3 -c "import pytest_timeout" 2>/dev/null && options+=(--timeout 90)
 # -rfEs: every failure, error and skip with its reason at the end; --durations: where the time went.
 step tests 180 python3 -m pytest tests -m nvidia "${options[@]}" -q -p no:cacheprovider -rfEs --durations=15
 step host-overhead 60 python3 -m infiniop_py bench --host-overhead --device nvidia --json "$out/host_overhead.json"
-step training 150 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
+step training 240 python3 -m infiniop_py bench --training --device nvidia --json "$out/training.json"
 step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
 step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
     --json "$out/bench_batch_norm.json"

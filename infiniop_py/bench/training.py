@@ -2,8 +2,9 @@
 step of norm-heavy models with torch's norms (and transformers' LlamaRMSNorm) and after ``replace_norms``, and
 each module's forward + backward (from a fixed grad_output) against its replacement, on the same data in one process, timed in interleaved
 rounds (bench/timing.py's interleaved_medians; on a GPU each step ends with a synchronization); ratios of
-medians. F32, and BF16 activations with F32 parameters (see _compare). On glibc the process's malloc keeps freed
-memory from then on (keep_freed_memory)."""
+medians. F32, and BF16 activations with F32 parameters (see _compare). On a GPU each step is also timed replayed
+from a CUDA graph (_graphed_step), where the host's time per call drops out and the kernels alone count. On glibc
+the process's malloc keeps freed memory from then on (keep_freed_memory)."""
 
 import copy
 import ctypes
@@ -144,6 +145,43 @@ def _training_step(torch, model, x, autocast, grad_output=None):
     return step
 
 
+def _graphed_step(torch, model, x, autocast, grad_output=None):
+    """The step of _training_step captured in a CUDA graph: its replay, then a synchronization. Warmed up first on
+    a side stream (torch's recipe), so that cuDNN's choices and each norm layout's first, checked call happen
+    outside the capture. The gradients are set to None before the capture, so the captured backward writes them
+    afresh at each replay instead of accumulating; autocast's cast cache is off, as a graph must not keep casts
+    made outside it."""
+    def body():
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=False):
+            output = model(x)
+            if grad_output is None:
+                output = output.float().square().mean()
+        output.backward(grad_output)
+
+    def clear_gradients():
+        for parameter in model.parameters():
+            parameter.grad = None
+        x.grad = None
+
+    side = torch.cuda.Stream(x.device)
+    side.wait_stream(torch.cuda.current_stream(x.device))
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            clear_gradients()
+            body()
+    torch.cuda.current_stream(x.device).wait_stream(side)
+    clear_gradients()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+
+    def replay():
+        graph.replay()
+        torch.cuda.synchronize(x.device)
+    replay.graph = graph  # kept alive with the callable (its memory pool holds the step's tensors)
+    return replay
+
+
 def _compare(torch, make, shape, dtype, repeats, device, module, channels_last=False):
     """{torch_s, ours_s, speedup} of a training step of make() with torch's norms and with replace_norms. BF16: the
     models under autocast, which gives their norms BF16 activations from the layers before them; a module alone
@@ -164,8 +202,19 @@ def _compare(torch, make, shape, dtype, repeats, device, module, channels_last=F
             grad_output = torch.randn_like(theirs(x))
     torch_s, ours_s = interleaved_medians([_training_step(torch, theirs, x, autocast, grad_output),
                                            _training_step(torch, ours, x, autocast, grad_output)], repeats, MIN_SECONDS)
-    return {"dtype": dtype, "input_dtype": str(x.dtype).removeprefix("torch."), "shape": list(shape),
-            "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s, "speedup": torch_s / ours_s}
+    result = {"dtype": dtype, "input_dtype": str(x.dtype).removeprefix("torch."), "shape": list(shape),
+              "replaced": replaced, "torch_s": torch_s, "ours_s": ours_s, "speedup": torch_s / ours_s}
+    if device.type == "cuda":  # the same steps replayed from CUDA graphs: the kernels without the host's time
+        try:
+            steps = [_graphed_step(torch, model, x, autocast, grad_output) for model in (theirs, ours)]
+        except RuntimeError as error:  # a step that cannot be captured loses its graph columns, not the table
+            result["graph_error"] = str(error).splitlines()[0]
+        else:
+            torch_graph_s, ours_graph_s = interleaved_medians(steps, repeats, MIN_SECONDS)
+            result.update(torch_graph_s=torch_graph_s, ours_graph_s=ours_graph_s,
+                          graph_speedup=torch_graph_s / ours_graph_s)
+        steps = None  # each graph's pool holds a step's activations (ResNet-50: gigabytes)
+    return result
 
 
 def run(repeats=7, dtypes=DTYPES, device="cpu"):
@@ -198,15 +247,34 @@ def format_table(report):
              "one forward + backward, torch's norms vs replace_norms; bfloat16: F32 parameters, models under autocast, "
              "modules on BF16 input; malloc: "
              + ("keeps freed memory (mallopt)" if report["keeps_freed_memory"] else "the C library's defaults"), ""]
+    graphed = any("graph_speedup" in r or "graph_error" in r for r in report["models"] + report["modules"])
+    if graphed:
+        lines += ["graph: the same step replayed from a CUDA graph on each side (the host's time left out)", ""]
     for kind, title in (("models", "model"), ("modules", "module")):
-        lines += [f"| {title} | dtype | shape | torch ms | ours ms | speedup |", "|---|---|---|---:|---:|---:|"]
+        header = f"| {title} | dtype | shape | torch ms | ours ms | speedup |"
+        rule = "|---|---|---|---:|---:|---:|"
+        if graphed:
+            header += " torch graph ms | ours graph ms | graph speedup |"
+            rule += "---:|---:|---:|"
+        lines += [header, rule]
         for r in report[kind]:
             shape = "x".join(map(str, r["shape"]))
-            lines.append(f"| {r['name']} | {r['dtype']} | {shape} | {r['torch_s'] * 1e3:.2f} | "
-                         f"{r['ours_s'] * 1e3:.2f} | {r['speedup']:.2f}x |")
+            row = (f"| {r['name']} | {r['dtype']} | {shape} | {r['torch_s'] * 1e3:.2f} | "
+                   f"{r['ours_s'] * 1e3:.2f} | {r['speedup']:.2f}x |")
+            if graphed and "graph_speedup" in r:
+                row += (f" {r['torch_graph_s'] * 1e3:.2f} | {r['ours_graph_s'] * 1e3:.2f} | "
+                        f"{r['graph_speedup']:.2f}x |")
+            elif graphed:
+                row += " - | - | - |"
+            lines.append(row)
         lines.append("")
+        lines += [f"not captured: {r['name']} {r['dtype']}: {r['graph_error']}" for r in report[kind]
+                  if "graph_error" in r]
     if "left_out" in report:
         lines.append(f"left out: {report['left_out']}")
     speedups = [r["speedup"] for r in report["models"]]
     lines.append(f"median training-step speedup: {statistics.median(speedups):.2f}x")
+    speedups = [r["graph_speedup"] for r in report["models"] if "graph_speedup" in r]
+    if speedups:
+        lines.append(f"median training-step speedup in CUDA graphs: {statistics.median(speedups):.2f}x")
     return "\n".join(lines)

@@ -171,3 +171,24 @@ def test_host_overhead_times_this_librarys_path_at_every_size(monkeypatch):
     monkeypatch.setattr(bench_host_overhead, "_run", lambda *args: seen.append(dict(functional._TORCH_BELOW)))
     bench_host_overhead.run(repeats=1)
     assert seen == [{}] and functional._TORCH_BELOW is sizes
+
+
+def test_the_training_table_has_graph_columns_where_steps_were_replayed_from_graphs():
+    """The CUDA report's graph columns (its timing needs a GPU: tests/torch/test_torch_cuda_graphs.py): a row per
+    case with both speedups, a dash and the reason where a step could not be captured, and the models' median."""
+    def row(name, speedup, **graph):
+        return {"name": name, "dtype": "bfloat16", "shape": [2, 3], "torch_s": speedup * 1e-3, "ours_s": 1e-3,
+                "speedup": speedup, **graph}
+    report = {"machine": "a GPU", "device": "cuda:0", "threads": 1, "torch_version": "2.x",
+              "keeps_freed_memory": False, "modules": [],
+              "models": [row("net A", 0.5, torch_graph_s=3e-3, ours_graph_s=2e-3, graph_speedup=1.5),
+                         row("net B", 0.7, graph_error="operation not permitted when stream is capturing")]}
+    table = bench_training.format_table(report)
+    assert "| model | dtype | shape | torch ms | ours ms | speedup | torch graph ms | ours graph ms | graph speedup |" \
+        in table
+    assert "| net A | bfloat16 | 2x3 | 0.50 | 1.00 | 0.50x | 3.00 | 2.00 | 1.50x |" in table
+    assert "| net B | bfloat16 | 2x3 | 0.70 | 1.00 | 0.70x | - | - | - |" in table
+    assert "not captured: net B bfloat16: operation not permitted" in table
+    assert "median training-step speedup in CUDA graphs: 1.50x" in table
+    del report["models"][0]["graph_speedup"], report["models"][1]["graph_error"]
+    assert "graph" not in bench_training.format_table(report)  # the CPU's report: no graph columns
