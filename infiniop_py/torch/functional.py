@@ -1,7 +1,7 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the forward
 is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), the backward this library's:
-through plain autograd Functions in eager mode, through the custom ops torch.ops.infiniop where torch.compile traces
-(ops.py). Under torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own
+through C++ autograd nodes in eager mode (autograd_nodes.py; plain autograd Functions where those cannot be built),
+through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own
 functions: the backward kernels read plain memory, which functorch's wrapped and batched tensors do not have.
 
 Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
@@ -15,20 +15,22 @@ from typing import List, Optional
 
 import torch
 
-from . import ops
+from . import autograd_nodes, ops
 
 Tensor = torch.Tensor
 
 
 def _forward(name, *args):
-    """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward and
-    backward as a plain autograd Function, which costs less per call (ops.EAGER), or, where autograd would record
-    nothing (grad mode off, or no differentiable operand requiring grad), that forward alone (ops.FORWARDS)."""
+    """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward with
+    the backward in a C++ autograd node (autograd_nodes), or as a plain autograd Function (ops.EAGER) where the
+    nodes cannot be built or do not take the operands, or, where autograd would record nothing (grad mode off, or no
+    differentiable operand requiring grad), that forward alone (ops.FORWARDS)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.infiniop, name)(*args)
     if torch.is_grad_enabled() and (args[0].requires_grad or any(
             args[i] is not None and args[i].requires_grad for i in _PARAMETERS[name])):
-        return ops.EAGER[name].apply(*args)
+        outputs = autograd_nodes.apply(name, args)
+        return ops.EAGER[name].apply(*args) if outputs is None else outputs
     return ops.FORWARDS[name](*args)
 
 

@@ -138,19 +138,56 @@ def assert_matches_torch(ours, theirs, x, grad_output, grad_input_scale=0.0, tor
         assert against_torch <= 2 * allowed, f"{what} vs torch: {against_torch:.3g} > {2 * allowed:.3g}"
 
 
+_BACKWARD_NAMES = ("rms_norm_backward", "layer_norm_backward", "batch_norm_backward")
+
+
+class LibraryBackwards:
+    """The backwards the torch path ran in this library since this was made, by name ("rms_norm_backward", ...):
+    through the functional ops' signatures (the Python Functions' backwards, recorded in ``python``) and through the
+    C++ autograd nodes (their counters, torch.ops.infiniop_nodes.backward_calls)."""
+
+    def __init__(self):
+        self.python = []
+        self._nodes_before = self._node_calls()
+
+    @staticmethod
+    def _node_calls():
+        from infiniop_py.torch import autograd_nodes
+
+        if not autograd_nodes.status()[0]:
+            return [0, 0, 0]
+        return list(torch.ops.infiniop_nodes.backward_calls())
+
+    def names(self):
+        nodes = [now - before for now, before in zip(self._node_calls(), self._nodes_before)]
+        return self.python + [name for name, count in zip(_BACKWARD_NAMES, nodes) for _ in range(count)]
+
+    def count(self, name):
+        return self.names().count(name)
+
+    def __len__(self):
+        return len(self.names())
+
+    def __eq__(self, other):
+        return sorted(self.names()) == sorted(other)
+
+    def __repr__(self):
+        return f"LibraryBackwards({self.names()})"
+
+
 def count_library_backwards(monkeypatch):
-    """A list that gets the name ("rms_norm_backward", ...) of each backward the torch path runs in this library
-    (through the functional ops' signatures, which every autograd backward of the integration calls)."""
+    """A LibraryBackwards: the backwards the torch path runs in this library from now on (every autograd backward
+    of the integration calls a functional op's signature or is a C++ autograd node)."""
     import importlib
 
-    calls = []
+    calls = LibraryBackwards()
     for module, attribute, name in (("rms_norm_backward", "_SIGNATURE", "rms_norm_backward"),
                                     ("layer_norm_backward", "_FROM_INPUT_SIGNATURE", "layer_norm_backward"),
                                     ("batch_norm_backward", "_SIGNATURE", "batch_norm_backward")):
         signature = getattr(importlib.import_module(f"infiniop_py.{module}"), attribute)
 
         def counted(*arguments, _real=signature.run, _name=name):
-            calls.append(_name)
+            calls.python.append(_name)
             return _real(*arguments)
 
         monkeypatch.setattr(signature, "run", counted)

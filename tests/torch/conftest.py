@@ -11,3 +11,12 @@ def _ours_at_every_size(monkeypatch):
     except ImportError:  # torch is not installed: the modules skip themselves
         return
     monkeypatch.setattr(functional, "_TORCH_BELOW", {})
+
+
+@pytest.fixture
+def python_functions(monkeypatch):
+    """The eager path through the Python Functions (ops.EAGER), the C++ autograd nodes set aside: for tests of what
+    those Functions do themselves."""
+    from infiniop_py.torch import autograd_nodes
+
+    monkeypatch.setattr(autograd_nodes, "_state", (None, "set aside by the test"))

@@ -1,7 +1,8 @@
 """The torch path through the functional API's per-layout cache (_known_layouts): each module's backward (and
 RMSNorm's CPU forward) is checked once per layout and then runs from the cached operator, with the same bits; a
 layout the native op refuses runs checked every time. The cache's own key rules (strides, dtypes, devices, the
-negative bit, CUDA streams) are tested in tests/test_functional_fast_path.py."""
+negative bit, CUDA streams) are tested in tests/test_functional_fast_path.py. The modules' backwards here are the
+Python Functions' (the C++ autograd nodes keep a cache of their own: tests/torch/test_torch_autograd_nodes.py)."""
 
 import importlib
 
@@ -37,7 +38,8 @@ def _module_step(module, x, grad):
 @pytest.mark.parametrize("make, shape, channels_last", [
     (lambda: ipt.RMSNorm(16), (4, 16), False), (lambda: ipt.LayerNorm(16), (4, 16), False),
     (lambda: ipt.BatchNorm2d(3), (2, 3, 4, 5), True)], ids=["RMSNorm", "LayerNorm", "BatchNorm2d channels-last"])
-def test_a_modules_layout_is_checked_once_then_runs_cached(checked_runs, make, shape, channels_last):
+def test_a_modules_layout_is_checked_once_then_runs_cached(python_functions, checked_runs, make, shape,
+                                                            channels_last):
     module = make()
     generator = torch.Generator().manual_seed(0)
     x, grad = (torch.randn(shape, generator=generator) for _ in range(2))

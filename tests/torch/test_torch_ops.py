@@ -87,8 +87,9 @@ def test_gradcheck_batch_norm():
     assert torch.autograd.gradcheck(lambda x: ipt.batch_norm(x, None, None, training=True), (channels_last,))
 
 
-def test_only_needed_gradients_are_computed(monkeypatch):
-    """The backward asks the kernel for the gradients of the inputs that need them, and no others."""
+def test_only_needed_gradients_are_computed(python_functions, monkeypatch):
+    """The Python Function's backward asks the kernel for the gradients of the inputs that need them, and no others
+    (the C++ node's: tests/torch/test_torch_autograd_nodes.py, each gradient only where it is wanted)."""
     asked = []
     real = ipt.ops._layer_norm_kernel
     monkeypatch.setattr(ipt.ops, "_layer_norm_kernel", lambda *args: asked.append(args[-1]) or real(*args))

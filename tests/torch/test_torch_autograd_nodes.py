@@ -1,0 +1,198 @@
+"""The eager path's C++ autograd nodes (infiniop_py/torch/autograd_nodes.py and .cpp): they build here, their
+outputs and gradients are the Python Functions' bit for bit (the same forward and kernels) across dtypes, parameter
+forms, layouts, ranks and devices, an output may be modified in place, a saved input may not, the descriptor cache
+serves more layouts than it keeps, and where the nodes cannot be built the Python Functions serve, saying why."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from _devices import DEVICES
+from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, torch
+
+from infiniop_py.torch import autograd_nodes, functional
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the nodes are built on Linux only")
+
+
+def test_the_nodes_build_and_load_here():
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C++ compiler ({compiler}) on this machine: the Python Functions serve (tested below)")
+    assert autograd_nodes.status() == (True, "")
+
+
+def _run(call, tensors, grad_seed=1):
+    """(output, gradients of the tensors that require grad, grad_fn's type name) of call(*copies).backward(g)."""
+    copies = [None if t is None else t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+    output = call(*copies)
+    generator = torch.Generator().manual_seed(grad_seed)
+    output.backward(torch.randn(output.shape, generator=generator).to(output.device, output.dtype))
+    return (output.detach(), [t.grad for t in copies if t is not None and t.requires_grad],
+            type(output.grad_fn).__name__)
+
+
+def _with_python_functions(monkeypatch, call, tensors):
+    with monkeypatch.context() as patch:
+        patch.setattr(autograd_nodes, "_state", (None, "off for this comparison"))
+        return _run(call, tensors)
+
+
+def _assert_same_bits(monkeypatch, call, tensors, node_expected=True):
+    output, gradients, node = _run(call, tensors)
+    expected_output, expected_gradients, function = _with_python_functions(monkeypatch, call, tensors)
+    assert node == ("CppFunction" if node_expected else function)
+    assert function.endswith("FunctionBackward")
+    assert torch.equal(output, expected_output)
+    assert len(gradients) == len(expected_gradients)
+    for got, want in zip(gradients, expected_gradients):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+
+
+def _tensor(shape, dtype, device, seed, requires_grad=True, positive=False):
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.rand(shape, generator=generator) + 0.5 if positive else torch.randn(shape, generator=generator)
+    return values.to(device, dtype).requires_grad_(requires_grad)
+
+
+_TORCH_DEVICE = {"cpu": "cpu", "nvidia": "cuda"}
+# (data dtype, parameter dtype)
+_DTYPES = [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float32),
+           (torch.float16, torch.float32), (torch.float64, torch.float64)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, parameter_dtype", _DTYPES, ids=str)
+def test_rms_norm_through_the_node_gives_the_python_functions_bits(monkeypatch, device, dtype, parameter_dtype):
+    torch_device = _TORCH_DEVICE[device]
+    for shape, normalized in (((3, 5, 40), [40]), ((4, 6, 8), [6, 8]), ((7, 300), [300])):
+        x = _tensor(shape, dtype, torch_device, 1)
+        weight = _tensor(normalized, parameter_dtype, torch_device, 2, positive=True)
+        _assert_same_bits(monkeypatch, lambda x, w: functional.rms_norm(x, normalized, w, 1e-6), (x, weight))
+        # the weight frozen, then the input: each gradient only where it is wanted
+        _assert_same_bits(monkeypatch, lambda x, w: functional.rms_norm(x, normalized, w),
+                          (x, weight.detach()))
+        _assert_same_bits(monkeypatch, lambda x, w: functional.rms_norm(x, normalized, w), (x.detach(), weight))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, parameter_dtype", _DTYPES, ids=str)
+def test_layer_norm_through_the_node_gives_the_python_functions_bits(monkeypatch, device, dtype, parameter_dtype):
+    torch_device = _TORCH_DEVICE[device]
+    x = _tensor((4, 6, 48), dtype, torch_device, 3)
+    weight = _tensor((48,), parameter_dtype, torch_device, 4, positive=True)
+    bias = _tensor((48,), parameter_dtype, torch_device, 5)
+    layer_norm = functional.layer_norm
+    _assert_same_bits(monkeypatch, lambda x, w, b: layer_norm(x, [48], w, b), (x, weight, bias))
+    _assert_same_bits(monkeypatch, lambda x, w: layer_norm(x, [48], w, None), (x, weight))
+    _assert_same_bits(monkeypatch, lambda x, b: layer_norm(x, [48], None, b), (x, bias))
+    _assert_same_bits(monkeypatch, lambda x: layer_norm(x, [6, 48]), (x,))
+    _assert_same_bits(monkeypatch, lambda x, w, b: layer_norm(x, [48], w, b), (x.detach(), weight, bias))
+    # a non-contiguous input (a transposed view) and a row of one element
+    _assert_same_bits(monkeypatch, lambda x, w, b: layer_norm(x.transpose(0, 1), [48], w, b), (x, weight, bias))
+    _assert_same_bits(monkeypatch, lambda x: layer_norm(x, [1]), (_tensor((5, 1), dtype, torch_device, 6),))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype, parameter_dtype", _DTYPES, ids=str)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batch_norm_through_the_node_gives_the_python_functions_bits(monkeypatch, device, dtype, parameter_dtype,
+                                                                     training):
+    torch_device = _TORCH_DEVICE[device]
+    channels = 5
+    for shape, memory_format in (((6, channels), None), ((4, channels, 7), None),
+                                 ((3, channels, 4, 6), torch.channels_last),
+                                 ((2, channels, 3, 2, 4), torch.channels_last_3d), ((3, channels, 4, 6), None)):
+        x = _tensor(shape, dtype, torch_device, 7)
+        if memory_format is not None:
+            x = x.detach().to(memory_format=memory_format).requires_grad_()
+        weight = _tensor((channels,), parameter_dtype, torch_device, 8, positive=True)
+        bias = _tensor((channels,), parameter_dtype, torch_device, 9)
+
+        def call(x, w, b):  # fresh running statistics each call: both sides start from the same ones
+            running = (torch.zeros(channels, dtype=parameter_dtype, device=torch_device),
+                       torch.ones(channels, dtype=parameter_dtype, device=torch_device))
+            return functional.batch_norm(x, *running, w, b, training, 0.1, 1e-5)
+        if dtype in (torch.float16, torch.bfloat16) and parameter_dtype is dtype and device == "nvidia":
+            continue  # torch's CUDA kernel with 16-bit parameters: tested by the module tests against torch
+        _assert_same_bits(monkeypatch, call, (x, weight, bias))
+        _assert_same_bits(monkeypatch, lambda x: functional.batch_norm(x, None, None, training=True),
+                          (x,), node_expected=True)
+
+
+def test_operands_the_nodes_do_not_take_run_the_python_functions(monkeypatch):
+    """Parameters of mixed dtypes (the Python Functions widen them first), an RMSNorm without weight, BatchNorm
+    parameters not of shape (C,): the same results as before, through the Python Functions."""
+    x = _tensor((4, 16), torch.float32, "cpu", 10)
+    half_weight = _tensor((16,), torch.bfloat16, "cpu", 11, positive=True)
+    _assert_same_bits(monkeypatch, lambda x, w: functional.rms_norm(x, [16], w), (x, half_weight),
+                      node_expected=False)
+    _assert_same_bits(monkeypatch, lambda x: functional.rms_norm(x, [16]), (x,), node_expected=False)
+    images = _tensor((2, 3, 4, 4), torch.float32, "cpu", 12)
+    column = _tensor((3, 1), torch.float32, "cpu", 13, positive=True)
+    _assert_same_bits(monkeypatch, lambda x, w: functional.batch_norm(x, None, None, w, None, True), (images, column),
+                      node_expected=False)
+
+
+def test_an_output_may_be_modified_in_place_and_gives_torchs_gradients():
+    """The node makes the forward's output its own (marked dirty), not a view of it: relu_ after a norm, as
+    torchvision's ResNet does after BatchNorm, is allowed and differentiated."""
+    x = _tensor((8, 3, 5, 5), torch.float64, "cpu", 14)
+    weight, bias = _tensor((3,), torch.float64, "cpu", 15, positive=True), _tensor((3,), torch.float64, "cpu", 16)
+    gradients = []
+    for batch_norm in (functional.batch_norm, torch.nn.functional.batch_norm):
+        copies = [t.detach().clone().requires_grad_() for t in (x, weight, bias)]
+        output = batch_norm(copies[0], None, None, copies[1], copies[2], True)
+        assert output._base is None
+        output.relu_().square().sum().backward()
+        gradients.append([t.grad for t in copies])
+    for got, want in zip(*gradients):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(TORCH_ERRORS_CRASH, reason=TORCH_ERRORS_CRASH_REASON)
+def test_a_saved_input_modified_in_place_is_refused_in_the_backward():
+    x = _tensor((4, 32), torch.float32, "cpu", 17)
+    weight = _tensor((32,), torch.float32, "cpu", 18, positive=True)
+    source = x.detach().clone().requires_grad_()
+    input = source * 1.0
+    output = functional.rms_norm(input, [32], weight)
+    assert type(output.grad_fn).__name__ == "CppFunction"
+    with torch.no_grad():
+        input.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        output.sum().backward()
+
+
+def test_more_layouts_than_the_descriptor_cache_keeps(monkeypatch):
+    """70 layouts (the cache keeps 64, then starts again) and the first one again: each the Python Functions' bits."""
+    weight = _tensor((24,), torch.float32, "cpu", 19, positive=True)
+    for rows in list(range(1, 71)) + [1]:
+        x = _tensor((rows, 24), torch.float32, "cpu", 20 + rows)
+        _assert_same_bits(monkeypatch, lambda x, w: functional.layer_norm(x, [24], w, None), (x, weight))
+
+
+_WITHOUT_COMPILER = """
+import torch, infiniop_py.torch as ipt
+from infiniop_py.torch import autograd_nodes, functional
+functional._TORCH_BELOW = {}
+built, why = autograd_nodes.status()
+x = torch.randn(4, 32, requires_grad=True)
+norm = ipt.LayerNorm(32)
+output = norm(x)
+output.sum().backward()
+print(built, type(output.grad_fn).__name__, x.grad is not None and norm.weight.grad is not None)
+print(why)
+"""
+
+
+def test_without_a_compiler_the_python_functions_serve_and_status_says_why(tmp_path):
+    environment = dict(os.environ, CXX=str(tmp_path / "no-such-compiler"), XDG_CACHE_HOME=str(tmp_path / "cache"))
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_COMPILER], capture_output=True, text=True, timeout=300,
+                            env=environment, check=True)
+    first, why = result.stdout.splitlines()[:2]
+    assert first == "False LayerNormFunctionBackward True"
+    assert "no-such-compiler" in why
