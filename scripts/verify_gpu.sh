@@ -8,6 +8,7 @@
 #   build    the libraries in place with the CUDA backend required (setup.py build_ext --inplace,
 #            INFINIOP_PY_CUDA=1; xmake's build kept in /tmp/infiniop-build), unless gpu-lib/ was carried
 #            (scripts/prebuild_gpu.sh: built here beforehand from the same sources) and loads;
+#   autograd-nodes  the PyTorch path's C++ autograd nodes compiled against the machine's torch (and whether);
 #   tests    the NVIDIA subset: every nvidia-marked test (the `device` parameter's nvidia cases, the
 #            test_nvidia_*.py modules, CUDA graphs and torch.compile, the bench's GPU peers), 8 processes (4 on
 #            fewer than 16 CPUs) where pytest-xdist is installed, 90 s at most a test where pytest-timeout is;
@@ -126,6 +127,8 @@ fi
     { printf '%s\n' "${summary[@]}"; echo "build failed: see $report"; exit 1; }
 step versions 30 python3 -c "import infiniop_py, torch; print(infiniop_py.library_path(), torch.__version__, \
 torch.version.cuda, torch.cuda.get_device_name() if torch.cuda.is_available() else 'torch sees no GPU')"
+# The PyTorch path's C++ autograd nodes, built once here (about 15 s) rather than by each test process at once.
+step autograd-nodes 90 python3 -c "from infiniop_py.torch import autograd_nodes; print(autograd_nodes.status())"
 
 # The variants program compiles (nvcc, one core) while the tests run.
 variants_build=""
