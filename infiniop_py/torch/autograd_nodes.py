@@ -27,7 +27,6 @@ SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
-_DEVICES = ("cpu", "cuda")
 
 _lock = threading.Lock()
 _state = None  # None: not tried yet; else (the ops or None, why not)
@@ -93,17 +92,26 @@ def status():
     return nodes is not None, why
 
 
-def _dtype_served(input, *parameters):
-    """Whether the kernels take these operands as they are: data of a kernel dtype, and the parameters given of one
-    dtype, the data's or F32 with F16/BF16 data (the Python Functions widen other mixtures first)."""
-    if input.dtype not in _KERNEL_DTYPES or input.device.type not in _DEVICES:
-        return False
-    present = [p for p in parameters if p is not None]
-    if not present:
-        return True
-    first = present[0].dtype
-    return (all(p.dtype is first and p.device == input.device for p in present)
-            and (first is input.dtype or (first is torch.float32 and input.dtype in _HALF_DTYPES)))
+def _served(input, parameter_dtype):
+    """Whether the kernels take these operands as they are: data of a kernel dtype on the CPU or CUDA, and its
+    parameters (None: there are none) of one dtype, the data's or F32 with F16/BF16 data (the Python Functions widen
+    other mixtures first). Attribute reads and identity tests alone: this runs on every training call."""
+    dtype = input.dtype
+    return ((parameter_dtype is None or parameter_dtype is dtype
+             or (parameter_dtype is torch.float32 and dtype in _HALF_DTYPES))
+            and dtype in _KERNEL_DTYPES and (input.is_cpu or input.is_cuda))
+
+
+def _common_dtype(*parameters):
+    """The dtype the given parameters share; None without any; False where they differ."""
+    dtype = None
+    for parameter in parameters:
+        if parameter is not None:
+            if dtype is None:
+                dtype = parameter.dtype
+            elif parameter.dtype is not dtype:
+                return False
+    return dtype
 
 
 def _forward_without_grad(name, args):
@@ -116,23 +124,24 @@ def _forward_without_grad(name, args):
 
 
 def rms_norm(input, normalized_shape, weight, eps):
-    if weight is None or not _dtype_served(input, weight):
+    if weight is None or not _served(input, weight.dtype):
         return None
     output, rstd = _forward_without_grad("rms_norm", (input, normalized_shape, weight, eps))
     return _state[0][0](output, rstd, input, weight), rstd
 
 
 def layer_norm(input, normalized_shape, weight, bias, eps):
-    if not _dtype_served(input, weight, bias):
+    dtype = _common_dtype(weight, bias)
+    if dtype is False or not _served(input, dtype):
         return None
     output, mean, rstd = _forward_without_grad("layer_norm", (input, normalized_shape, weight, bias, eps))
     return _state[0][1](output, mean, rstd, input, weight, bias, len(normalized_shape)), mean, rstd
 
 
 def batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    per_channel = (weight, bias, running_mean, running_var)
-    if (not 2 <= input.dim() <= 5 or any(t is not None and t.dim() != 1 for t in per_channel)
-            or not _dtype_served(input, *per_channel)):
+    dtype = _common_dtype(weight, bias, running_mean, running_var)
+    if (dtype is False or not _served(input, dtype) or not 2 <= input.dim() <= 5
+            or any(t is not None and t.dim() != 1 for t in (weight, bias, running_mean, running_var))):
         return None
     args = (input, weight, bias, running_mean, running_var, training, momentum, eps)
     output, save_mean, save_invstd = _forward_without_grad("batch_norm", args)
