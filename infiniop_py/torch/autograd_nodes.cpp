@@ -106,16 +106,27 @@ void *streamOf(const Tensor &tensor) {
     return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(tensor.device()).native_handle();
 }
 
-// An operator descriptor of one layout, destroyed with its last user (the cache may drop it while a backward on
-// another thread still runs it).
+// An operator descriptor of one layout and its workspace size; the descriptor is destroyed with its last user (the
+// cache may drop it while a backward on another thread still runs it).
 struct Kernel {
-    void *descriptor = nullptr;
+    std::shared_ptr<void> descriptor;
     size_t workspace_size = 0;
-    infiniStatus_t (*destroy)(void *) = nullptr;
-    ~Kernel() {
-        if (descriptor != nullptr) destroy(descriptor);
+
+    template <typename Descriptor>
+    Descriptor as() const {
+        return static_cast<Descriptor>(descriptor.get());
     }
 };
+
+// A Kernel owning a created descriptor: destroyed by `destroy`, its workspace size from `workspace_size`.
+template <typename Descriptor>
+Kernel owned(Descriptor descriptor, infiniStatus_t (*destroy)(Descriptor),
+             infiniStatus_t (*workspace_size)(Descriptor, size_t *)) {
+    Kernel kernel;
+    kernel.descriptor = std::shared_ptr<void>(descriptor, [destroy](void *d) { destroy(static_cast<Descriptor>(d)); });
+    check(workspace_size(descriptor, &kernel.workspace_size), "the workspace size query");
+    return kernel;
+}
 
 // What may differ between two calls that one descriptor serves: the op, its options, and per tensor its dtype,
 // device, shape and strides (-1 for an absent one).
@@ -133,19 +144,19 @@ void addLayout(Key &key, const Tensor &tensor) {
     for (int64_t stride : tensor.strides()) key.push_back(stride);
 }
 
-// The kernels of known layouts; emptied when full, as the functional API's table (a workload has few layouts).
+// The kernels of known layouts, create() making a missing one; emptied when full, as the functional API's table (a
+// workload has few layouts).
 template <typename Create>
-std::shared_ptr<Kernel> kernelFor(const Key &key, Create &&create) {
+std::shared_ptr<const Kernel> kernelFor(const Key &key, Create &&create) {
     static std::mutex mutex;
-    static std::map<Key, std::shared_ptr<Kernel>> kernels;
+    static std::map<Key, std::shared_ptr<const Kernel>> kernels;
     constexpr size_t kCapacity = 64;
     {
         std::lock_guard<std::mutex> lock(mutex);
         auto found = kernels.find(key);
         if (found != kernels.end()) return found->second;
     }
-    auto kernel = std::make_shared<Kernel>();
-    create(*kernel);
+    auto kernel = std::make_shared<const Kernel>(create());
     std::lock_guard<std::mutex> lock(mutex);
     if (kernels.size() >= kCapacity) kernels.clear();
     kernels.emplace(key, kernel);
@@ -224,20 +235,16 @@ struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
         Tensor grad_weight = gradientLike(weight, want_weight);
         Key key{0};
         for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad, &input, &weight, &rstd}) addLayout(key, *tensor);
-        const auto kernel = kernelFor(key, [&](Kernel &k) {
+        const auto kernel = kernelFor(key, [&] {
             TensorDescriptor gx(grad_input), gw(grad_weight), gy(grad), x(input), w(weight), r(rstd);
             infiniopRMSNormBackwardDescriptor_t descriptor = nullptr;
             check(infiniopCreateRMSNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gy, x, w,
                                                              r, 0.0),
                   "infiniopCreateRMSNormBackwardDescriptorEx");
-            k.descriptor = descriptor;
-            k.destroy = [](void *d) { return infiniopDestroyRMSNormBackwardDescriptor(
-                                          static_cast<infiniopRMSNormBackwardDescriptor_t>(d)); };
-            check(infiniopGetRMSNormBackwardWorkspaceSize(descriptor, &k.workspace_size),
-                  "infiniopGetRMSNormBackwardWorkspaceSize");
+            return owned(descriptor, infiniopDestroyRMSNormBackwardDescriptor, infiniopGetRMSNormBackwardWorkspaceSize);
         });
         Tensor workspace = workspaceFor(*kernel, input);
-        check(infiniopRMSNormBackwardEx(static_cast<infiniopRMSNormBackwardDescriptor_t>(kernel->descriptor),
+        check(infiniopRMSNormBackwardEx(kernel->as<infiniopRMSNormBackwardDescriptor_t>(),
                                         data(workspace), kernel->workspace_size, data(grad_input), data(grad_weight),
                                         grad.data_ptr(), input.data_ptr(), weight.data_ptr(), rstd.data_ptr(),
                                         streamOf(input)),
@@ -286,22 +293,19 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
         for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &grad, &weight, &input, &mean, &rstd}) {
             addLayout(key, *tensor);
         }
-        const auto kernel = kernelFor(key, [&](Kernel &k) {
+        const auto kernel = kernelFor(key, [&] {
             TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), gy(grad), w(weight), x(input), m(mean),
                 r(rstd);
             infiniopLayerNormBackwardDescriptor_t descriptor = nullptr;
             check(infiniopCreateLayerNormBackwardFromInputDescriptorEx(handleFor(input.device()), &descriptor, gx, gw,
                                                                        gb, gy, w, x, m, r),
                   "infiniopCreateLayerNormBackwardFromInputDescriptorEx");
-            k.descriptor = descriptor;
-            k.destroy = [](void *d) { return infiniopDestroyLayerNormBackwardDescriptor(
-                                          static_cast<infiniopLayerNormBackwardDescriptor_t>(d)); };
-            check(infiniopGetLayerNormBackwardWorkspaceSize(descriptor, &k.workspace_size),
-                  "infiniopGetLayerNormBackwardWorkspaceSize");
+            return owned(descriptor, infiniopDestroyLayerNormBackwardDescriptor,
+                         infiniopGetLayerNormBackwardWorkspaceSize);
         });
         Tensor workspace = workspaceFor(*kernel, input);
         check(infiniopLayerNormBackwardFromInputEx(
-                  static_cast<infiniopLayerNormBackwardDescriptor_t>(kernel->descriptor), data(workspace),
+                  kernel->as<infiniopLayerNormBackwardDescriptor_t>(), data(workspace),
                   kernel->workspace_size, data(grad_input), data(grad_weight), data(grad_bias), grad.data_ptr(),
                   data(weight), input.data_ptr(), mean.data_ptr(), rstd.data_ptr(), streamOf(input)),
               "infiniopLayerNormBackwardFromInputEx");
@@ -372,21 +376,18 @@ struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
                                      &running_var, &save_mean, &save_invstd}) {
             addLayout(key, *tensor);
         }
-        const auto kernel = kernelFor(key, [&](Kernel &k) {
+        const auto kernel = kernelFor(key, [&] {
             TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), x(input), gy(grad), w(weight),
                 rm(running_mean), rv(running_var), sm(save_mean), si(save_invstd);
             infiniopBatchNormBackwardDescriptor_t descriptor = nullptr;
             check(infiniopCreateBatchNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gb, x, gy,
                                                               w, rm, rv, sm, si, eps, training ? 1 : 0),
                   "infiniopCreateBatchNormBackwardDescriptorEx");
-            k.descriptor = descriptor;
-            k.destroy = [](void *d) { return infiniopDestroyBatchNormBackwardDescriptor(
-                                          static_cast<infiniopBatchNormBackwardDescriptor_t>(d)); };
-            check(infiniopGetBatchNormBackwardWorkspaceSize(descriptor, &k.workspace_size),
-                  "infiniopGetBatchNormBackwardWorkspaceSize");
+            return owned(descriptor, infiniopDestroyBatchNormBackwardDescriptor,
+                         infiniopGetBatchNormBackwardWorkspaceSize);
         });
         Tensor workspace = workspaceFor(*kernel, input);
-        check(infiniopBatchNormBackwardEx(static_cast<infiniopBatchNormBackwardDescriptor_t>(kernel->descriptor),
+        check(infiniopBatchNormBackwardEx(kernel->as<infiniopBatchNormBackwardDescriptor_t>(),
                                           data(workspace), kernel->workspace_size, data(grad_input), data(grad_weight),
                                           data(grad_bias), input.data_ptr(), grad.data_ptr(), data(weight),
                                           data(running_mean), data(running_var), data(save_mean), data(save_invstd),
