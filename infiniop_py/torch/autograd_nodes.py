@@ -6,10 +6,11 @@ on the CPU cost 1.11x torch's own with a C++ node, 1.40x with the cheapest Pytho
 
 The C++ source is compiled on first use, with the C++ compiler that installing this package from source needs
 ($CXX, else c++), against the installed torch's headers and this package's libraries, and cached in
-~/.cache/infiniop-py ($XDG_CACHE_HOME) per source, torch and library; loading it registers
-torch.ops.infiniop_nodes. Where it cannot be built or loaded, ``status()`` says why and the eager path keeps the
-Python Functions (ops.EAGER), which give the same gradients bit for bit. Cases the nodes do not take (parameters of
-mixed dtypes, an RMSNorm without weight, BatchNorm parameters not of shape (C,)) take those Functions too.
+~/.cache/infiniop-py ($XDG_CACHE_HOME) per source, torch and library (builds unused for a month are removed);
+loading it registers torch.ops.infiniop_nodes. Where it cannot be built or loaded, ``status()`` says why and the
+eager path keeps the Python Functions (ops.EAGER), which give the same gradients bit for bit. Cases the nodes do not
+take (parameters of mixed dtypes, an RMSNorm without weight, BatchNorm parameters not of shape (C,)) take those
+Functions too.
 """
 
 import hashlib
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -51,8 +53,10 @@ def _build():
     identity = "\n".join([SOURCE.read_text(), torch.__version__, torch_dir, library_dir, *includes, compiler, str(abi)])
     target = _cache_dir() / f"autograd_nodes-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
     if target.is_file():
+        os.utime(target)  # in use: kept by _prune
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    _prune(target.parent)
     partial = target.with_suffix(f".{os.getpid()}.tmp")
     command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(SOURCE),
                *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu", "-lc10",
@@ -67,6 +71,22 @@ def _build():
         raise RuntimeError(f"compiling {SOURCE.name} failed: {built.stderr.strip()[-800:]}")
     os.replace(partial, target)  # whole or not at all, for a concurrent build
     return target
+
+
+UNUSED_DAYS = 30
+
+
+def _prune(directory):
+    """Remove the builds no process has loaded for UNUSED_DAYS (each virtual environment, torch or library gets a
+    build of its own, and CI makes a fresh environment per run) and partial ones a day old."""
+    now = time.time()
+    for path in directory.glob("autograd_nodes-*"):
+        limit = 86400 if path.suffix == ".tmp" else UNUSED_DAYS * 86400
+        try:
+            if now - path.stat().st_mtime > limit:
+                path.unlink()
+        except OSError:  # another process's, gone or not ours to remove
+            pass
 
 
 def _load():

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -196,3 +197,17 @@ def test_without_a_compiler_the_python_functions_serve_and_status_says_why(tmp_p
     first, why = result.stdout.splitlines()[:2]
     assert first == "False LayerNormFunctionBackward True"
     assert "no-such-compiler" in why
+
+
+def test_builds_unused_for_a_month_and_stale_partial_ones_are_pruned(tmp_path):
+    day = 86400
+    ages = {"autograd_nodes-old.so": 31 * day, "autograd_nodes-recent.so": 29 * day,
+            "autograd_nodes-old.123.tmp": 2 * day, "autograd_nodes-new.456.tmp": 60, "other-file.so": 400 * day}
+    now = time.time()
+    for name, age in ages.items():
+        path = tmp_path / name
+        path.write_bytes(b"")
+        os.utime(path, (now - age, now - age))
+    autograd_nodes._prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["autograd_nodes-new.456.tmp", "autograd_nodes-recent.so",
+                                                           "other-file.so"]
