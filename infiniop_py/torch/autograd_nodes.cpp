@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -371,7 +372,9 @@ struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
         Tensor grad_input = at::empty_like(input);
         Tensor grad_weight = want_weight ? at::empty({input.size(1)}, options) : Tensor();
         Tensor grad_bias = want_bias ? at::empty({input.size(1)}, options) : Tensor();
-        Key key{2, training, static_cast<int64_t>(std::hash<double>{}(eps))};
+        int64_t eps_bits = 0; // eps exactly, as the descriptor keeps it
+        std::memcpy(&eps_bits, &eps, sizeof eps);
+        Key key{2, training, eps_bits};
         for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &input, &grad, &weight, &running_mean,
                                      &running_var, &save_mean, &save_invstd}) {
             addLayout(key, *tensor);

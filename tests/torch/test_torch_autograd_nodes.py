@@ -211,3 +211,15 @@ def test_builds_unused_for_a_month_and_stale_partial_ones_are_pruned(tmp_path):
     autograd_nodes._prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["autograd_nodes-new.456.tmp", "autograd_nodes-recent.so",
                                                            "other-file.so"]
+
+
+def test_eval_batch_norms_of_one_layout_and_other_eps_get_their_own_descriptors(monkeypatch):
+    """In eval the backward's invstd comes from eps: a descriptor made for one eps must not serve another."""
+    x = _tensor((4, 3, 5), torch.float32, "cpu", 30)
+    running_var = torch.rand(3, generator=torch.Generator().manual_seed(31)) + 0.01
+    results = []
+    for eps in (1e-5, 0.5, 1e-5):
+        call = lambda x, eps=eps: functional.batch_norm(x, torch.zeros(3), running_var, None, None, False, 0.1, eps)
+        _assert_same_bits(monkeypatch, call, (x,))
+        results.append(_run(call, (x,))[1][0])
+    assert not torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
