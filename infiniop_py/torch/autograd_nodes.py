@@ -50,7 +50,10 @@ def _build():
                 infiniop_py.include_dir()]
     compiler = os.environ.get("CXX", "c++")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    identity = "\n".join([SOURCE.read_text(), torch.__version__, torch_dir, library_dir, *includes, compiler, str(abi)])
+    # What the build depends on: a change to the C API's headers (the same paths) must not reuse an old build.
+    headers = sorted(Path(infiniop_py.include_dir()).rglob("*.h"))
+    identity = "\n".join([SOURCE.read_text(), *(header.read_text() for header in headers), torch.__version__,
+                          torch_dir, library_dir, *includes, compiler, str(abi)])
     target = _cache_dir() / f"autograd_nodes-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
     if target.is_file():
         os.utime(target)  # in use: kept by _prune

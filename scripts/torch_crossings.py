@@ -1,0 +1,81 @@
+"""Where the PyTorch integration's eager path starts to beat torch's own CPU norms: a module's forward + backward,
+ours (this library's path at every size) against torch.nn's, at growing sizes, for the sizes of
+infiniop_py.torch.functional._TORCH_BELOW (below them the functionals give CPU inputs to torch's own norms end to
+end). Each case is timed in interleaved rounds in one process, malloc keeping freed memory as `bench --training`
+makes it (page faults would otherwise rule these sizes). Prints per op, dtype and thread count the ratio ours/stock
+at each size and the smallest size from which ours is at most stock's at every larger size measured.
+
+    python scripts/torch_crossings.py [--threads 1 2] [--rounds 15]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import infiniop_py.torch as ipt
+from infiniop_py.bench.training import keep_freed_memory
+from infiniop_py.torch import functional
+
+SIZES = (32768, 65536, 131072, 262144, 524288, 1048576)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# (name, stock module, our module, row width: a size's input is (size / width, width))
+MODULES = (("layer_norm", torch.nn.LayerNorm, ipt.LayerNorm, 1024),
+           ("batch_norm", torch.nn.BatchNorm1d, ipt.BatchNorm1d, 256))
+
+
+def _step(module, x, grad):
+    parameters = list(module.parameters())
+
+    def step():
+        for parameter in parameters:
+            parameter.grad = None
+        x.grad = None
+        module(x).backward(grad)
+    return step
+
+
+def _ratio(stock_class, our_class, width, size, dtype, rounds, calls):
+    generator = torch.Generator().manual_seed(size)
+    x = torch.randn(size // width, width, generator=generator).to(dtype).requires_grad_()
+    grad = torch.randn(size // width, width, generator=generator).to(dtype)
+    steps = [_step(make(width).to(dtype), x, grad) for make in (stock_class, our_class)]
+    times = [[], []]
+    for round_index in range(rounds):
+        for index in (0, 1) if round_index % 2 == 0 else (1, 0):
+            steps[index]()
+            begin = time.perf_counter()
+            for _ in range(calls):
+                steps[index]()
+            times[index].append((time.perf_counter() - begin) / calls)
+    return statistics.median(times[1]) / statistics.median(times[0])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=20)
+    args = parser.parse_args()
+    kept = keep_freed_memory()
+    functional._TORCH_BELOW = {}  # ours at every size
+    print(f"torch {torch.__version__}; malloc keeps freed memory: {kept}; C++ autograd nodes: "
+          f"{ipt.autograd_nodes.status()}")
+    print("speedup of a module step (stock time / ours) at each size in elements:")
+    print("| op | dtype | threads | " + " | ".join(str(size) for size in SIZES) + " | ours from |")
+    print("|---|---|---:|" + "---:|" * len(SIZES) + "---:|")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        for name, stock_class, our_class, width in MODULES:
+            for dtype in DTYPES:
+                ratios = [_ratio(stock_class, our_class, width, size, dtype, args.rounds, args.calls)
+                          for size in SIZES]
+                winning = [all(r <= 1.0 for r in ratios[i:]) for i in range(len(SIZES))]
+                crossing = next((SIZES[i] for i, wins in enumerate(winning) if wins), "-")
+                print(f"| {name} | {str(dtype).removeprefix('torch.')} | {threads} | "
+                      + " | ".join(f"{1 / r:.2f}x" for r in ratios) + f" | {crossing} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
