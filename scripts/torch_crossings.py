@@ -52,12 +52,17 @@ def _ratio(stock_class, our_class, width, size, dtype, rounds, calls):
     return statistics.median(times[1]) / statistics.median(times[0])
 
 
-def main():
+def crossing(speedups, sizes):
+    """The smallest size from which ours is at least as fast at every larger size measured; None if none is."""
+    return next((sizes[i] for i in range(len(sizes)) if all(s >= 1.0 for s in speedups[i:])), None)
+
+
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=20)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     kept = keep_freed_memory()
     functional._TORCH_BELOW = {}  # ours at every size
     print(f"torch {torch.__version__}; malloc keeps freed memory: {kept}; C++ autograd nodes: "
@@ -69,13 +74,12 @@ def main():
         torch.set_num_threads(threads)
         for name, stock_class, our_class, width in MODULES:
             for dtype in DTYPES:
-                ratios = [_ratio(stock_class, our_class, width, size, dtype, args.rounds, args.calls)
-                          for size in SIZES]
-                winning = [all(r <= 1.0 for r in ratios[i:]) for i in range(len(SIZES))]
-                crossing = next((SIZES[i] for i, wins in enumerate(winning) if wins), "-")
+                speedups = [1 / _ratio(stock_class, our_class, width, size, dtype, args.rounds, args.calls)
+                            for size in SIZES]
                 print(f"| {name} | {str(dtype).removeprefix('torch.')} | {threads} | "
-                      + " | ".join(f"{1 / r:.2f}x" for r in ratios) + f" | {crossing} |", flush=True)
+                      + " | ".join(f"{s:.2f}x" for s in speedups) + f" | {crossing(speedups, SIZES) or '-'} |", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
