@@ -15,32 +15,20 @@ import time
 import torch
 
 import infiniop_py.torch as ipt
+from infiniop_py.bench.host_overhead import _module_runs
 from infiniop_py.bench.training import keep_freed_memory
 from infiniop_py.torch import functional
 
 SIZES = (32768, 65536, 131072, 262144, 524288, 1048576)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# (name, stock module, our module, row width: a size's input is (size / width, width))
-MODULES = (("layer_norm", torch.nn.LayerNorm, ipt.LayerNorm, 1024),
-           ("batch_norm", torch.nn.BatchNorm1d, ipt.BatchNorm1d, 256))
+# (name, torch.nn class name, row width: a size's input is (size / width, width))
+MODULES = (("layer_norm", "LayerNorm", 1024), ("batch_norm", "BatchNorm1d", 256))
 
 
-def _step(module, x, grad):
-    parameters = list(module.parameters())
-
-    def step():
-        for parameter in parameters:
-            parameter.grad = None
-        x.grad = None
-        module(x).backward(grad)
-    return step
-
-
-def _ratio(stock_class, our_class, width, size, dtype, rounds, calls):
-    generator = torch.Generator().manual_seed(size)
-    x = torch.randn(size // width, width, generator=generator).to(dtype).requires_grad_()
-    grad = torch.randn(size // width, width, generator=generator).to(dtype)
-    steps = [_step(make(width).to(dtype), x, grad) for make in (stock_class, our_class)]
+def _ratio(class_name, width, size, dtype, rounds, calls):
+    """ours / stock of a module step: bench --host-overhead's forward + backward, on (size / width, width)."""
+    steps = _module_runs(torch, class_name, (size // width, width), "rows", dtype, torch.device("cpu"),
+                         "forward+backward")
     times = [[], []]
     for round_index in range(rounds):
         for index in (0, 1) if round_index % 2 == 0 else (1, 0):
@@ -72,9 +60,9 @@ def main(argv=None):
     print("|---|---|---:|" + "---:|" * len(SIZES) + "---:|")
     for threads in args.threads:
         torch.set_num_threads(threads)
-        for name, stock_class, our_class, width in MODULES:
+        for name, class_name, width in MODULES:
             for dtype in DTYPES:
-                speedups = [1 / _ratio(stock_class, our_class, width, size, dtype, args.rounds, args.calls)
+                speedups = [1 / _ratio(class_name, width, size, dtype, args.rounds, args.calls)
                             for size in SIZES]
                 print(f"| {name} | {str(dtype).removeprefix('torch.')} | {threads} | "
                       + " | ".join(f"{s:.2f}x" for s in speedups) + f" | {crossing(speedups, SIZES) or '-'} |", flush=True)

@@ -127,19 +127,28 @@ def _modules(torch):
             "BatchNorm2d": (lambda: torch.nn.BatchNorm2d(IMAGES[1]), IMAGES)}
 
 
-def _training_step(torch, model, x, autocast, grad_output=None):
+def _forward_backward(torch, model, x, autocast, grad_output=None, cache_enabled=True):
     """One forward + backward (the optimizer's step is the same for both and left out): of a loss (a model), or, given
     ``grad_output``, of the output itself (a module alone: its own forward and backward, nothing else; a loss on a
     module's output costs as much as the norm's own step, the same on both sides, and would dilute the ratio)."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=cache_enabled):
+        output = model(x)
+        if grad_output is None:
+            output = output.float().square().mean()
+    output.backward(grad_output)
+
+
+def _clear_gradients(model, x):
+    for parameter in model.parameters():
+        parameter.grad = None
+    x.grad = None
+
+
+def _training_step(torch, model, x, autocast, grad_output=None):
+    """A step of _forward_backward from cleared gradients, ending with a synchronization on a GPU."""
     def step():
-        for parameter in model.parameters():
-            parameter.grad = None
-        x.grad = None
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
-            output = model(x)
-            if grad_output is None:
-                output = output.float().square().mean()
-        output.backward(grad_output)
+        _clear_gradients(model, x)
+        _forward_backward(torch, model, x, autocast, grad_output)
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
     return step
@@ -151,29 +160,17 @@ def _graphed_step(torch, model, x, autocast, grad_output=None):
     outside the capture. The gradients are set to None before the capture, so the captured backward writes them
     afresh at each replay instead of accumulating; autocast's cast cache is off, as a graph must not keep casts
     made outside it."""
-    def body():
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast, cache_enabled=False):
-            output = model(x)
-            if grad_output is None:
-                output = output.float().square().mean()
-        output.backward(grad_output)
-
-    def clear_gradients():
-        for parameter in model.parameters():
-            parameter.grad = None
-        x.grad = None
-
     side = torch.cuda.Stream(x.device)
     side.wait_stream(torch.cuda.current_stream(x.device))
     with torch.cuda.stream(side):
         for _ in range(3):
-            clear_gradients()
-            body()
+            _clear_gradients(model, x)
+            _forward_backward(torch, model, x, autocast, grad_output, cache_enabled=False)
     torch.cuda.current_stream(x.device).wait_stream(side)
-    clear_gradients()
+    _clear_gradients(model, x)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        body()
+        _forward_backward(torch, model, x, autocast, grad_output, cache_enabled=False)
 
     def replay():
         graph.replay()
