@@ -8,11 +8,12 @@ import functools
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from .._compiled_helpers import cache_dir, compile_to
 
 SOURCE = Path(__file__).with_name("onednn_timer.cpp")
 DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}
@@ -49,11 +50,6 @@ def _find_root():
                       "(onednn-cpu-gomp and onednn-devel-cpu-gomp) or set DNNLROOT")
 
 
-def _cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "infiniop-py"
-
-
 @functools.lru_cache(maxsize=None)
 def library():
     """The compiled helper loaded with cffi (compiled once per oneDNN install and helper source); Unavailable if
@@ -65,16 +61,14 @@ def library():
     if shutil.which(compiler) is None:
         raise Unavailable(f"no C++ compiler ({compiler}) to build the oneDNN timing helper")
     key = hashlib.sha256(SOURCE.read_bytes() + str(root.resolve()).encode()).hexdigest()[:16]
-    target = _cache_dir() / f"onednn_timer-{key}.so"
+    target = cache_dir() / f"onednn_timer-{key}.so"
     if not target.is_file():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")
         command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", str(SOURCE), f"-I{root / 'include'}",
-                   f"-L{root / 'lib'}", "-ldnnl", f"-Wl,-rpath,{root / 'lib'}", "-o", str(partial)]
-        built = subprocess.run(command, capture_output=True, text=True)
-        if built.returncode != 0:
-            raise Unavailable(f"building the oneDNN timing helper failed: {built.stderr.strip()[-500:]}")
-        os.replace(partial, target)  # whole or not at all, for a concurrent run
+                   f"-L{root / 'lib'}", "-ldnnl", f"-Wl,-rpath,{root / 'lib'}"]
+        try:
+            compile_to(target, command)
+        except RuntimeError as why:
+            raise Unavailable(f"building the oneDNN timing helper failed: {why}") from None
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
     return ffi, ffi.dlopen(str(target))

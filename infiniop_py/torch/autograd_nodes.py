@@ -15,7 +15,6 @@ Functions too.
 
 import hashlib
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import torch
 
 from . import ops
+from .._compiled_helpers import cache_dir, compile_to
 
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
 
@@ -32,11 +32,6 @@ _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 _lock = threading.Lock()
 _state = None  # None: not tried yet; else (the ops or None, why not)
-
-
-def _cache_dir():
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "infiniop-py"
 
 
 def _build():
@@ -54,25 +49,20 @@ def _build():
     headers = sorted(Path(infiniop_py.include_dir()).rglob("*.h"))
     identity = "\n".join([SOURCE.read_text(), *(header.read_text() for header in headers), torch.__version__,
                           torch_dir, library_dir, *includes, compiler, str(abi)])
-    target = _cache_dir() / f"autograd_nodes-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
+    target = cache_dir() / f"autograd_nodes-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.so"
     if target.is_file():
         os.utime(target)  # in use: kept by _prune
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _prune(target.parent)
-    partial = target.with_suffix(f".{os.getpid()}.tmp")
+    if target.parent.is_dir():
+        _prune(target.parent)
     command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(SOURCE),
                *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu", "-lc10",
                f"-L{library_dir}", "-linfiniop", "-linfinirt", f"-Wl,-rpath,{torch_dir}/lib",
-               f"-Wl,-rpath,{library_dir}", "-o", str(partial)]
+               f"-Wl,-rpath,{library_dir}"]
     try:
-        built = subprocess.run(command, capture_output=True, text=True)
-    except OSError as error:  # no compiler
-        raise RuntimeError(f"cannot run the C++ compiler {compiler!r}: {error}") from None
-    if built.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"compiling {SOURCE.name} failed: {built.stderr.strip()[-800:]}")
-    os.replace(partial, target)  # whole or not at all, for a concurrent build
+        compile_to(target, command)
+    except RuntimeError as why:
+        raise RuntimeError(f"compiling {SOURCE.name} failed: {why}") from None
     return target
 
 
