@@ -22,9 +22,10 @@ from .timing import interleaved_medians, machine_description, median_seconds, na
 
 ROW_SHAPES = [(4096, 4096), (32768, 512), (256, 65536), (1, 1048576)]
 BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576)]
-# `--shapes llm`: mid-size shapes of LLM training on a CPU (tokens x hidden) and of CNN BatchNorm.
+# `--shapes llm`: mid-size shapes of LLM training on a CPU (tokens x hidden) and of BatchNorm: CNN stages (late, 7x7
+# maps of thousands of channels; early, 56x56 of 64) and an MLP's BatchNorm1d (a batch of 256 rows of 4096).
 LLM_ROW_SHAPES = [(16, 4096), (64, 4096), (512, 4096), (8192, 768), (8192, 1024)]
-LLM_BATCH_SHAPES = [(64, 512, 49), (256, 64, 56 * 56)]
+LLM_BATCH_SHAPES = [(64, 512, 49), (32, 2048, 49), (256, 64, 56 * 56), (256, 4096, 1)]
 SHAPE_SETS = ("table", "llm")
 DTYPES = ["float32", "bfloat16", "float16"]
 COPY_BYTES = 256 << 20  # far beyond every cache

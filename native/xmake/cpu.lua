@@ -37,6 +37,8 @@ if has_config("cpu") then
         for isa, _ in pairs(isa_flags) do add_deps("infiniop-cpu-" .. isa) end
         add_defines("ENABLE_CPU_API")
         if multi_isa then add_defines("INFINI_CPU_MULTI_ISA") end
+        -- sqrt need not set errno (nothing reads it): GCC then vectorizes BatchNorm's per-channel square roots.
+        add_cxflags("-fno-math-errno")
         if has_config("omp") then
             add_cxflags("-fopenmp")
             add_defines("ENABLE_OMP")

@@ -21,8 +21,10 @@
 namespace op::batch_norm {
 namespace {
 
-using batch_norm_backward::element;
+using batch_norm_backward::kChannelBlock;
+using batch_norm_backward::loadChannels;
 using batch_norm_backward::store;
+using batch_norm_backward::storeChannels;
 using batch_norm_backward::Tiling;
 
 // The caller's per-channel vectors; NULL where absent (never touched).
@@ -31,39 +33,53 @@ struct ChannelVectors {
     const void *weight, *bias;
 };
 
-// y = (x - reference) * scale + shift for channel c.
+// y = (x - reference) * scale + shift, per channel of a block (batch_norm_backward_channels.h: the per-channel
+// steps run on blocks of channels).
 struct ChannelTerms {
-    double reference, scale, shift;
+    double reference[kChannelBlock], scale[kChannelBlock], shift[kChannelBlock];
 };
 
-// Channel c's terms from its shifted sums (training; count elements, reference r), after writing its saved
-// statistics and updating its running ones; or from the running statistics (eval).
-ChannelTerms finishChannel(const Info &info, const ChannelVectors &v, size_t c, double reference, double sum,
-                           double sum_squares) {
-    const double weight = v.weight != nullptr ? element(v.weight, info.parameter_dtype, info.weight_stride, c) : 1.0;
-    const double bias = v.bias != nullptr ? element(v.bias, info.parameter_dtype, info.bias_stride, c) : 0.0;
+// Channels [first, first + count)'s terms (count <= kChannelBlock). Training: from their shifted sums,
+// totals[2 * i] and totals[2 * i + 1] over N * L elements shifted by reference[i], after writing their saved
+// statistics and updating their running ones. Eval: from the running statistics (`reference` unused).
+void finishChannels(const Info &info, const ChannelVectors &v, size_t first, size_t count, const double *reference,
+                    const double *totals, ChannelTerms &terms) {
+    double weight[kChannelBlock], bias[kChannelBlock], mean[kChannelBlock], var[kChannelBlock];
+    loadChannels(weight, v.weight, info.parameter_dtype, info.weight_stride, first, count, 1.0);
+    loadChannels(bias, v.bias, info.parameter_dtype, info.bias_stride, first, count, 0.0);
     if (!info.training) {
-        const double mean = element(v.running_mean, info.parameter_dtype, info.running_mean_stride, c);
-        const double var = element(v.running_var, info.parameter_dtype, info.running_var_stride, c);
-        return ChannelTerms{mean, weight / std::sqrt(var + info.epsilon), bias};
+        loadChannels(terms.reference, v.running_mean, info.parameter_dtype, info.running_mean_stride, first, count, 0.0);
+        loadChannels(var, v.running_var, info.parameter_dtype, info.running_var_stride, first, count, 0.0);
+        for (size_t i = 0; i < count; ++i) {
+            terms.scale[i] = weight[i] / std::sqrt(var[i] + info.epsilon);
+            terms.shift[i] = bias[i];
+        }
+        return;
     }
-    const double count = static_cast<double>(info.batch * info.length);
-    const double offset = sum / count; // mean - reference
-    const double mean = reference + offset;
-    const double var = biasedVariance(sum_squares / count, offset);
-    const double invstd = 1.0 / std::sqrt(var + info.epsilon);
-    if (v.save_mean != nullptr) store(v.save_mean, info.statistic_dtype, info.save_mean_stride, c, mean);
-    if (v.save_invstd != nullptr) store(v.save_invstd, info.statistic_dtype, info.save_invstd_stride, c, invstd);
+    const double elements = static_cast<double>(info.batch * info.length);
+    double invstd[kChannelBlock];
+    for (size_t i = 0; i < count; ++i) {
+        const double offset = totals[2 * i] / elements; // mean - reference
+        mean[i] = reference[i] + offset;
+        var[i] = biasedVariance(totals[2 * i + 1] / elements, offset);
+        invstd[i] = 1.0 / std::sqrt(var[i] + info.epsilon);
+        const double scale = weight[i] * invstd[i];
+        terms.reference[i] = reference[i];
+        terms.scale[i] = scale;
+        terms.shift[i] = bias[i] - offset * scale;
+    }
+    storeChannels(v.save_mean, info.statistic_dtype, info.save_mean_stride, first, count, mean);
+    storeChannels(v.save_invstd, info.statistic_dtype, info.save_invstd_stride, first, count, invstd);
     if (v.running_mean != nullptr) {
         const double m = info.momentum;
-        const double old_mean = element(v.running_mean, info.parameter_dtype, info.running_mean_stride, c);
-        const double old_var = element(v.running_var, info.parameter_dtype, info.running_var_stride, c);
-        store(v.running_mean, info.parameter_dtype, info.running_mean_stride, c, (1.0 - m) * old_mean + m * mean);
-        store(v.running_var, info.parameter_dtype, info.running_var_stride, c,
-              (1.0 - m) * old_var + m * var * count / (count - 1.0));
+        double old[kChannelBlock];
+        loadChannels(old, v.running_mean, info.parameter_dtype, info.running_mean_stride, first, count, 0.0);
+        for (size_t i = 0; i < count; ++i) old[i] = (1.0 - m) * old[i] + m * mean[i];
+        storeChannels(v.running_mean, info.parameter_dtype, info.running_mean_stride, first, count, old);
+        loadChannels(old, v.running_var, info.parameter_dtype, info.running_var_stride, first, count, 0.0);
+        for (size_t i = 0; i < count; ++i) old[i] = (1.0 - m) * old[i] + m * var[i] * elements / (elements - 1.0);
+        storeChannels(v.running_var, info.parameter_dtype, info.running_var_stride, first, count, old);
     }
-    const double scale = weight * invstd;
-    return ChannelTerms{reference, scale, bias - offset * scale};
 }
 
 // An empty batch (N * L = 0) has no statistics: the saved ones get mean 0 and a variance of 0; the running ones
@@ -139,8 +155,12 @@ class CpuDescriptor final : public Descriptor {
         return w;
     }
 
-    // Offset of x's element (n = 0, c, l = 0): the channel's reference.
-    size_t firstOf(size_t c) const { return info.layout == Layout::channels_last ? c : c * info.length; }
+    // The shifts of channels [first, first + count): each channel's first element (n = 0, l = 0).
+    template <typename T>
+    void references(const T *x, size_t first, size_t count, double *out) const {
+        const size_t step = info.layout == Layout::channels_last ? 1 : info.length;
+        for (size_t i = 0; i < count; ++i) out[i] = cpu::toFloat(x[(first + i) * step]);
+    }
 
     template <typename T>
     void run(const Workspace &w, const ChannelVectors &vectors, T *y, const T *x) const {
@@ -148,7 +168,12 @@ class CpuDescriptor final : public Descriptor {
         // Tiles are fixed by the layout; how many threads share them, by the amount of work (not a result).
         const size_t threads = cpu::threadsFor(info.elements());
         if (info.training) {
-            for (size_t c = 0; c < channels; ++c) tiling_.fillChannel(w.reference, c, cpu::toFloat(x[firstOf(c)]));
+            for (size_t first = 0; first < channels; first += kChannelBlock) {
+                double reference[kChannelBlock];
+                const size_t count = std::min(kChannelBlock, channels - first);
+                references(x, first, count, reference);
+                tiling_.fillChannels(w.reference, first, count, reference);
+            }
             cpu::parallelForSlots(tiling_.tiles(), std::min(slots_, threads), [&](size_t t, size_t slot) {
                 double *group_sums = w.sums + tiling_.groupOf(t) * channels * 2;
                 float *scratch = w.scratch + slot * tiling_.slotScratchFloats();
@@ -162,19 +187,16 @@ class CpuDescriptor final : public Descriptor {
                 }
             });
         }
-        const size_t groups = info.training ? tiling_.groups() : 0;
-        for (size_t c = 0; c < channels; ++c) {
-            double sum = 0.0, sum_squares = 0.0;
-            for (size_t g = 0; g < groups; ++g) { // in group order: the same bits for any thread count
-                sum += w.sums[(g * channels + c) * 2];
-                sum_squares += w.sums[(g * channels + c) * 2 + 1];
-            }
-            const double reference = info.training ? cpu::toFloat(x[firstOf(c)]) : 0.0;
-            const ChannelTerms k = finishChannel(info, vectors, c, reference, sum, sum_squares);
-            tiling_.fillChannel(w.reference, c, k.reference);
-            tiling_.fillChannel(w.scale, c, k.scale);
-            tiling_.fillChannel(w.shift, c, k.shift);
-        }
+        tiling_.finishChannels(w.sums, info.training ? tiling_.groups() : 0, [&](size_t first, size_t count,
+                                                                                 const double *totals) {
+            double reference[kChannelBlock];
+            if (info.training) references(x, first, count, reference);
+            ChannelTerms terms;
+            finishChannels(info, vectors, first, count, reference, totals, terms);
+            tiling_.fillChannels(w.reference, first, count, terms.reference);
+            tiling_.fillChannels(w.scale, first, count, terms.scale);
+            tiling_.fillChannels(w.shift, first, count, terms.shift);
+        });
         const Coefficients coefficients{w.reference, w.scale, w.shift};
         const bool stream = cpu::streamOutput(y, info.elements() * sizeof(T), tiling_.runElements() * sizeof(T),
                                               sizeof(T));
@@ -206,10 +228,12 @@ class CpuDescriptor final : public Descriptor {
                     }
                 }
             }
-            const ChannelTerms k = finishChannel(info, vectors, c, reference, sum, sum_squares);
+            const double totals[2] = {sum, sum_squares};
+            ChannelTerms k;
+            finishChannels(info, vectors, c, 1, &reference, totals, k);
             for (size_t n = 0; n < batch; ++n) {
                 for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
-                    y[i] = (x[i] - k.reference) * k.scale + k.shift;
+                    y[i] = (x[i] - k.reference[0]) * k.scale[0] + k.shift[0];
                 }
             }
         }, cpu::threadsFor(batch * channels * length));

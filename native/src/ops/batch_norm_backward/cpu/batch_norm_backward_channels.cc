@@ -2,72 +2,127 @@
 
 #include "devices/cpu/half.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace op::batch_norm_backward {
 
-double element(const void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c) {
-    const ptrdiff_t i = static_cast<ptrdiff_t>(c) * stride;
+namespace {
+
+template <typename T>
+double widened(T value) {
+    return cpu::toFloat(value);
+}
+double widened(float value) { return value; }
+double widened(double value) { return value; }
+
+template <typename T>
+T narrowed(double value) {
+    return cpu::fromFloat<T>(static_cast<float>(value));
+}
+template <>
+float narrowed<float>(double value) {
+    return static_cast<float>(value);
+}
+template <>
+double narrowed<double>(double value) {
+    return value;
+}
+
+// body(tag) with a value of the C type of `dtype` (F16, BF16, F32 or F64).
+template <typename Body>
+void withChannelType(infiniDtype_t dtype, Body &&body) {
     switch (dtype) {
-    case INFINI_DTYPE_F16: return cpu::toFloat(static_cast<const cpu::f16_t *>(vector)[i]);
-    case INFINI_DTYPE_BF16: return cpu::toFloat(static_cast<const cpu::bf16_t *>(vector)[i]);
-    case INFINI_DTYPE_F32: return static_cast<const float *>(vector)[i];
-    default: return static_cast<const double *>(vector)[i];
+    case INFINI_DTYPE_F16: body(cpu::f16_t{}); break;
+    case INFINI_DTYPE_BF16: body(cpu::bf16_t{}); break;
+    case INFINI_DTYPE_F32: body(float{}); break;
+    default: body(double{}); break;
     }
 }
 
-void store(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c, double value) {
-    const ptrdiff_t i = static_cast<ptrdiff_t>(c) * stride;
-    switch (dtype) {
-    case INFINI_DTYPE_F16: static_cast<cpu::f16_t *>(vector)[i] = cpu::fromFloat<cpu::f16_t>(static_cast<float>(value)); break;
-    case INFINI_DTYPE_BF16: static_cast<cpu::bf16_t *>(vector)[i] = cpu::fromFloat<cpu::bf16_t>(static_cast<float>(value)); break;
-    case INFINI_DTYPE_F32: static_cast<float *>(vector)[i] = static_cast<float>(value); break;
-    default: static_cast<double *>(vector)[i] = value; break;
+} // namespace
+
+void loadChannels(double *out, const void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t first,
+                  size_t count, double absent) {
+    if (vector == nullptr) {
+        std::fill_n(out, count, absent);
+        return;
+    }
+    withChannelType(dtype, [&](auto tag) {
+        const auto *values = static_cast<const decltype(tag) *>(vector) + static_cast<ptrdiff_t>(first) * stride;
+        for (size_t i = 0; i < count; ++i) out[i] = widened(values[static_cast<ptrdiff_t>(i) * stride]);
+    });
+}
+
+void storeChannels(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t first, size_t count,
+                   const double *values) {
+    if (vector == nullptr) return;
+    withChannelType(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        T *out = static_cast<T *>(vector) + static_cast<ptrdiff_t>(first) * stride;
+        for (size_t i = 0; i < count; ++i) out[static_cast<ptrdiff_t>(i) * stride] = narrowed<T>(values[i]);
+    });
+}
+
+void channelStatistics(const Info &info, const ChannelVectors &vectors, size_t first, size_t count,
+                       ChannelStatistics *out) {
+    double mean[kChannelBlock], spread[kChannelBlock], weight[kChannelBlock];
+    for (size_t done = 0; done < count; done += kChannelBlock) {
+        const size_t at = first + done, n = std::min(kChannelBlock, count - done);
+        loadChannels(weight, vectors.weight, info.parameter_dtype, info.weight_stride, at, n, 1.0);
+        if (info.usesRunning()) {
+            loadChannels(mean, vectors.running_mean, info.parameter_dtype, info.running_mean_stride, at, n, 0.0);
+            loadChannels(spread, vectors.running_var, info.parameter_dtype, info.running_var_stride, at, n, 0.0);
+            for (size_t i = 0; i < n; ++i) spread[i] = 1.0 / std::sqrt(spread[i] + info.epsilon);
+        } else {
+            loadChannels(mean, vectors.save_mean, info.statistic_dtype, info.save_mean_stride, at, n, 0.0);
+            loadChannels(spread, vectors.save_invstd, info.statistic_dtype, info.save_invstd_stride, at, n, 0.0);
+        }
+        for (size_t i = 0; i < n; ++i) out[done + i] = ChannelStatistics{mean[i], spread[i], weight[i]};
     }
 }
 
-ChannelStatistics channelStatistics(const Info &info, const ChannelVectors &vectors, size_t c) {
-    ChannelStatistics s;
-    if (info.usesRunning()) {
-        s.mean = element(vectors.running_mean, info.parameter_dtype, info.running_mean_stride, c);
-        s.invstd = 1.0 / std::sqrt(element(vectors.running_var, info.parameter_dtype, info.running_var_stride, c) +
-                                   info.epsilon);
-    } else {
-        s.mean = element(vectors.save_mean, info.statistic_dtype, info.save_mean_stride, c);
-        s.invstd = element(vectors.save_invstd, info.statistic_dtype, info.save_invstd_stride, c);
-    }
-    s.weight = vectors.weight != nullptr ? element(vectors.weight, info.parameter_dtype, info.weight_stride, c) : 1.0;
-    return s;
-}
-
-GradInputTerms finishChannel(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t c,
-                             const ChannelStatistics &statistics, double sum_grad, double sum_grad_centered) {
-    const double invstd = statistics.invstd;
+void finishChannels(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t first, size_t count,
+                    const ChannelStatistics *statistics, const double *totals, GradInputTerms &out) {
+    double sum_grad[kChannelBlock], sum_grad_centered[kChannelBlock];
     const infiniDtype_t sum_dtype = info.statistic_dtype;
     if (phase.kind == Phase::elementwise) {
-        sum_grad = element(phase.sum_grad, sum_dtype, 1, c);
-        sum_grad_centered = element(phase.sum_grad_centered, sum_dtype, 1, c);
+        loadChannels(sum_grad, phase.sum_grad, sum_dtype, 1, first, count, 0.0);
+        loadChannels(sum_grad_centered, phase.sum_grad_centered, sum_dtype, 1, first, count, 0.0);
     } else {
-        if (vectors.grad_bias != nullptr) store(vectors.grad_bias, info.parameter_dtype, info.grad_bias_stride, c, sum_grad);
+        for (size_t i = 0; i < count; ++i) {
+            sum_grad[i] = totals[2 * i];
+            sum_grad_centered[i] = totals[2 * i + 1];
+        }
+        storeChannels(vectors.grad_bias, info.parameter_dtype, info.grad_bias_stride, first, count, sum_grad);
         if (vectors.grad_weight != nullptr) {
             // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
-            store(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, c,
-                  info.batch * info.length > 0 ? sum_grad_centered * invstd : 0.0);
+            const bool samples = info.batch * info.length > 0;
+            double grad_weight[kChannelBlock];
+            for (size_t i = 0; i < count; ++i) grad_weight[i] = samples ? sum_grad_centered[i] * statistics[i].invstd : 0.0;
+            storeChannels(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, first, count, grad_weight);
         }
         if (phase.kind == Phase::reduce) {
-            store(phase.sum_grad, sum_dtype, 1, c, sum_grad);
-            store(phase.sum_grad_centered, sum_dtype, 1, c, sum_grad_centered);
-            return GradInputTerms{};
+            storeChannels(phase.sum_grad, sum_dtype, 1, first, count, sum_grad);
+            storeChannels(phase.sum_grad_centered, sum_dtype, 1, first, count, sum_grad_centered);
+            out = GradInputTerms{};
+            return;
         }
         if (sum_dtype == INFINI_DTYPE_F32) { // what reduce hands to elementwise
-            sum_grad = static_cast<float>(sum_grad);
-            sum_grad_centered = static_cast<float>(sum_grad_centered);
+            for (size_t i = 0; i < count; ++i) {
+                sum_grad[i] = static_cast<float>(sum_grad[i]);
+                sum_grad_centered[i] = static_cast<float>(sum_grad_centered[i]);
+            }
         }
     }
-    const double count = phase.count;
-    const double scale = statistics.weight * invstd;
-    if (!info.training || count == 0) return GradInputTerms{scale, 0.0, 0.0}; // eval: statistics are constants
-    return GradInputTerms{scale, -scale * invstd * invstd * sum_grad_centered / count, -scale * sum_grad / count};
+    const double elements = phase.count;
+    const bool constants = !info.training || elements == 0; // eval: the statistics are constants
+    for (size_t i = 0; i < count; ++i) {
+        const double invstd = statistics[i].invstd, scale = statistics[i].weight * invstd;
+        out.scale_grad[i] = scale;
+        out.scale_centered[i] = constants ? 0.0 : -scale * invstd * invstd * sum_grad_centered[i] / elements;
+        out.shift[i] = constants ? 0.0 : -scale * sum_grad[i] / elements;
+    }
 }
 
 void finishEmpty(const Info &info, const Phase &phase, const ChannelVectors &vectors) {

@@ -20,9 +20,6 @@
 namespace op::batch_norm_backward {
 namespace {
 
-// Channels per block of the finish: their sums of one tile are 4 KiB, kept on the stack.
-constexpr size_t kFinishChannels = 256;
-
 // Where each piece of a float-path call lives in the workspace.
 struct Workspace {
     ChannelStatistics *statistics; // per channel
@@ -99,9 +96,12 @@ class CpuDescriptor final : public Descriptor {
         const size_t channels = info.channels;
         // Tiles are fixed by the layout; how many threads share them, by the amount of work (not a result).
         const size_t threads = cpu::threadsFor(info.batch * channels * info.length);
-        for (size_t c = 0; c < channels; ++c) {
-            w.statistics[c] = channelStatistics(info, vectors, c);
-            tiling_.fillChannel(w.mean, c, w.statistics[c].mean);
+        channelStatistics(info, vectors, 0, channels, w.statistics);
+        for (size_t first = 0; first < channels; first += kChannelBlock) {
+            const size_t count = std::min(kChannelBlock, channels - first);
+            double mean[kChannelBlock];
+            for (size_t i = 0; i < count; ++i) mean[i] = w.statistics[first + i].mean;
+            tiling_.fillChannels(w.mean, first, count, mean);
         }
         const bool take_sums = needsSums(info) && phase.kind != Phase::elementwise;
         if (take_sums) {
@@ -119,28 +119,14 @@ class CpuDescriptor final : public Descriptor {
                 }
             });
         }
-        // Channels finish by blocks: a block reads each group's sums of its channels as one stretch, where one
-        // channel at a time strode through every group's sums (3-7% of the op at 64 tiles x 512 channels). Each
-        // channel still adds its groups in order. Finishing the blocks in parallel gained no more here, and
-        // its fork cost small shapes a few microseconds.
-        const size_t summed_groups = take_sums ? tiling_.groups() : 0;
-        const cpu::Blocks channel_blocks = cpu::Blocks::ofSize(channels, kFinishChannels);
-        for (size_t block = 0; block < channel_blocks.count; ++block) {
-            const size_t first = channel_blocks.begin(block), count = channel_blocks.end(block, channels) - first;
-            double totals[2 * kFinishChannels] = {}; // per channel: sum of grad, sum of grad * centered
-            for (size_t g = 0; g < summed_groups; ++g) {
-                const double *group_sums = w.sums + (g * channels + first) * 2;
-                for (size_t i = 0; i < 2 * count; ++i) totals[i] += group_sums[i];
-            }
-            for (size_t i = 0; i < count; ++i) {
-                const size_t c = first + i;
-                const GradInputTerms k = finishChannel(info, phase, vectors, c, w.statistics[c], totals[2 * i],
-                                                       totals[2 * i + 1]);
-                tiling_.fillChannel(w.scale_grad, c, k.scale_grad);
-                tiling_.fillChannel(w.scale_centered, c, k.scale_centered);
-                tiling_.fillChannel(w.shift, c, k.shift);
-            }
-        }
+        tiling_.finishChannels(w.sums, take_sums ? tiling_.groups() : 0, [&](size_t first, size_t count,
+                                                                             const double *totals) {
+            GradInputTerms terms;
+            finishChannels(info, phase, vectors, first, count, w.statistics + first, totals, terms);
+            tiling_.fillChannels(w.scale_grad, first, count, terms.scale_grad);
+            tiling_.fillChannels(w.scale_centered, first, count, terms.scale_centered);
+            tiling_.fillChannels(w.shift, first, count, terms.shift);
+        });
         if (phase.kind == Phase::reduce) return;
         const Coefficients coefficients{w.mean, w.scale_grad, w.scale_centered, w.shift};
         const size_t run_elements = tiling_.runElements(); // contiguous runs of grad_input

@@ -12,7 +12,8 @@ void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors,
         // Offset of (n, c, l) is base(n) + l * step.
         const size_t step = channels_last ? channels : 1;
         auto base = [&](size_t n) { return channels_last ? n * length * channels + c : (n * channels + c) * length; };
-        const ChannelStatistics statistics = channelStatistics(info, vectors, c);
+        ChannelStatistics statistics;
+        channelStatistics(info, vectors, c, 1, &statistics);
         double sum_grad = 0.0, sum_grad_centered = 0.0;
         if (needsSums(info) && phase.kind != Phase::elementwise) {
             for (size_t n = 0; n < batch; ++n) {
@@ -22,13 +23,15 @@ void runF64(const Info &info, const Phase &phase, const ChannelVectors &vectors,
                 }
             }
         }
-        const GradInputTerms k = finishChannel(info, phase, vectors, c, statistics, sum_grad, sum_grad_centered);
+        const double totals[2] = {sum_grad, sum_grad_centered};
+        GradInputTerms k;
+        finishChannels(info, phase, vectors, c, 1, &statistics, totals, k);
         if (phase.kind == Phase::reduce) return;
         for (size_t n = 0; n < batch; ++n) {
             for (size_t l = 0, i = base(n); l < length; ++l, i += step) {
-                grad_input[i] = info.training ? k.scale_grad * grad_output[i] +
-                                                    k.scale_centered * (input[i] - statistics.mean) + k.shift
-                                              : k.scale_grad * grad_output[i];
+                grad_input[i] = info.training ? k.scale_grad[0] * grad_output[i] +
+                                                    k.scale_centered[0] * (input[i] - statistics.mean) + k.shift[0]
+                                              : k.scale_grad[0] * grad_output[i];
             }
         }
     }, cpu::threadsFor(batch * channels * length));

@@ -7,6 +7,7 @@
 #ifndef INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_TILING_H
 #define INFINIOP_SRC_OPS_BATCH_NORM_BACKWARD_CPU_TILING_H
 
+#include "batch_norm_backward_channels.h"
 #include "batch_norm_backward_simd.h"
 #include "devices/cpu/parallel.h"
 #include "ops/batch_norm_layout.h"
@@ -25,7 +26,11 @@ class Tiling {
     // its data (3x at N = 64, L = 16, one batch per tile). Channel blocks split the groups into tiles instead.
     static constexpr size_t kMinChannelElements = 1024;
     static constexpr size_t kMinRowTile = 16384; // elements per tile (periodic: and at least kMinTilePeriods periods)
-    static constexpr size_t kMinTilePeriods = 4; // so a tile's scratch (two periods of floats) stays below its data
+    // Periods per periodic tile, so that what a tile's sums cost besides its data (two periods of F32 scratch
+    // cleared and flushed, two periods of F64 partials written and read back) stays a small part of it. With 4,
+    // rows of 4096 channels made tiles of 4 rows whose partials were as large as their F32 data: BatchNorm1d
+    // (256, 4096) took 1.5-2.1x as long, forward and backward (2 threads, 2026-11-30).
+    static constexpr size_t kMinTilePeriods = 32;
     static constexpr size_t kMaxShortPeriod = 4096; // longest period kept a multiple of kPeriodAlign (floats per array)
     // Channels-first runs of one channel shorter than a vector take the periodic path, whatever C * L: there,
     // every run is a padded partial vector. Measured (BF16, 8M elements, 2 threads) 3-6x faster for L = 4..12 and
@@ -92,11 +97,40 @@ class Tiling {
         return RowTile{row_blocks_.begin(index), row_blocks_.end(index, periodicRows()), channels_, run(), period_};
     }
 
-    // Sets the positions of channel c in `array` (its runs, every C runs) to value.
-    void fillChannel(float *array, size_t c, double value) const {
+    // finish(first, count, totals) for each block of kChannelBlock channels [first, first + count) (the last may
+    // be shorter), totals[2 * i] and totals[2 * i + 1] channel first + i's two sums over the `groups` groups'
+    // partials in `sums` ([group][channel][2]), added in group order whatever the thread count (none for 0
+    // groups). A block reads each group's sums of its channels as one stretch: one channel at a time strode
+    // through every group's sums (3-7% of a backward at 64 tiles x 512 channels). The blocks share one thread per
+    // kParallelFinishChannels channels (at most maxThreads; the same bits for any count): (8, 8192) took 0.7x as
+    // long forward and 0.85x backward on 2 threads, and at (64, 1024) one thread was as fast.
+    static constexpr size_t kParallelFinishChannels = 1024;
+    template <typename Finish>
+    void finishChannels(const double *sums, size_t groups, Finish &&finish) const {
+        const cpu::Blocks blocks = cpu::Blocks::ofSize(channels_, kChannelBlock);
+        cpu::parallelFor(blocks.count, [&](size_t block) {
+            const size_t first = blocks.begin(block), count = blocks.end(block, channels_) - first;
+            double totals[2 * kChannelBlock] = {};
+            for (size_t g = 0; g < groups; ++g) {
+                const double *group_sums = sums + (g * channels_ + first) * 2;
+                for (size_t i = 0; i < 2 * count; ++i) totals[i] += group_sums[i];
+            }
+            finish(first, count, static_cast<const double *>(totals));
+        }, std::max<size_t>(1, channels_ / kParallelFinishChannels));
+    }
+
+    // Sets the positions of channels [first, first + count) in `array` (each channel's runs, every C runs) to
+    // values[0, count). Every period holds whole rows of C runs.
+    void fillChannels(float *array, size_t first, size_t count, const double *values) const {
         const size_t run_length = run();
-        for (size_t start = c * run_length; start < positions(); start += channels_ * run_length)
-            std::fill_n(array + start, run_length, static_cast<float>(value));
+        for (size_t start = first * run_length; start < positions(); start += channels_ * run_length) {
+            if (run_length == 1) { // one position per channel (channels-last, or L = 1): a loop that vectorizes
+                for (size_t i = 0; i < count; ++i) array[start + i] = static_cast<float>(values[i]);
+                continue;
+            }
+            for (size_t i = 0; i < count; ++i)
+                std::fill_n(array + start + i * run_length, run_length, static_cast<float>(values[i]));
+        }
     }
 
   private:
