@@ -44,15 +44,17 @@ _PARAMETERS = {"rms_norm": (2,), "layer_norm": (2, 3), "batch_norm": (1, 2)}
 # stock's time / ours, 2026-11-30 (scripts/torch_crossings.py, docs/performance.md), malloc keeping freed memory, at
 # 32768, 65536, 131072, 262144, 524288 and 1048576 elements, 1 thread (2 threads): LayerNorm(1024) F32 0.82 0.92
 # 0.98 1.13 1.19 1.34 (0.75 0.84 0.94 0.97 1.10 1.19), BF16 1.06 1.42 1.86 2.37 2.79 2.97 (0.85 0.98 1.32 1.67 2.02
-# 2.35), F16 0.91 1.14 1.45 1.77 2.06 2.21 (0.80 0.92 1.10 1.34 1.56 1.85); BatchNorm1d(256) F32 0.73 0.84 0.98 1.08
-# 1.14 1.05 (0.65-0.77), BF16 0.87 0.99 1.08 1.21 1.33 1.40 (0.79 0.81 0.88 0.96 1.01 1.07), F16 0.79 0.89 0.96 1.36
-# 1.18 1.23 (0.72-0.96). The sizes are the one-thread crossings. RMSNorm has none: torch's CPU backward is a
-# composite's autograd, and ours is the faster at every size. F64 (reference use) and other devices always run ours.
+# 2.35), F16 0.91 1.14 1.45 1.77 2.06 2.21 (0.80 0.92 1.10 1.34 1.56 1.85); after the CPU BatchNorm's per-channel
+# steps went by blocks (same day, second run), BatchNorm1d(256) F32 0.88 0.95 1.16 1.31 1.42 1.34 (0.73 0.81 0.87
+# 0.95 0.98 0.99), BF16 0.92 1.03 1.18 1.36 1.47 1.47 (0.81 0.92 0.95 1.05 1.13 1.20), F16 0.82 0.89 1.01 1.14 1.37
+# 1.30 (0.75 0.82 0.88 0.96 1.04 1.12). The sizes are the one-thread crossings. RMSNorm has none: torch's CPU
+# backward is a composite's autograd, and ours is the faster at every size. F64 (reference use) and other devices
+# always run ours.
 _TORCH_BELOW = {
     ("layer_norm", torch.float32): 196608, ("layer_norm", torch.bfloat16): 32768,
     ("layer_norm", torch.float16): 65536,
-    ("batch_norm", torch.float32): 262144, ("batch_norm", torch.bfloat16): 131072,
-    ("batch_norm", torch.float16): 262144,
+    ("batch_norm", torch.float32): 131072, ("batch_norm", torch.bfloat16): 65536,
+    ("batch_norm", torch.float16): 131072,
 }
 
 # With two threads every crossing above about doubled: the Python's cost is fixed while both kernels take half the
