@@ -165,11 +165,13 @@ def test_f16_accumulation_misses_the_bounds():
     assert float(np.max(np.abs(f64(mean) - mean_ref) * invstd_ref)) <= STAT_BOUND[np.dtype(F16)]
 
 
-@pytest.mark.parametrize("shape", [(4096, 3), (2, 5, 70000), (1, 70, 3, 3), (300, 17, 16), (64, 20, 5)])
+@pytest.mark.parametrize("shape", [(4096, 3), (2, 5, 70000), (1, 70, 3, 3), (300, 17, 16), (64, 20, 5), (8, 4100),
+                                   (40, 2049, 8)])
 @pytest.mark.parametrize("layout", ["channels_first", "channels_last"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_tiling_matches_reference(device, shape, layout):
-    # Long channels (several length chunks and batch blocks), many rows of few channels, short runs (periodic rows).
+    # Long channels (several length chunks and batch blocks), many rows of few channels, short runs (periodic rows),
+    # and wide rows: channels finished by blocks of 256 (the last one partial), on several threads from 1024 on.
     x, weight, bias, running_mean, running_var = make_inputs(np.random.default_rng(3), shape, BF16, F32)
     x = channels_last(x) if layout == "channels_last" else x
     expected = reference(x, weight, bias, running_mean.copy(), running_var.copy(), True, 0.1, 1e-5)
