@@ -48,7 +48,8 @@ void finishChannels(const Info &info, const ChannelVectors &v, size_t first, siz
     loadChannels(weight, v.weight, info.parameter_dtype, info.weight_stride, first, count, 1.0);
     loadChannels(bias, v.bias, info.parameter_dtype, info.bias_stride, first, count, 0.0);
     if (!info.training) {
-        loadChannels(terms.reference, v.running_mean, info.parameter_dtype, info.running_mean_stride, first, count, 0.0);
+        loadChannels(terms.reference, v.running_mean, info.parameter_dtype, info.running_mean_stride, first, count,
+                     0.0);
         loadChannels(var, v.running_var, info.parameter_dtype, info.running_var_stride, first, count, 0.0);
         for (size_t i = 0; i < count; ++i) {
             terms.scale[i] = weight[i] / std::sqrt(var[i] + info.epsilon);

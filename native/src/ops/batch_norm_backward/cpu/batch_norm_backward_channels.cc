@@ -99,8 +99,11 @@ void finishChannels(const Info &info, const Phase &phase, const ChannelVectors &
             // 0 for an empty channel even when invstd is inf (no samples, nothing to scale).
             const bool samples = info.batch * info.length > 0;
             double grad_weight[kChannelBlock];
-            for (size_t i = 0; i < count; ++i) grad_weight[i] = samples ? sum_grad_centered[i] * statistics[i].invstd : 0.0;
-            storeChannels(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, first, count, grad_weight);
+            for (size_t i = 0; i < count; ++i) {
+                grad_weight[i] = samples ? sum_grad_centered[i] * statistics[i].invstd : 0.0;
+            }
+            storeChannels(vectors.grad_weight, info.parameter_dtype, info.grad_weight_stride, first, count,
+                          grad_weight);
         }
         if (phase.kind == Phase::reduce) {
             storeChannels(phase.sum_grad, sum_dtype, 1, first, count, sum_grad);

@@ -18,7 +18,6 @@ struct ChannelStatistics {
     double mean, invstd, weight;
 };
 
-
 // The per-channel steps run on blocks of up to kChannelBlock channels, over arrays: one channel at a time, each
 // channel's square root and divisions waited for the last one's (10-25 ns a channel, most of a call with thousands
 // of channels and a short batch); over arrays those of many channels overlap.
@@ -48,12 +47,12 @@ inline void store(void *vector, infiniDtype_t dtype, ptrdiff_t stride, size_t c,
 void channelStatistics(const Info &info, const ChannelVectors &vectors, size_t first, size_t count,
                        ChannelStatistics *out);
 
-// What the run's phase does with channels [first, first + count) (count <= kChannelBlock), given this run's sum(grad_output) and
-// sum(grad_output * (x - mean)) of channel first + i in totals[2 * i] and totals[2 * i + 1] (unused in the
-// elementwise phase, which reads the totals of all processes instead): writes their grad_weight and grad_bias
-// (those set) from them; in the reduce phase also the sums, narrowed to the statistics dtype. Gives in out[0,
-// count) their grad_input terms (zeros in the reduce phase), computed from the sums in the statistics dtype (so
-// that the whole run and reduce + elementwise agree bit for bit) over phase.count elements.
+// What the run's phase does with channels [first, first + count) (count <= kChannelBlock), given this run's
+// sum(grad_output) and sum(grad_output * (x - mean)) of channel first + i in totals[2 * i] and totals[2 * i + 1]
+// (unused in the elementwise phase, which reads the totals of all processes instead): writes their grad_weight and
+// grad_bias (those set) from them; in the reduce phase also the sums, narrowed to the statistics dtype. Gives in
+// out[0, count) their grad_input terms (zeros in the reduce phase), computed from the sums in the statistics dtype
+// (so that the whole run and reduce + elementwise agree bit for bit) over phase.count elements.
 void finishChannels(const Info &info, const Phase &phase, const ChannelVectors &vectors, size_t first, size_t count,
                     const ChannelStatistics *statistics, const double *totals, GradInputTerms &out);
 
