@@ -25,6 +25,12 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
 LONG_ROW_SHAPES = {"one split row": (1, 1 << 20), "split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
                    "column slices": (20, 5000), "column slices, three blocks": (48, 2100),
                    "cached blocks capped": (240, 4500)}
+# Short rows (at most 1 KiB) run a row block per kernel call, in groups of up to 16 rows that stay in L1, on any
+# number of threads: groups with a last partial one and rows with a partial last vector (1000 rows of 24), one
+# vector a row (4096 rows of 16), a single block with two groups (40 rows of 100), and the longest short F32 rows
+# (600 rows of 256; 16-bit rows of 256 take groups of 16, F32 ones of 8).
+SHORT_ROW_SHAPES = {"short rows, partial groups and vectors": (1000, 24), "short rows of one vector": (4096, 16),
+                    "short rows, one block": (40, 100), "short rows, longest": (600, 256)}
 DTYPES = {"f32": F32, "bf16": BF16}
 RAW = {2: np.uint16, 4: np.uint32}  # saved as raw bits: np.save cannot store bfloat16 itself
 
@@ -92,12 +98,15 @@ def test_one_two_and_three_threads_give_identical_bits(saved_inputs):
     assert_same_bits_with_1_2_and_3_threads(saved_inputs)
 
 
-@pytest.mark.parametrize("shape", LONG_ROW_SHAPES.values(), ids=LONG_ROW_SHAPES.keys())
+ROW_SHAPES = {**LONG_ROW_SHAPES, **SHORT_ROW_SHAPES}
+
+
+@pytest.mark.parametrize("shape", ROW_SHAPES.values(), ids=ROW_SHAPES.keys())
 def test_long_row_schedules_give_identical_bits_with_1_2_and_3_threads(tmp_path, shape):
     assert_same_bits_with_1_2_and_3_threads((tmp_path, save_inputs(tmp_path, (RMS_NORM, LAYER_NORM), lambda _: shape)))
 
 
-@pytest.mark.parametrize("shape", LONG_ROW_SHAPES.values(), ids=LONG_ROW_SHAPES.keys())
+@pytest.mark.parametrize("shape", ROW_SHAPES.values(), ids=ROW_SHAPES.keys())
 @pytest.mark.parametrize("case", (RMS_NORM, LAYER_NORM), ids=str)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
 def test_long_row_schedules_match_the_reference(case, dtype, shape):
@@ -105,12 +114,45 @@ def test_long_row_schedules_match_the_reference(case, dtype, shape):
     assert_matches_reference(case, case.function()(*inputs), inputs, dtype)
 
 
+FORWARDS = """
+import sys
+import ml_dtypes
+import numpy as np
+import infiniop_py
+
+inputs = np.load(sys.argv[1])
+for name in sorted(key[:-2] for key in inputs.files if key.endswith("_x")):
+    x, w, b = (inputs[f"{name}_{part}"] for part in "xwb")
+    if name.endswith("bf16"):
+        x, w, b = (a.view(ml_dtypes.bfloat16) for a in (x, w, b))
+    outputs = (infiniop_py.rms_norm(x, w, need_rstd=True), infiniop_py.layer_norm(x, w, b, need_stats=True))
+    sys.stdout.buffer.write(b"".join(np.ascontiguousarray(o).tobytes() for pair in outputs for o in pair))
+"""
+
+
+def test_short_row_forwards_give_identical_bits_with_1_2_and_3_threads(tmp_path):
+    """The forwards' short rows (the backwards' are above): y and the statistics of RMSNorm and LayerNorm."""
+    rng = np.random.default_rng(15)
+    arrays = {}
+    for name, (rows, dim) in SHORT_ROW_SHAPES.items():
+        for dtype_name, dtype in DTYPES.items():
+            x, w, b = (rng.standard_normal(shape).astype(dtype) for shape in ((rows, dim), (dim,), (dim,)))
+            key = f"{name.replace(' ', '_').replace(',', '')}_{dtype_name}"
+            arrays.update({f"{key}_x": x, f"{key}_w": w, f"{key}_b": b})
+    path = tmp_path / "inputs.npz"
+    np.savez(path, **{key: a.view(np.uint16) if a.dtype == BF16 else a for key, a in arrays.items()})
+    results = {threads: subprocess.run([sys.executable, "-c", FORWARDS, str(path)], check=True, capture_output=True,
+                                       timeout=300, env=dict(os.environ, OMP_NUM_THREADS=str(threads))).stdout
+               for threads in (1, 2, 3)}
+    assert results[1] and results[1] == results[2] == results[3]
+
+
 # Long rows of inputs over 8 MiB are reduced inside the previous row's elementwise pass, except the first row of
 # each row block (or, with rows split across threads, row 0): blocks of 5 rows of 8200 (two 4096-element chunks
 # and a scalar tail), and 3 rows of 2^20 split across threads. Cached rows are reduced on their own: by blocks of
 # 17 rows (300 rows of 1000), or all first where threads split the columns (20 rows of 5000).
 IDENTICAL_ROW_SHAPES = {"blocks of 5 rows": (300, 8200), "split rows": (3, 1 << 20),
-                        "cached blocks": (300, 1000), "column slices": (20, 5000)}
+                        "cached blocks": (300, 1000), "column slices": (20, 5000), "short rows": (1000, 24)}
 
 
 @pytest.mark.parametrize("shape", IDENTICAL_ROW_SHAPES.values(), ids=IDENTICAL_ROW_SHAPES.keys())

@@ -169,12 +169,13 @@ def test_writes_strided_preallocated_outputs(device, lead, d, dtype, seed, y_lay
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96), (5, 16385), (300, 8192),
-                                   (70, 24)], ids=str)
+                                   (70, 24), (4096, 16)], ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_schedule_matches_reference(device, dtype, shape):
-    """CPU: few huge rows (split across threads at chunk boundaries), many long rows (streamed output) and cached
-    rows (column slices): every schedule of the row driver. CUDA: rows in registers from a warp (several rows per
-    CTA) to a CTA of 1024 threads, and rows longer than that re-read from L2."""
+    """CPU: few huge rows (split across threads at chunk boundaries), many long rows (streamed output), cached
+    rows (column slices) and short ones (a row block per call): every schedule of the row driver. CUDA: rows in
+    registers from a warp (several rows per CTA) to a CTA of 1024 threads, and rows longer than that re-read from
+    L2."""
     x, w, b = inputs(np.random.default_rng(7), shape, 1, dtype)
 
     y, mean, rstd = forward_on(device, x, w, b)

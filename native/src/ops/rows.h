@@ -52,6 +52,10 @@ struct RowLayout {
         return result + static_cast<ptrdiff_t>(row) * strides[0]; // depth 0: row == 0, strides[0] == 0
     }
 
+    // Whether row r lies at r * stride(): the rows are one stride apart.
+    bool uniform() const { return depth <= 1; }
+    ptrdiff_t stride() const { return depth == 0 ? 0 : strides[0]; }
+
     // As (outer, inner) dims: row -> (row / inner) * outer_stride + (row % inner) * inner_stride.
     // Only for depth <= 2 (what the Ascend backend takes).
     struct TwoLevel {

@@ -40,6 +40,12 @@ constexpr size_t kCachedBlockRows = 16;
 // BF16 0.89, F16 0.87, and less still where the VM places its two vCPUs far apart (docs/performance.md, "The VM's
 // two phases"). Only 16-bit rows reach the cap: cached F32 rows have at most 1 Mi elements, 256 KiB per 16 rows.
 constexpr size_t kCachedPartialBytes = size_t(256) << 10;
+// Rows of at most this many bytes run a row block per kernel call (RowPlan::short_rows), and cached ones
+// (kCachedInputBytes) of at most kShortCachedRowBytes. Longer rows from DRAM ran 1.04-1.2x as long that way as
+// row by row (LayerNorm BF16 and F16 rows of 512, forward and backward, 2 threads, after a 256 MiB copy): the
+// kernels read a group of rows, then write it, where row by row reads and writes interleave more finely.
+constexpr size_t kShortRowBytes = 256;
+constexpr size_t kShortCachedRowBytes = 1024;
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
@@ -84,13 +90,19 @@ struct RowPlan {
     // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured
     // 5% slower with the fused pass; cached rows come from the caches anyway.
     bool reduce_alongside;
+    // Rows short enough that a row block's rows run in one kernel call (runRows' block_rows), where the op asks
+    // for it (block_kernel: it has such a kernel for these operands), and more than one (a single row's 16-bit
+    // gradients are rounded straight, BlockPartials, which the block kernels do not do).
+    bool short_rows;
 
-    RowPlan(size_t rows, size_t dim, size_t element_bytes)
+    RowPlan(size_t rows, size_t dim, size_t element_bytes, bool block_kernel = false)
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
           blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
-          reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes) {}
+          reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes),
+          short_rows(block_kernel && rows > 1 &&
+                     dim * element_bytes <= (cached ? kShortCachedRowBytes : kShortRowBytes)) {}
 
     // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
     bool readsWeightAsStored() const {
@@ -98,8 +110,8 @@ struct RowPlan {
                (rows <= kMaxRowsReadingWeightAsStored || selectedIsa() >= Isa::avx512);
     }
 
-    // Whether the column schedule may run these rows: cached, and few enough to keep their sums.
-    bool sliced() const { return cached && rows <= kMaxSlicedRows; }
+    // Whether the column schedule may run these rows: cached, few enough to keep their sums, and not short.
+    bool sliced() const { return !short_rows && cached && rows <= kMaxSlicedRows; }
 
     // The hints of the elements of `row` from `begin`: the plan's streaming and, if reduce_next, the same
     // elements of row + 1 to reduce and of row + 2 (where there is one) to fetch, of the two inputs a and b
@@ -135,17 +147,26 @@ struct RowPlan {
 // weight gradients (BlockPartials::finishColumns). `scratch` holds plan.scratchBytes(). Returns whether the
 // gradients are finished: the column schedule has each thread finish its own slice, whose partials it wrote,
 // while the other schedules leave it to the caller (BlockPartials::finish, over all threads).
-template <typename Sums, typename Apply, typename FinishColumns>
-bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply, FinishColumns &&finish_columns) {
+// With plan.short_rows, block_rows(block, first, end) runs a row block's rows [first, end) whole instead, on any
+// number of threads: short rows spent most of their time in the calls and set-up of two kernels per row (LayerNorm
+// backward F32 65536x16: 15 ns a row on 2 threads, 3.3x torch's).
+template <typename Sums, typename Apply, typename FinishColumns, typename BlockRows>
+bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply, FinishColumns &&finish_columns,
+             BlockRows &&block_rows) {
     if (plan.dim == 0 || plan.rows == 0) return false; // nothing to reduce or write (and the data may be NULL)
-    // Finishes the elements of `row` and returns the sums of the same elements of row + 1, if has_next.
+    const size_t threads = threadsFor(plan.rows * plan.dim); // small ops stay on fewer threads, or the caller's
+    if (plan.short_rows) {
+        parallelFor(plan.blocks.count, [&](size_t block) {
+            block_rows(block, plan.blocks.begin(block), plan.blocks.end(block, plan.rows));
+        }, threads);
+        return false;
+    }
     auto finishThenReduceNext = [&](size_t block, size_t row, const PairSums &total, size_t begin, size_t n,
                                     bool has_next) {
         if (plan.reduce_alongside && has_next) return apply(block, row, total, begin, n, true);
         apply(block, row, total, begin, n, false);
         return has_next ? sums(row + 1, begin, n) : PairSums{};
     };
-    const size_t threads = threadsFor(plan.rows * plan.dim); // small ops stay on fewer threads, or the caller's
     if (plan.blocks.count >= 2 * threads || threads == 1) {
         parallelFor(plan.blocks.count, [&](size_t block) {
             const size_t first = plan.blocks.begin(block), end = plan.blocks.end(block, plan.rows);
@@ -208,6 +229,11 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
         }
     });
     return false;
+}
+
+template <typename Sums, typename Apply, typename FinishColumns>
+bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply, FinishColumns &&finish_columns) {
+    return runRows(plan, scratch, sums, apply, finish_columns, [](size_t, size_t, size_t) {});
 }
 
 // Where an elementwise pass puts one weight gradient's terms of the elements it covers; both NULL: the gradient

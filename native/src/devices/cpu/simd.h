@@ -460,6 +460,24 @@ inline void stepPadded(Step &step, size_t count, std::index_sequence<I...>, T *o
 }
 } // namespace detail
 
+// The first `count` (at most kWidth) elements at p as a vector, zero beyond them; a plain load when count is kWidth.
+template <typename T>
+SIMD_INLINE f32v loadPart(const T *p, size_t count) {
+    if (count == kWidth) return load(p);
+    detail::Padded<const T> copy;
+    detail::copyIn(copy, p, count);
+    return load(copy.data());
+}
+
+// The first `count` lanes of v into p; nothing past them is written.
+template <typename T>
+SIMD_INLINE void storePart(T *p, f32v v, size_t count) {
+    if (count == kWidth) return store(p, v);
+    detail::Padded<T> copy;
+    store(copy.data(), v);
+    detail::copyOut(p, copy, count);
+}
+
 // The elementwise pass over n elements: step(stream, out, arrays...) computes kWidth elements at the pointers
 // it is given and stores its output with put(stream, ...); arrays it takes as non-const are updated in place.
 // Full vectors run in place. The partial ones, the head before `out` is aligned for streamed stores and the

@@ -44,7 +44,24 @@ void applyF64(size_t n, RowStatistics<double> row, const double *x, const double
     }
 }
 
-const Kernels<double, double> kF64Kernels{sumsF64, applyF64};
+void blockSumsF64(size_t rows, size_t n, const double *x, ptrdiff_t x_stride, cpu::PairSums *totals) {
+    for (size_t r = 0; r < rows; ++r) {
+        const double *row = x + static_cast<ptrdiff_t>(r) * x_stride;
+        totals[r] = sumsF64(n, row, row[0]);
+    }
+}
+
+void blockApplyF64(size_t rows, size_t n, const RowStatistics<double> *statistics, const double *x,
+                   ptrdiff_t x_stride, const double *w, const double *b, double *y, ptrdiff_t y_stride, double *xhat,
+                   ptrdiff_t xhat_stride) {
+    for (size_t r = 0; r < rows; ++r) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(r);
+        applyF64(n, statistics[r], x + row * x_stride, w, b, y + row * y_stride,
+                 xhat != nullptr ? xhat + row * xhat_stride : nullptr, false);
+    }
+}
+
+const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, blockApplyF64};
 
 // A statistic of the parameters' type W: 16-bit ones through F32 (rounding twice can move a tie by one ulp of W).
 template <typename W>
@@ -58,7 +75,8 @@ W parameterOf(double value) {
 
 // The forward's plan: the backward's, never reducing the next row inside the elementwise pass.
 cpu::RowPlan planOf(const Info &info) {
-    cpu::RowPlan plan(info.rows, info.dim, infini::dtypeSize(info.dtype));
+    cpu::RowPlan plan(info.rows, info.dim, infini::dtypeSize(info.dtype),
+                      info.x.uniform() && info.y.uniform() && info.xhat.uniform());
     plan.reduce_alongside = false;
     return plan;
 }
@@ -121,6 +139,11 @@ class CpuDescriptor final : public Descriptor {
             const double variance_eps = biasedVariance(total.second * inverse_dim, offset) + info.epsilon;
             return Row{static_cast<double>(shiftOf(row)) + offset, variance_eps, 1.0 / std::sqrt(variance_eps)};
         };
+        auto statisticsOf = [](const Row &r) {
+            const C mean_high = static_cast<C>(r.mean);
+            return RowStatistics<C>{mean_high, static_cast<C>(r.mean - static_cast<double>(mean_high)),
+                                    static_cast<C>(r.rstd)};
+        };
         auto writeStatistics = [&](size_t row, const Row &r) {
             if (xhat_form) {
                 if (info.has_first_statistic) {
@@ -159,16 +182,32 @@ class CpuDescriptor final : public Descriptor {
                     const Row r = rowOf(row, total);
                     // Every schedule finishes each row's first elements exactly once: that call writes its statistics.
                     if (begin == 0) writeStatistics(row, r);
-                    const C mean_high = static_cast<C>(r.mean);
-                    const RowStatistics<C> statistics{mean_high, static_cast<C>(r.mean - static_cast<double>(mean_high)),
-                                                      static_cast<C>(r.rstd)};
-                    kernels.apply(n, statistics, x + info.x.offset(row) + begin, w_k + begin,
+                    kernels.apply(n, statisticsOf(r), x + info.x.offset(row) + begin, w_k + begin,
                                   b_k != nullptr ? b_k + begin : nullptr, y + info.y.offset(row) + begin,
                                   xhat != nullptr ? xhat + info.xhat.offset(row) + begin : nullptr,
                                   plan_.stream_output);
                     return cpu::PairSums{};
                 },
-                [](size_t, size_t) {}); // no weight gradient to finish
+                [](size_t, size_t) {}, // no weight gradient to finish
+                [&](size_t, size_t first, size_t end) {
+                    constexpr size_t kRowsPerCall = 16; // their x stays in L1 between the two calls
+                    cpu::PairSums totals[kRowsPerCall];
+                    RowStatistics<C> statistics[kRowsPerCall];
+                    for (size_t row = first; row < end; row += kRowsPerCall) {
+                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        const T *x_rows = x + info.x.offset(row);
+                        kernels.block_sums(count, dim, x_rows, info.x.stride(), totals);
+                        for (size_t i = 0; i < count; ++i) {
+                            const Row r = rowOf(row + i, totals[i]);
+                            writeStatistics(row + i, r);
+                            statistics[i] = statisticsOf(r);
+                        }
+                        kernels.block_apply(count, dim, statistics, x_rows, info.x.stride(), w_k, b_k,
+                                            y + info.y.offset(row), info.y.stride(),
+                                            xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
+                                            info.xhat.stride());
+                    }
+                });
         });
     }
 

@@ -34,6 +34,11 @@ struct Kernels {
     // y = xhat * w + b over [0, n), and xhat itself where `xhat` is non-NULL; b NULL: no bias. y may be x.
     // stream: write y past the caches (cpu::RowHints).
     void (*apply)(size_t n, RowStatistics<C> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream);
+    // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
+    // into totals[r], each about its first element, and apply of `rows` rows with statistics[r] (no streaming).
+    void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
+    void (*block_apply)(size_t rows, size_t n, const RowStatistics<C> *statistics, const T *x, ptrdiff_t x_stride,
+                        const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride);
 };
 
 } // namespace op::layer_norm

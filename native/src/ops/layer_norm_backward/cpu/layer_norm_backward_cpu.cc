@@ -51,7 +51,23 @@ cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double
                                    : sumsF64<kFromInput>(n, hints.next_a, hints.next_b, weight, next);
 }
 
-const Kernels<double, double> kF64Kernels{{sumsF64<false>, applyF64<false>}, {sumsF64<true>, applyF64<true>}};
+template <bool kFromInput>
+void rowsF64(size_t rows, size_t n, const double *grad_output, ptrdiff_t grad_output_stride, const double *row_input,
+             ptrdiff_t row_input_stride, double *grad_input, ptrdiff_t grad_input_stride, const double *weight,
+             const RowStatistics<double> *statistics, double *weight_partial, double *bias_partial, bool starts) {
+    for (size_t r = 0; r < rows; ++r) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(r);
+        const double *go = grad_output + row * grad_output_stride, *in = row_input + row * row_input_stride;
+        const cpu::PairSums total = sumsF64<kFromInput>(n, go, in, weight, statistics[r]);
+        applyF64<kFromInput>(n, statistics[r], {}, total.first / static_cast<double>(n),
+                             total.second / static_cast<double>(n), go, in, weight,
+                             grad_input + row * grad_input_stride, {weight_partial, nullptr}, {bias_partial, nullptr},
+                             false, starts && r == 0, cpu::RowHints<double>{false});
+    }
+}
+
+const Kernels<double, double> kF64Kernels{{sumsF64<false>, applyF64<false>, rowsF64<false>},
+                                          {sumsF64<true>, applyF64<true>, rowsF64<true>}};
 
 // Which rows' terms a row's elementwise pass adds to the weight-gradient partials.
 enum class PartialRows { this_row, with_next, none };
@@ -59,7 +75,9 @@ enum class PartialRows { this_row, with_next, none };
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info),
+          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype),
+                info.grad_output.uniform() && info.row_input.uniform() && info.grad_input.uniform()),
           space_(parameterSpaceOf(info, plan_)), workspace_(workspaceOf(info, plan_, space_)) {}
 
     size_t workspaceSize() const override { return workspace_.value(); }
@@ -197,6 +215,23 @@ class CpuDescriptor final : public Descriptor {
                 [&](size_t begin, size_t n) {
                     weight_block_partials.finishColumns(grad_weight, info.grad_weight_stride, begin, n);
                     bias_block_partials.finishColumns(grad_bias, info.grad_bias_stride, begin, n);
+                },
+                [&](size_t block, size_t first, size_t end) {
+                    // Several rows: the partials are never the rounded gradients (BlockPartials).
+                    const cpu::GradientTerms<C, K> weight_terms = weight_block_partials.at(block, 0),
+                                                   bias_terms = bias_block_partials.at(block, 0);
+                    // The statistics of a few rows at a time, as the kernels take them.
+                    constexpr size_t kRowsPerCall = 64;
+                    RowStatistics<C> statistics[kRowsPerCall];
+                    for (size_t row = first; row < end; row += kRowsPerCall) {
+                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        for (size_t r = 0; r < count; ++r) statistics[r] = statisticsOf(row + r);
+                        kernels.rows(count, dim, grad_output + info.grad_output.offset(row),
+                                     info.grad_output.stride(), row_input + info.row_input.offset(row),
+                                     info.row_input.stride(), grad_input + info.grad_input.offset(row),
+                                     info.grad_input.stride(), weight_k, statistics, weight_terms.partial,
+                                     bias_terms.partial, row == first);
+                    }
                 });
             if (!finished) {
                 weight_block_partials.finish(grad_weight, info.grad_weight_stride);

@@ -9,6 +9,7 @@
 
 #include "devices/cpu/simd.h"
 
+#include <algorithm>
 #include <tuple>
 #include <type_traits>
 
@@ -151,9 +152,102 @@ cpu::PairSums apply(size_t n, RowStatistics<float> row, RowStatistics<float> nex
                   : run(std::false_type{}, std::false_type{}, weight_partial, bias_partial);
 }
 
+// A block's short rows go by groups that stay in L1: first every row's sums, which are independent and overlap
+// in the core (each waited for the last one's when a row's sums and pass went together), then the elementwise
+// pass. Rows of up to kColumnsDownTheGroup elements take it a vector column at a time down the group's rows,
+// adding their weight-gradient terms in registers and to the partials once per group (on rows of 16, updating
+// them per row chained every row to the last one's store). Longer rows go row by row: written a column at a
+// time, rows of 256 from DRAM took 1.36x (F32) and 1.68x (BF16) as long as row by row, whose stores the
+// prefetchers follow.
+constexpr size_t kColumnsDownTheGroup = 64;
+template <bool kFromInput, typename T, typename W, bool kWeight, bool kBias>
+void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_output_stride, const T *row_input,
+                   ptrdiff_t row_input_stride, T *grad_input, ptrdiff_t grad_input_stride, const W *weight,
+                   const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts) {
+    constexpr size_t kMostRows = 16, kGroupBytes = 8192; // the group's rows of each input
+    const size_t group = std::clamp<size_t>(kGroupBytes / (n * sizeof(T)), 1, kMostRows);
+    const double inverse_n = 1.0 / static_cast<double>(n);
+    for (size_t first = 0; first < rows; first += group) {
+        const size_t count = rows - first < group ? rows - first : group;
+        const T *go_rows = grad_output + static_cast<ptrdiff_t>(first) * grad_output_stride;
+        const T *in_rows = row_input + static_cast<ptrdiff_t>(first) * row_input_stride;
+        T *gi_rows = grad_input + static_cast<ptrdiff_t>(first) * grad_input_stride;
+        const RowStatistics<float> *row_statistics = statistics + first;
+        float mean_g[kMostRows], mean_g_xhat[kMostRows];
+        for (size_t r = 0; r < count; ++r) {
+            const ptrdiff_t row = static_cast<ptrdiff_t>(r);
+            const cpu::PairSums total = rowSums<kFromInput>(n, go_rows + row * grad_output_stride,
+                                                            in_rows + row * row_input_stride, weight,
+                                                            row_statistics[r]).finish();
+            mean_g[r] = static_cast<float>(total.first * inverse_n);
+            mean_g_xhat[r] = static_cast<float>(total.second * inverse_n);
+        }
+        // The terms of row r's vector at j: grad_input written, the weight-gradient terms added to the two sums.
+        auto step = [&](size_t r, size_t j, size_t lanes, f32v weight_v, f32v &weight_terms,
+                        f32v &bias_terms) SIMD_LAMBDA_INLINE {
+            const ptrdiff_t row = static_cast<ptrdiff_t>(r);
+            const RowStatistics<float> statistics_r = row_statistics[r];
+            const f32v rstd_v = simd::splat(statistics_r.rstd);
+            const f32v go = simd::loadPart(go_rows + row * grad_output_stride + j, lanes);
+            const f32v xh = standardized<kFromInput>(simd::loadPart(in_rows + row * row_input_stride + j, lanes),
+                                                     simd::splat(statistics_r.mean), rstd_v);
+            weight_terms += go * xh;
+            bias_terms += go;
+            simd::storePart(gi_rows + row * grad_input_stride + j,
+                            (go * weight_v - simd::splat(mean_g[r]) - xh * simd::splat(mean_g_xhat[r])) * rstd_v,
+                            lanes);
+        };
+        // The terms into the partials of the elements at j (written where `writes`).
+        auto addTerms = [&](size_t j, size_t lanes, f32v weight_terms, f32v bias_terms, bool writes) SIMD_LAMBDA_INLINE {
+            if constexpr (kWeight) {
+                const f32v before = writes ? f32v{} : simd::loadPart(weight_partial + j, lanes);
+                simd::storePart(weight_partial + j, before + weight_terms, lanes);
+            }
+            if constexpr (kBias) {
+                const f32v before = writes ? f32v{} : simd::loadPart(bias_partial + j, lanes);
+                simd::storePart(bias_partial + j, before + bias_terms, lanes);
+            }
+        };
+        const bool writes_partials = starts && first == 0;
+        if (n <= kColumnsDownTheGroup) {
+            for (size_t j = 0; j < n; j += simd::kWidth) {
+                const size_t lanes = n - j < simd::kWidth ? n - j : simd::kWidth;
+                const f32v weight_v = simd::loadPart(weight + j, lanes);
+                f32v weight_terms{}, bias_terms{};
+                for (size_t r = 0; r < count; ++r) step(r, j, lanes, weight_v, weight_terms, bias_terms);
+                addTerms(j, lanes, weight_terms, bias_terms, writes_partials);
+            }
+        } else {
+            for (size_t r = 0; r < count; ++r) {
+                for (size_t j = 0; j < n; j += simd::kWidth) {
+                    const size_t lanes = n - j < simd::kWidth ? n - j : simd::kWidth;
+                    f32v weight_terms{}, bias_terms{};
+                    step(r, j, lanes, simd::loadPart(weight + j, lanes), weight_terms, bias_terms);
+                    addTerms(j, lanes, weight_terms, bias_terms, writes_partials && r == 0);
+                }
+            }
+        }
+    }
+}
+
+template <bool kFromInput, typename T, typename W>
+void blockRows(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_output_stride, const T *row_input,
+          ptrdiff_t row_input_stride, T *grad_input, ptrdiff_t grad_input_stride, const W *weight,
+          const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts) {
+    auto run = [&](auto kernel) {
+        kernel(rows, n, grad_output, grad_output_stride, row_input, row_input_stride, grad_input, grad_input_stride,
+               weight, statistics, weight_partial, bias_partial, starts);
+    };
+    if (weight_partial != nullptr && bias_partial != nullptr) return run(blockRowsWith<kFromInput, T, W, true, true>);
+    if (weight_partial != nullptr) return run(blockRowsWith<kFromInput, T, W, true, false>);
+    if (bias_partial != nullptr) return run(blockRowsWith<kFromInput, T, W, false, true>);
+    run(blockRowsWith<kFromInput, T, W, false, false>);
+}
+
 template <typename T, typename W>
 const Kernels<T, W> &table() {
-    static const Kernels<T, W> table{{sums<false, T, W>, apply<false, T, W>}, {sums<true, T, W>, apply<true, T, W>}};
+    static const Kernels<T, W> table{{sums<false, T, W>, apply<false, T, W>, blockRows<false, T, W>},
+                                     {sums<true, T, W>, apply<true, T, W>, blockRows<true, T, W>}};
     return table;
 }
 

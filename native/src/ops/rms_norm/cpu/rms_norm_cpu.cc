@@ -27,12 +27,25 @@ cpu::PairSums applyF64(size_t n, double r, const double *x, const double *w, dou
     return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a);
 }
 
-const Kernels<double, double> kF64Kernels{sumsF64, applyF64};
+void blockSumsF64(size_t rows, size_t n, const double *x, ptrdiff_t x_stride, cpu::PairSums *totals) {
+    for (size_t r = 0; r < rows; ++r) totals[r] = sumsF64(n, x + static_cast<ptrdiff_t>(r) * x_stride);
+}
+
+void blockApplyF64(size_t rows, size_t n, const double *r, const double *x, ptrdiff_t x_stride, const double *w,
+                   double *y, ptrdiff_t y_stride) {
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        applyF64(n, r[i], x + row * x_stride, w, y + row * y_stride, cpu::RowHints<double>{false});
+    }
+}
+
+const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, blockApplyF64};
 
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info),
+          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype), info.x.uniform() && info.y.uniform()),
           copies_w_(!cpu::readAsStored(true, info.w_stride, info.weight_dtype == cpu::computeDtypeOf(info.dtype),
                                      plan_.readsWeightAsStored())),
           workspace_(workspaceOf(info, plan_, copies_w_)) {}
@@ -91,7 +104,23 @@ class CpuDescriptor final : public Descriptor {
                                          y + info.y.offset(row) + begin,
                                          plan_.hints(row, begin, reduce_next, x, info.x, x, info.x));
                 },
-                [](size_t, size_t) {}); // no weight gradient to finish
+                [](size_t, size_t) {}, // no weight gradient to finish
+                [&](size_t, size_t first, size_t end) {
+                    constexpr size_t kRowsPerCall = 16; // their x stays in L1 between the two calls
+                    cpu::PairSums totals[kRowsPerCall];
+                    C r[kRowsPerCall];
+                    for (size_t row = first; row < end; row += kRowsPerCall) {
+                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        const T *x_rows = x + info.x.offset(row);
+                        kernels.block_sums(count, dim, x_rows, info.x.stride(), totals);
+                        for (size_t i = 0; i < count; ++i) {
+                            r[i] = static_cast<C>(rstdOf(totals[i].first));
+                            if (info.has_rstd) static_cast<C *>(rstd)[info.rstd.offset(row + i)] = r[i];
+                        }
+                        kernels.block_apply(count, dim, r, x_rows, info.x.stride(), w_k, y + info.y.offset(row),
+                                            info.y.stride());
+                    }
+                });
         });
     }
 

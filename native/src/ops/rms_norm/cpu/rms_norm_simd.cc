@@ -41,9 +41,26 @@ cpu::PairSums apply(size_t n, float r, const T *x, const W *w, T *y, const cpu::
     return next_sums;
 }
 
+// The short-row block kernels: the per-row kernels inlined into one loop (a call per row and pass had cost more
+// than the row's work on rows of 16-64).
+template <typename T>
+__attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals) {
+    for (size_t r = 0; r < rows; ++r) totals[r] = sums(n, x + static_cast<ptrdiff_t>(r) * x_stride);
+}
+
+template <typename T, typename W>
+__attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, const T *x, ptrdiff_t x_stride,
+                                         const W *w, T *y, ptrdiff_t y_stride) {
+    const cpu::RowHints<T> hints{false};
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        apply(n, r[i], x + row * x_stride, w, y + row * y_stride, hints);
+    }
+}
+
 template <typename T, typename W>
 const Kernels<T, W> &table() {
-    static const Kernels<T, W> table{sums<T>, apply<T, W>};
+    static const Kernels<T, W> table{sums<T>, apply<T, W>, blockSums<T>, blockApply<T, W>};
     return table;
 }
 

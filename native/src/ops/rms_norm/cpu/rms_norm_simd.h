@@ -22,6 +22,11 @@ struct Kernels {
     // y = x * r * w over [0, n); y may be x. Returns what sums gives for hints.next_a ({} if NULL), reduced in
     // the same pass (hints.next_b and fetch_b are x's too, and ignored).
     cpu::PairSums (*apply)(size_t n, C r, const T *x, const W *w, T *y, const cpu::RowHints<T> &hints);
+    // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
+    // into totals[r], and apply of `rows` rows with r[row] (no streaming, no next row).
+    void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
+    void (*block_apply)(size_t rows, size_t n, const C *r, const T *x, ptrdiff_t x_stride, const W *w, T *y,
+                        ptrdiff_t y_stride);
 };
 
 } // namespace op::rms_norm
