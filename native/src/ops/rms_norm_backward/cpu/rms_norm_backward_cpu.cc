@@ -9,7 +9,9 @@
 #include "rms_norm_backward_simd.h"
 
 #include <cmath>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 namespace op::rms_norm_backward {
 namespace {
@@ -36,12 +38,32 @@ cpu::PairSums applyF64(size_t n, double r, double x_coef, const double *grad_y, 
     return hints.next_a == nullptr ? cpu::PairSums{} : sumsF64(n, hints.next_a, hints.next_b, w);
 }
 
-const Kernels<double, double> kF64Kernels{sumsF64, applyF64};
+void blockSumsF64(size_t rows, size_t n, const double *grad_y, ptrdiff_t grad_y_stride, const double *x,
+                  ptrdiff_t x_stride, const double *w, cpu::PairSums *totals) {
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        totals[i] = sumsF64(n, grad_y + row * grad_y_stride, x + row * x_stride, w);
+    }
+}
+
+void blockApplyF64(size_t rows, size_t n, const double *r, const double *x_coef, const double *grad_y,
+                   ptrdiff_t grad_y_stride, const double *x, ptrdiff_t x_stride, const double *w, double *grad_x,
+                   ptrdiff_t grad_x_stride, double *partial, bool starts) {
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        applyF64(n, r[i], x_coef[i], grad_y + row * grad_y_stride, x + row * x_stride, w,
+                 grad_x + row * grad_x_stride, {partial, nullptr}, starts && i == 0, cpu::RowHints<double>{false});
+    }
+}
+
+const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, blockApplyF64};
 
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
-        : Descriptor(INFINI_DEVICE_CPU, device_id, info), plan_(info.rows, info.dim, infini::dtypeSize(info.dtype)),
+        : Descriptor(INFINI_DEVICE_CPU, device_id, info),
+          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype),
+                info.grad_y.uniform() && info.x.uniform() && info.grad_x.uniform()),
           space_(parameterSpaceOf(info, plan_)), workspace_(workspaceOf(info, plan_, space_)) {}
 
     size_t workspaceSize() const override { return workspace_.value(); }
@@ -99,6 +121,12 @@ class CpuDescriptor final : public Descriptor {
         auto saved_rstd = [&](size_t row) -> double {
             return static_cast<const C *>(rstd)[info.rstd.offset(row)];
         };
+        // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
+        auto coefficientsOf = [&](size_t row, const cpu::PairSums &total) {
+            const double r = info.has_rstd ? saved_rstd(row)
+                                           : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
+            return std::pair<C, C>{static_cast<C>(r), static_cast<C>(r * r * r * total.second / static_cast<double>(dim))};
+        };
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
@@ -112,18 +140,31 @@ class CpuDescriptor final : public Descriptor {
                                         w_k + begin);
                 },
                 [&](size_t block, size_t row, const cpu::PairSums &total, size_t begin, size_t n, bool reduce_next) {
-                    // r = 1/sqrt(mean(x^2) + eps); grad_x = r*grad_y*w - r^3 * sum(grad_y*w*x)/D * x
-                    const double r = info.has_rstd
-                                         ? saved_rstd(row)
-                                         : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
-                    const C x_coef = static_cast<C>(r * r * r * total.second / static_cast<double>(dim));
-                    return kernels.apply(n, static_cast<C>(r), x_coef, grad_y + info.grad_y.offset(row) + begin,
+                    const auto [r, x_coef] = coefficientsOf(row, total);
+                    return kernels.apply(n, r, x_coef, grad_y + info.grad_y.offset(row) + begin,
                                          x + info.x.offset(row) + begin, w_k + begin,
                                          grad_x + info.grad_x.offset(row) + begin, block_partials.at(block, begin),
                                          row == plan_.blocks.begin(block),
                                          plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
                 },
-                [&](size_t begin, size_t n) { block_partials.finishColumns(grad_w, info.grad_w_stride, begin, n); });
+                [&](size_t begin, size_t n) { block_partials.finishColumns(grad_w, info.grad_w_stride, begin, n); },
+                [&](size_t block, size_t first, size_t end) {
+                    constexpr size_t kRowsPerCall = 16; // their inputs stay in L1 between the two calls
+                    cpu::PairSums totals[kRowsPerCall];
+                    C r[kRowsPerCall], x_coef[kRowsPerCall];
+                    // Several rows: the terms go to partials, never rounded straight (BlockPartials).
+                    C *partial = block_partials.at(block, 0).partial;
+                    for (size_t row = first; row < end; row += kRowsPerCall) {
+                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        const T *grad_y_rows = grad_y + info.grad_y.offset(row), *x_rows = x + info.x.offset(row);
+                        kernels.block_sums(count, dim, grad_y_rows, info.grad_y.stride(), x_rows, info.x.stride(), w_k,
+                                           totals);
+                        for (size_t i = 0; i < count; ++i) std::tie(r[i], x_coef[i]) = coefficientsOf(row + i, totals[i]);
+                        kernels.block_apply(count, dim, r, x_coef, grad_y_rows, info.grad_y.stride(), x_rows,
+                                            info.x.stride(), w_k, grad_x + info.grad_x.offset(row),
+                                            info.grad_x.stride(), partial, row == first);
+                    }
+                });
             if (!finished) block_partials.finish(grad_w, info.grad_w_stride);
         });
     }

@@ -3,6 +3,8 @@
 
 #include "devices/cpu/simd.h"
 
+#include <type_traits>
+
 namespace op::rms_norm_backward {
 namespace {
 
@@ -72,9 +74,40 @@ cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x
     return next_sums;
 }
 
+// The short-row block kernels: the per-row kernels inlined into one loop (a call per row and pass had cost more
+// than the row's work on rows of 16-64).
+template <typename T, typename W>
+__attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *grad_y, ptrdiff_t grad_y_stride, const T *x,
+                                        ptrdiff_t x_stride, const W *w, cpu::PairSums *totals) {
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        totals[i] = sums(n, grad_y + row * grad_y_stride, x + row * x_stride, w);
+    }
+}
+
+template <typename T, typename W>
+__attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, const float *x_coef,
+                                         const T *grad_y, ptrdiff_t grad_y_stride, const T *x, ptrdiff_t x_stride,
+                                         const W *w, T *grad_x, ptrdiff_t grad_x_stride, float *partial,
+                                         bool starts) {
+    for (size_t i = 0; i < rows; ++i) {
+        const ptrdiff_t row = static_cast<ptrdiff_t>(i);
+        auto pass = [&](auto starts_tag) {
+            applyPass<decltype(starts_tag)::value>(n, r[i], x_coef[i], grad_y + row * grad_y_stride,
+                                                   x + row * x_stride, w, grad_x + row * grad_x_stride, partial,
+                                                   false, simd::NoSideWork{});
+        };
+        if (starts && i == 0) {
+            pass(std::true_type{});
+        } else {
+            pass(std::false_type{});
+        }
+    }
+}
+
 template <typename T, typename W>
 const Kernels<T, W> &table() {
-    static const Kernels<T, W> table{sums<T, W>, apply<T, W>};
+    static const Kernels<T, W> table{sums<T, W>, apply<T, W>, blockSums<T, W>, blockApply<T, W>};
     return table;
 }
 

@@ -27,6 +27,14 @@ struct Kernels {
     // hints.next_a/next_b ({} if NULL), reduced in the same pass.
     cpu::PairSums (*apply)(size_t n, C r, C x_coef, const T *grad_y, const T *x, const W *w, T *grad_x,
                            cpu::GradientTerms<C, W> grad_w_terms, bool starts, const cpu::RowHints<T> &hints);
+    // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
+    // into totals[i], and apply of `rows` rows with r[i] and x_coef[i], grad_w's terms into `partial` (NULL: not
+    // wanted), which the first row writes where `starts` (no streaming, no next row).
+    void (*block_sums)(size_t rows, size_t n, const T *grad_y, ptrdiff_t grad_y_stride, const T *x,
+                       ptrdiff_t x_stride, const W *w, cpu::PairSums *totals);
+    void (*block_apply)(size_t rows, size_t n, const C *r, const C *x_coef, const T *grad_y, ptrdiff_t grad_y_stride,
+                        const T *x, ptrdiff_t x_stride, const W *w, T *grad_x, ptrdiff_t grad_x_stride, C *partial,
+                        bool starts);
 };
 
 } // namespace op::rms_norm_backward
