@@ -25,10 +25,10 @@ SHAPES = {"rms_norm_backward": (3, 1500, 192), "layer_norm_backward": (3, 1500, 
 LONG_ROW_SHAPES = {"one split row": (1, 1 << 20), "split rows, capped blocks": (17, 140000), "split rows, one capped block": (3, 1 << 20),
                    "column slices": (20, 5000), "column slices, three blocks": (48, 2100),
                    "cached blocks capped": (240, 4500)}
-# Short rows (at most 1 KiB) run a row block per kernel call, in groups of up to 16 rows that stay in L1, on any
-# number of threads: groups with a last partial one and rows with a partial last vector (1000 rows of 24), one
-# vector a row (4096 rows of 16), a single block with two groups (40 rows of 100), and the longest short F32 rows
-# (600 rows of 256; 16-bit rows of 256 take groups of 16, F32 ones of 8).
+# Short rows (cached, at most 512 bytes) run a row block per kernel call, in groups of up to 16 rows that stay in
+# L1, on any number of threads: groups with a last partial one and rows with a partial last vector (1000 rows of
+# 24), one vector a row (4096 rows of 16), a single block with two groups (40 rows of 100), and rows of 256 (short
+# in BF16, not in F32).
 SHORT_ROW_SHAPES = {"short rows, partial groups and vectors": (1000, 24), "short rows of one vector": (4096, 16),
                     "short rows, one block": (40, 100), "short rows, longest": (600, 256)}
 DTYPES = {"f32": F32, "bf16": BF16}

@@ -3,7 +3,8 @@
 // Many row blocks: threads take whole row blocks. Few, of rows that fit the caches: every row's sums first, then
 // threads take column slices down all rows. Few otherwise: the threads split every row at fixed chunk
 // boundaries. All schedules do the same arithmetic in the same order, so results never depend on the thread
-// count, nor on how many threads an op's size asks for (cpu::threadsFor).
+// count, nor on how many threads an op's size asks for (cpu::threadsFor). Short rows (RowPlan::short_rows) take
+// one schedule on any number of threads: whole row blocks, each run by the op's block kernels.
 #ifndef INFINI_DEVICES_CPU_ROW_DRIVER_H
 #define INFINI_DEVICES_CPU_ROW_DRIVER_H
 
@@ -41,11 +42,13 @@ constexpr size_t kCachedBlockRows = 16;
 // two phases"). Only 16-bit rows reach the cap: cached F32 rows have at most 1 Mi elements, 256 KiB per 16 rows.
 constexpr size_t kCachedPartialBytes = size_t(256) << 10;
 // Rows of at most this many bytes run a row block per kernel call (RowPlan::short_rows), and cached ones
-// (kCachedInputBytes) of at most kShortCachedRowBytes. Longer rows from DRAM ran 1.04-1.2x as long that way as
-// row by row (LayerNorm BF16 and F16 rows of 512, forward and backward, 2 threads, after a 256 MiB copy): the
-// kernels read a group of rows, then write it, where row by row reads and writes interleave more finely.
+// (kCachedInputBytes) of at most kShortCachedRowBytes. Longer rows ran slower that way than row by row where they
+// came from DRAM or a cold L3: the kernels read a group of rows, then write it, where row by row reads and writes
+// interleave more finely (2 threads, each call after a 256 MiB copy: LayerNorm backward F32 4096x256 1.34x as
+// long, BF16 and F16 rows of 512 from DRAM, forward and backward, 1.04-1.2x; F32 8192x128 0.94, F16 4096x256
+// 1.00-1.05).
 constexpr size_t kShortRowBytes = 256;
-constexpr size_t kShortCachedRowBytes = 1024;
+constexpr size_t kShortCachedRowBytes = 512;
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
