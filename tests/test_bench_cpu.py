@@ -237,3 +237,17 @@ def test_plot_draws_every_reference_that_was_timed(tmp_path, monkeypatch):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert drawn["legend"] == ["infiniop-py", "torch 2.13.0", "oneDNN 3.2.0"]
     assert drawn["notes"] == ["3.0x", "5.0x"]  # the speedup over torch above each case
+
+
+@pytest.mark.parametrize("name", bench.SHAPE_SETS)
+def test_each_shape_set_gives_row_ops_its_rows_and_batch_norm_its_batches(name):
+    rows, batches = bench.shapes_of(name)
+    planned = list(bench.cases(["rms_norm", "layer_norm_from_input", "batch_norm"], ["float32", "bfloat16"], False,
+                               name))
+    expected = [(op, dtype, shape) for op, shapes in (("rms_norm", rows), ("layer_norm_from_input", rows),
+                                                       ("batch_norm", batches))
+                for dtype in ("float32", "bfloat16") for shape in shapes]
+    assert planned == expected
+    quick = list(bench.cases(["rms_norm", "batch_norm"], ["float32"], True, name))
+    assert quick == [("rms_norm", "float32", rows[0]), ("batch_norm", "float32", batches[0])]
+

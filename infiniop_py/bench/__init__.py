@@ -36,8 +36,8 @@ def main(argv=None):
                              "the median over the visits")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
     parser.add_argument("--shapes", default="table", choices=cpu.SHAPE_SETS,
-                        help="CPU: table (the published table's shapes) or llm (mid-size shapes of LLM and CNN "
-                             "training)")
+                        help="CPU: table (the published table's shapes), llm (mid-size shapes of LLM and CNN "
+                             "training) or short (a million elements in rows of 16-256)")
     parser.add_argument("--no-onednn", dest="onednn", action="store_false",
                         help="CPU: leave out the oneDNN column (it is timed where oneDNN is installed: "
                              "pip install 'infiniop-py[onednn]')")

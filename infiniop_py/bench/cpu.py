@@ -26,7 +26,17 @@ BATCH_SHAPES = [(32, 256, 1024), (256, 64, 4096), (8192, 64, 16), (4, 2, 1048576
 # maps of thousands of channels; early, 56x56 of 64) and an MLP's BatchNorm1d (a batch of 256 rows of 4096).
 LLM_ROW_SHAPES = [(16, 4096), (64, 4096), (512, 4096), (8192, 768), (8192, 1024)]
 LLM_BATCH_SHAPES = [(64, 512, 49), (32, 2048, 49), (256, 64, 56 * 56), (256, 4096, 1)]
-SHAPE_SETS = ("table", "llm")
+# `--shapes short`: a million elements in short rows, the features of small models (tabular MLPs, graph and
+# point-cloud networks, small transformers), and BatchNorm1d over as few features.
+SHORT_ROW_SHAPES = [(65536, 16), (16384, 64), (8192, 128), (4096, 256)]
+SHORT_BATCH_SHAPES = [(65536, 16, 1), (16384, 64, 1)]
+SHAPE_SETS = ("table", "llm", "short")
+
+
+def shapes_of(name):
+    """(row shapes, batch shapes) of `--shapes name`, looked up when called."""
+    return {"table": (ROW_SHAPES, BATCH_SHAPES), "llm": (LLM_ROW_SHAPES, LLM_BATCH_SHAPES),
+            "short": (SHORT_ROW_SHAPES, SHORT_BATCH_SHAPES)}[name]
 DTYPES = ["float32", "bfloat16", "float16"]
 COPY_BYTES = 256 << 20  # far beyond every cache
 
@@ -183,8 +193,7 @@ def _to_torch(torch, array):
 
 
 def cases(ops, dtypes_, quick, shape_set="table"):
-    row_shapes, batch_shapes = (ROW_SHAPES, BATCH_SHAPES) if shape_set == "table" else (LLM_ROW_SHAPES,
-                                                                                        LLM_BATCH_SHAPES)
+    row_shapes, batch_shapes = shapes_of(shape_set)
     for op in ops:
         shapes = batch_shapes if op == "batch_norm" else row_shapes
         if quick:
