@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import torch
 
-from . import autograd_nodes, ops
+from . import autograd_nodes, checks, ops
 
 Tensor = torch.Tensor
 
@@ -154,7 +154,11 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     if _in_torch_func():
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     # An empty input: torch's value, the input times weight[0] plus bias[0], whatever the other sizes.
-    if input.numel() == 0 or _torch_end_to_end("batch_norm", input):
+    if input.numel() == 0:
+        return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    if _torch_end_to_end("batch_norm", input):
+        # Our checks first: torch's CPU kernel updates running_mean before it finds running_var on another device.
+        checks.batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     outputs = _forward("batch_norm", input, weight, bias, running_mean, running_var, training, momentum, eps)
     # The eager Function updates the running statistics itself; the custom op is functional (its outputs end with
