@@ -234,11 +234,6 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
     return false;
 }
 
-template <typename Sums, typename Apply, typename FinishColumns>
-bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply, FinishColumns &&finish_columns) {
-    return runRows(plan, scratch, sums, apply, finish_columns, [](size_t, size_t, size_t) {});
-}
-
 // Where an elementwise pass puts one weight gradient's terms of the elements it covers; both NULL: the gradient
 // is not wanted.
 template <typename C, typename W>
