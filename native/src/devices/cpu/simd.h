@@ -527,6 +527,42 @@ inline double sum(f32v v) {
     return two[0] + two[1];
 }
 
+// sum() of each of `count` (at most kWidth) vectors: out[r] = sum(v[r]) bit for bit (the same additions in the same
+// order), the rows' trees side by side in F64 lanes. Short rows finish their sums this way by groups: each sum()
+// on its own was a chain of dependent shuffles and additions, most of a row of 16 elements' time.
+inline void sums(const f32v *v, size_t count, double *out) {
+    typedef double f64x8 __attribute__((vector_size(64)));
+    f64x8 eight[kWidth], four[kWidth / 2], two[kWidth / 4];
+    for (size_t r = 0; r < kWidth; ++r) {
+        eight[r] = r < count ? __builtin_convertvector(lowHalf(v[r]), f64x8) +
+                                   __builtin_convertvector(highHalf(v[r]), f64x8)
+                             : f64x8{};
+    }
+    // Lanes i + i + 4 of rows 2k and 2k + 1 (sum's `four`), side by side.
+    for (size_t k = 0; k < kWidth / 2; ++k) {
+        four[k] = __builtin_shufflevector(eight[2 * k], eight[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(eight[2 * k], eight[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    // Lanes i + i + 2 of rows 4k .. 4k + 3 (sum's `two`).
+    for (size_t k = 0; k < kWidth / 4; ++k) {
+        two[k] = __builtin_shufflevector(four[2 * k], four[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+                 __builtin_shufflevector(four[2 * k], four[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    }
+    // two[0] + two[1] of rows 8k .. 8k + 7.
+    for (size_t k = 0; k < kWidth / 8; ++k) {
+        const f64x8 one = __builtin_shufflevector(two[2 * k], two[2 * k + 1], 0, 2, 4, 6, 8, 10, 12, 14) +
+                          __builtin_shufflevector(two[2 * k], two[2 * k + 1], 1, 3, 5, 7, 9, 11, 13, 15);
+        for (size_t r = 0; r < 8 && 8 * k + r < count; ++r) out[8 * k + r] = one[r];
+    }
+}
+
+// A row's two sums before the additions across lanes: the F32 lanes, and the F32 sums of the elements past the last
+// whole vector.
+struct RowLanes {
+    f32v first, second;
+    float tail_first, tail_second;
+};
+
 // Sums of two terms over the n elements of a row, chunk by chunk: F32 lanes inside a kChunk-element chunk, F64
 // across chunks. vector_terms(j, f32v &first, f32v &second) adds the terms of the vector at j;
 // scalar_terms(j, float &first, float &second) those of one element of the last chunk's tail. The vectors of a
@@ -542,23 +578,22 @@ class RowSums {
     SIMD_INLINE SIMD_FLATTEN void step() {
         if (j_ + 2 * kWidth > chunk_end_) return;
         stepPair();
-        if (j_ == chunk_end_ && j_ < n_) closeChunk(0.0f, 0.0f); // kChunk holds whole pairs
+        if (j_ == chunk_end_ && j_ < n_) { // kChunk holds whole pairs
+            closeChunk({even_first_ + odd_first_, even_second_ + odd_second_, 0.0f, 0.0f});
+        }
     }
 
     // Everything not stepped yet; the row's sums.
     SIMD_FLATTEN cpu::PairSums finish() {
         for (;;) {
-            while (j_ + 2 * kWidth <= chunk_end_) stepPair();
-            if (j_ + kWidth <= chunk_end_) {
-                vector_terms_(j_, even_first_, even_second_);
-                j_ += kWidth;
-            }
-            float tail_first = 0.0f, tail_second = 0.0f;
-            for (; j_ < chunk_end_; ++j_) scalar_terms_(j_, tail_first, tail_second);
-            closeChunk(tail_first, tail_second);
+            closeChunk(chunkLanes());
             if (j_ >= n_) return total_;
         }
     }
+
+    // A row of at most kChunk elements (one chunk), nothing stepped: its lanes, which finishRows sums across with
+    // other rows' to the bits finish() gives.
+    SIMD_FLATTEN RowLanes lanes() { return chunkLanes(); }
 
   private:
     SIMD_INLINE void stepPair() {
@@ -567,9 +602,21 @@ class RowSums {
         j_ += 2 * kWidth;
     }
 
-    void closeChunk(float tail_first, float tail_second) {
-        total_.first += sum(even_first_ + odd_first_) + tail_first;
-        total_.second += sum(even_second_ + odd_second_) + tail_second;
+    // The rest of the current chunk, its lanes not summed yet.
+    SIMD_INLINE RowLanes chunkLanes() {
+        while (j_ + 2 * kWidth <= chunk_end_) stepPair();
+        if (j_ + kWidth <= chunk_end_) {
+            vector_terms_(j_, even_first_, even_second_);
+            j_ += kWidth;
+        }
+        float tail_first = 0.0f, tail_second = 0.0f;
+        for (; j_ < chunk_end_; ++j_) scalar_terms_(j_, tail_first, tail_second);
+        return {even_first_ + odd_first_, even_second_ + odd_second_, tail_first, tail_second};
+    }
+
+    void closeChunk(const RowLanes &chunk) {
+        total_.first += sum(chunk.first) + chunk.tail_first;
+        total_.second += sum(chunk.second) + chunk.tail_second;
         even_first_ = even_second_ = odd_first_ = odd_second_ = f32v{};
         chunk_end_ = n_ - chunk_end_ < kChunk ? n_ : chunk_end_ + kChunk;
     }
@@ -580,6 +627,31 @@ class RowSums {
     f32v even_first_ = {}, even_second_ = {}, odd_first_ = {}, odd_second_ = {}; // by the vector's index in its chunk
     cpu::PairSums total_;
 };
+
+// The lanes of up to kWidth one-chunk rows, field by field (so that finishRows reads them in place).
+struct BlockLanes {
+    f32v first[kWidth], second[kWidth];
+    float tail_first[kWidth], tail_second[kWidth];
+
+    SIMD_INLINE void set(size_t r, const RowLanes &lanes) {
+        first[r] = lanes.first;
+        second[r] = lanes.second;
+        tail_first[r] = lanes.tail_first;
+        tail_second[r] = lanes.tail_second;
+    }
+};
+
+// finish() of `count` (at most kWidth) one-chunk rows from their lanes(): the same bits, the additions across lanes
+// side by side (sums).
+inline void finishRows(const BlockLanes &rows, size_t count, cpu::PairSums *totals) {
+    double sum_first[kWidth], sum_second[kWidth];
+    sums(rows.first, count, sum_first);
+    sums(rows.second, count, sum_second);
+    for (size_t r = 0; r < count; ++r) {
+        totals[r].first = 0.0 + (sum_first[r] + rows.tail_first[r]); // as finish() adds the chunk to its 0
+        totals[r].second = 0.0 + (sum_second[r] + rows.tail_second[r]);
+    }
+}
 
 // Brings a row's two inputs into L2, the lines of a pair of vectors per step: a row ahead of the reduction that
 // will read them, so that their DRAM latency hides behind a whole row of work (measured 10-20% faster on rows

@@ -12,10 +12,10 @@ namespace {
 using simd::f32v;
 using simd::kWidth;
 
-// sum(term(x_j)) over one chunk of m elements: F32 lanes in two accumulators, an F32 tail, the total in F64.
+// sum(term(x_j)) over one chunk of m elements, before the sum across lanes: F32 lanes in two accumulators, an F32
+// tail.
 template <typename T, typename VectorTerm, typename ScalarTerm>
-SIMD_INLINE void chunkSums(size_t m, const T *x, VectorTerm vector_term, ScalarTerm scalar_term, double *first,
-                           double *second) {
+SIMD_INLINE simd::RowLanes chunkLanes(size_t m, const T *x, VectorTerm vector_term, ScalarTerm scalar_term) {
     f32v even_first{}, even_second{}, odd_first{}, odd_second{};
     size_t j = 0;
     for (; j + 2 * kWidth <= m; j += 2 * kWidth) {
@@ -28,15 +28,14 @@ SIMD_INLINE void chunkSums(size_t m, const T *x, VectorTerm vector_term, ScalarT
     }
     float tail_first = 0.0f, tail_second = 0.0f;
     for (; j < m; ++j) scalar_term(cpu::toFloat(x[j]), tail_first, tail_second);
-    *first = simd::sum(even_first + odd_first) + tail_first;
-    *second = simd::sum(even_second + odd_second) + tail_second;
+    return {even_first + odd_first, even_second + odd_second, tail_first, tail_second};
 }
 
-// sum(x - shift) and sum((x - shift)^2) over one chunk of m elements.
+// sum(x - shift) and sum((x - shift)^2) over one chunk of m elements, before the sum across lanes.
 template <typename T>
-SIMD_INLINE void centredSums(size_t m, const T *chunk, float shift, double *residual, double *squares) {
+SIMD_INLINE simd::RowLanes centredLanes(size_t m, const T *chunk, float shift) {
     const f32v shift_v = simd::splat(shift);
-    chunkSums(
+    return chunkLanes(
         m, chunk,
         [=](f32v xj, f32v &r, f32v &q) SIMD_LAMBDA_INLINE {
             const f32v d = xj - shift_v;
@@ -47,8 +46,15 @@ SIMD_INLINE void centredSums(size_t m, const T *chunk, float shift, double *resi
             const float d = xj - shift;
             r += d;
             q += d * d;
-        },
-        residual, squares);
+        });
+}
+
+// The same summed across lanes, the total in F64.
+template <typename T>
+SIMD_INLINE void centredSums(size_t m, const T *chunk, float shift, double *residual, double *squares) {
+    const simd::RowLanes lanes = centredLanes(m, chunk, shift);
+    *residual = simd::sum(lanes.first) + lanes.tail_first;
+    *squares = simd::sum(lanes.second) + lanes.tail_second;
 }
 
 #if defined(__AVX512BF16__)
@@ -95,6 +101,34 @@ SIMD_INLINE bool dotSums(size_t, const T *, double *, double *) {
     return false;
 }
 
+// Whether dotSums may take T's chunks.
+#if defined(__AVX512BF16__)
+template <typename T>
+constexpr bool kDotSums = std::is_same_v<T, cpu::bf16_t>;
+#else
+template <typename T>
+constexpr bool kDotSums = false;
+#endif
+
+// Where the sums about `shift` show it more than one spread from the chunk's mean (rarely: for normal data the first
+// 16 elements' mean does with probability 6e-5), a second pass from L1 sums about the mean the first gave, so the
+// cancellation stays within twice the centred sum's rounding.
+template <typename T>
+SIMD_INLINE void recentre(size_t m, const T *chunk, float &shift, double &residual, double &squares) {
+    if (2.0 * residual * (residual / static_cast<double>(m)) > squares) {
+        shift = static_cast<float>(shift + residual / static_cast<double>(m));
+        centredSums(m, chunk, shift, &residual, &squares);
+    }
+}
+
+// A chunk's sums about `shift` added to the row's total about row_shift: exact differences of two floats in F64.
+SIMD_INLINE void addChunk(size_t m, float shift, double residual, double squares, float row_shift,
+                          cpu::PairSums &total) {
+    const double count = static_cast<double>(m), offset = static_cast<double>(shift) - row_shift;
+    total.first += count * offset + residual;
+    total.second += squares + 2.0 * offset * residual + count * offset * offset;
+}
+
 template <typename T>
 cpu::PairSums sums(size_t n, const T *x, float row_shift) {
     cpu::PairSums total;
@@ -106,22 +140,22 @@ cpu::PairSums sums(size_t n, const T *x, float row_shift) {
         if (!dotSums(m, chunk, &residual, &squares)) {
             // One pass about an estimate of the chunk's mean, its first vector's (or, shorter, its first element):
             // sum((x - shift)^2) exceeds the centred sum by m * (shift - mean)^2, so its rounding grows by that
-            // factor over the centred sum's. Where the shift lies more than one spread from the chunk's mean
-            // (rarely: for normal data the first 16 elements' mean does with probability 6e-5), a second pass from
-            // L1 sums about the mean the first gave, so the cancellation stays within twice the centred sum's
-            // rounding.
+            // factor over the centred sum's (recentre bounds it).
             shift = m >= kWidth ? static_cast<float>(simd::sum(simd::load(chunk)) / kWidth) : cpu::toFloat(chunk[0]);
             centredSums(m, chunk, shift, &residual, &squares);
-            if (2.0 * residual * (residual / static_cast<double>(m)) > squares) {
-                shift = static_cast<float>(shift + residual / static_cast<double>(m));
-                centredSums(m, chunk, shift, &residual, &squares);
-            }
+            recentre(m, chunk, shift, residual, squares);
         }
-        // About the row's shift: exact differences of two floats in F64.
-        const double count = static_cast<double>(m), offset = static_cast<double>(shift) - row_shift;
-        total.first += count * offset + residual;
-        total.second += squares + 2.0 * offset * residual + count * offset * offset;
+        addChunk(m, shift, residual, squares, row_shift, total);
     }
+    return total;
+}
+
+// A one-chunk row's sums about its first element, from its chunk's sums about `shift`.
+template <typename T>
+SIMD_INLINE cpu::PairSums rowSums(size_t m, const T *row, float shift, double residual, double squares) {
+    recentre(m, row, shift, residual, squares);
+    cpu::PairSums total;
+    addChunk(m, shift, residual, squares, cpu::toFloat(row[0]), total);
     return total;
 }
 
@@ -170,6 +204,31 @@ void apply(size_t n, RowStatistics<float> row, const T *x, const W *w, const W *
 // than the row's work on rows of 16-64).
 template <typename T>
 __attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals) {
+    if (!kDotSums<T> && n <= kWidth && rows <= kWidth) {
+        // Rows of one vector: sums() of each, their sums across lanes side by side (simd::sums, the same bits),
+        // where each row's own were chains of dependent shuffles, most of the row's time (F32 rows of 16: 0.68 of
+        // the time after a 256 MiB copy, F16 0.81). Longer rows keep them: F32 rows of 64-128 so took 0.75-0.84
+        // back to back, but 1.15-1.2 from DRAM.
+        float shifts[kWidth];
+        auto rowAt = [&](size_t r) { return x + static_cast<ptrdiff_t>(r) * x_stride; };
+        if (n >= kWidth) {
+            f32v first_vectors[kWidth];
+            double first_sums[kWidth];
+            for (size_t r = 0; r < rows; ++r) first_vectors[r] = simd::load(rowAt(r));
+            simd::sums(first_vectors, rows, first_sums);
+            for (size_t r = 0; r < rows; ++r) shifts[r] = static_cast<float>(first_sums[r] / kWidth);
+        } else {
+            for (size_t r = 0; r < rows; ++r) shifts[r] = cpu::toFloat(rowAt(r)[0]);
+        }
+        simd::BlockLanes lanes;
+        for (size_t r = 0; r < rows; ++r) lanes.set(r, centredLanes(n, rowAt(r), shifts[r]));
+        cpu::PairSums centred[kWidth];
+        simd::finishRows(lanes, rows, centred);
+        for (size_t r = 0; r < rows; ++r) {
+            totals[r] = rowSums(n, rowAt(r), shifts[r], centred[r].first, centred[r].second);
+        }
+        return;
+    }
     for (size_t r = 0; r < rows; ++r) {
         const T *row = x + static_cast<ptrdiff_t>(r) * x_stride;
         totals[r] = sums(n, row, cpu::toFloat(row[0]));
