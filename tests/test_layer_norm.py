@@ -270,7 +270,7 @@ def test_large_mean_rows(device, dtype, d):
 
 
 @pytest.mark.parametrize("dtype", (F16, BF16, F32), ids=str)
-@pytest.mark.parametrize("d", (40, 512, 5000), ids=str)
+@pytest.mark.parametrize("d", (12, 16, 40, 512, 5000), ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_rows_starting_far_from_their_mean(device, dtype, d):
     """The CPU kernel sums each chunk about its first vector's mean: where that lies far from the chunk's mean
