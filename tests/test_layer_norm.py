@@ -97,7 +97,7 @@ def seed_form_on(device, x, w, b, std_dtype, eps, with_statistics=True):
 
 
 shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple)
-row_lengths = st.sampled_from([1, 2, 7, 16, 31, 33, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
+row_lengths = st.sampled_from([1, 2, 7, 16, 31, 33, 64, 100, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
 dtypes = st.sampled_from(DTYPES)
 seeds = st.integers(0, 2**32 - 1)
 
@@ -270,7 +270,7 @@ def test_large_mean_rows(device, dtype, d):
 
 
 @pytest.mark.parametrize("dtype", (F16, BF16, F32), ids=str)
-@pytest.mark.parametrize("d", (12, 16, 40, 512, 5000), ids=str)
+@pytest.mark.parametrize("d", (12, 16, 40, 100, 512, 5000), ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_rows_starting_far_from_their_mean(device, dtype, d):
     """The CPU kernel sums each chunk about its first vector's mean: where that lies far from the chunk's mean

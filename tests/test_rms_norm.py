@@ -61,7 +61,7 @@ def weight_dtypes_for(dtype):
 
 
 shapes = st.lists(st.integers(1, 6), min_size=1, max_size=4).map(tuple)
-row_lengths = st.sampled_from([1, 2, 7, 16, 31, 33, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
+row_lengths = st.sampled_from([1, 2, 7, 16, 31, 33, 64, 100, 129, 1000, 4099])  # 4099: a 16-bit weight read as stored
 dtypes = st.sampled_from(DTYPES)
 seeds = st.integers(0, 2**32 - 1)
 

@@ -16,6 +16,10 @@ struct PairSums {
     double first = 0.0, second = 0.0;
 };
 
+// The row forwards' block_rows kernels take groups of at most kBlockRows rows of at most kBlockRowsMaxDim elements
+// whole (simd::RowBlock): a lane per row in their sums across lanes, up to 8 vectors a row.
+constexpr size_t kBlockRows = 16, kBlockRowsMaxDim = 128;
+
 // out[j * out_stride] = sum over blocks b (in order, in F64) of partials[b * dim + j], for j in [begin, begin + n),
 // on the calling thread.
 template <typename T>

@@ -515,10 +515,55 @@ SIMD_FLATTEN inline void forEachVector(size_t n, bool stream, Step &&step, SideW
     if (j < n) detail::stepPadded(step, n - j, kArrays, out + j, (arrays + j)...);
 }
 
+// v with its lanes from `count` (at most kWidth) on made +0, bitwise (an infinity or NaN there is dropped too).
+SIMD_INLINE f32v keepLanes(f32v v, size_t count) {
+#if defined(__AVX512F__)
+    return (f32v)_mm512_maskz_mov_ps(static_cast<__mmask16>((1u << count) - 1), (__m512)v);
+#elif defined(__AVX2__)
+    const __m256i limit = _mm256_set1_epi32(static_cast<int>(count));
+    const __m256i low = _mm256_cmpgt_epi32(limit, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i high = _mm256_cmpgt_epi32(limit, _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+    return joinHalves(_mm256_and_ps(lowHalf(v), (__m256)low), _mm256_and_ps(highHalf(v), (__m256)high));
+#else
+    float lanes[kWidth];
+    std::memcpy(lanes, &v, sizeof v);
+    for (size_t i = count; i < kWidth; ++i) lanes[i] = 0.0f;
+    std::memcpy(&v, lanes, sizeof v);
+    return v;
+#endif
+}
+
+// Eight F64 lanes: per-row statistics of a group of short rows, computed side by side.
+typedef double f64x8 __attribute__((vector_size(64)));
+
+SIMD_INLINE f64x8 sqrtLanes(f64x8 v) {
+#if defined(__AVX512F__)
+    return (f64x8)_mm512_sqrt_pd((__m512d)v);
+#elif defined(__AVX__)
+    typedef double f64x4 __attribute__((vector_size(32)));
+    const f64x4 low = (f64x4)_mm256_sqrt_pd((__m256d)__builtin_shufflevector(v, v, 0, 1, 2, 3));
+    const f64x4 high = (f64x4)_mm256_sqrt_pd((__m256d)__builtin_shufflevector(v, v, 4, 5, 6, 7));
+    return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
+#else
+    for (int i = 0; i < 8; ++i) v[i] = __builtin_sqrt(v[i]);
+    return v;
+#endif
+}
+
+// Bit i set where a[i] > b[i] (false where either is NaN).
+SIMD_INLINE unsigned lanesAbove(f64x8 a, f64x8 b) {
+#if defined(__AVX512F__)
+    return _mm512_cmp_pd_mask((__m512d)a, (__m512d)b, _CMP_GT_OQ);
+#else
+    unsigned mask = 0;
+    for (int i = 0; i < 8; ++i) mask |= static_cast<unsigned>(a[i] > b[i]) << i;
+    return mask;
+#endif
+}
+
 // Lane sum in F64, in a fixed order: lane i + lane i + 8, then halving. A tree, not one chain of 16 dependent
 // F64 additions: BatchNorm's channels-first tiles finish two such sums per channel, often per few vectors.
 inline double sum(f32v v) {
-    typedef double f64x8 __attribute__((vector_size(64)));
     typedef double f64x4 __attribute__((vector_size(32)));
     typedef double f64x2 __attribute__((vector_size(16)));
     const f64x8 eight = __builtin_convertvector(lowHalf(v), f64x8) + __builtin_convertvector(highHalf(v), f64x8);
@@ -531,7 +576,6 @@ inline double sum(f32v v) {
 // order), the rows' trees side by side in F64 lanes. Short rows finish their sums this way by groups: each sum()
 // on its own was a chain of dependent shuffles and additions, most of a row of 16 elements' time.
 inline void sums(const f32v *v, size_t count, double *out) {
-    typedef double f64x8 __attribute__((vector_size(64)));
     f64x8 eight[kWidth], four[kWidth / 2], two[kWidth / 4];
     for (size_t r = 0; r < kWidth; ++r) {
         eight[r] = r < count ? __builtin_convertvector(lowHalf(v[r]), f64x8) +
@@ -554,6 +598,36 @@ inline void sums(const f32v *v, size_t count, double *out) {
                           __builtin_shufflevector(two[2 * k], two[2 * k + 1], 1, 3, 5, 7, 9, 11, 13, 15);
         for (size_t r = 0; r < 8 && 8 * k + r < count; ++r) out[8 * k + r] = one[r];
     }
+}
+
+// The lane sums of `count` (at most kWidth) vectors in F32, side by side: lane r of the result is the sum of
+// vector_at(r)'s lanes (0 past count). Halving trees, each level adding two rows' halves in one instruction: for
+// rows of one vector, where these sums are most of the work and each lane holds a single element, so that F32
+// across the lanes is what a longer row's F32 lanes do within a chunk.
+template <typename VectorAt>
+SIMD_INLINE f32v laneSums(size_t count, VectorAt vector_at) {
+    f32x8 eight[kWidth], four[kWidth / 2], two[kWidth / 4], one[2];
+    for (size_t r = 0; r < kWidth; ++r) {
+        if (r < count) {
+            const f32v v = vector_at(r);
+            eight[r] = lowHalf(v) + highHalf(v);
+        } else {
+            eight[r] = f32x8{};
+        }
+    }
+    for (size_t k = 0; k < kWidth / 2; ++k) { // rows 2k, 2k + 1: four lanes each
+        four[k] = __builtin_shufflevector(eight[2 * k], eight[2 * k + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+                  __builtin_shufflevector(eight[2 * k], eight[2 * k + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+    for (size_t k = 0; k < kWidth / 4; ++k) { // rows 4k .. 4k + 3: two each
+        two[k] = __builtin_shufflevector(four[2 * k], four[2 * k + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+                 __builtin_shufflevector(four[2 * k], four[2 * k + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    }
+    for (size_t k = 0; k < 2; ++k) { // rows 8k .. 8k + 7: one each
+        one[k] = __builtin_shufflevector(two[2 * k], two[2 * k + 1], 0, 2, 4, 6, 8, 10, 12, 14) +
+                 __builtin_shufflevector(two[2 * k], two[2 * k + 1], 1, 3, 5, 7, 9, 11, 13, 15);
+    }
+    return joinHalves(one[0], one[1]);
 }
 
 // A row's two sums before the additions across lanes: the F32 lanes, and the F32 sums of the elements past the last
@@ -651,6 +725,51 @@ inline void finishRows(const BlockLanes &rows, size_t count, cpu::PairSums *tota
         totals[r].first = 0.0 + (sum_first[r] + rows.tail_first[r]); // as finish() adds the chunk to its 0
         totals[r].second = 0.0 + (sum_second[r] + rows.tail_second[r]);
     }
+}
+
+// Up to kWidth short rows of at most kVectors vectors each, loaded once, for kernels that take such a group whole
+// (its rows' sums side by side, laneSums, then their outputs from these registers). kVectors 1: the compiler drops
+// the loops over a row's vectors.
+template <size_t kVectors>
+struct RowBlock {
+    size_t vectors, last;            // vectors a row; elements of the last one
+    f32v values[kWidth][kVectors];   // the last vector zero past the row's end
+
+    template <typename T>
+    SIMD_INLINE RowBlock(size_t rows, size_t n, const T *x, ptrdiff_t x_stride)
+        : vectors(kVectors == 1 ? 1 : (n + kWidth - 1) / kWidth), last(n - (vectors - 1) * kWidth) {
+        for (size_t r = 0; r < rows; ++r) {
+            const T *row = x + static_cast<ptrdiff_t>(r) * x_stride;
+            for (size_t j = 0; j + 1 < vectors; ++j) values[r][j] = load(row + j * kWidth);
+            values[r][vectors - 1] = loadPart(row + (vectors - 1) * kWidth, last);
+        }
+    }
+
+    SIMD_INLINE size_t countOf(size_t j) const { return j + 1 < vectors ? kWidth : last; }
+
+    // A parameter vector's pieces, as the rows' (zero past the end).
+    template <typename W>
+    SIMD_INLINE void loadVector(const W *v, f32v *pieces) const {
+        for (size_t j = 0; j < vectors; ++j) pieces[j] = loadPart(v + j * kWidth, countOf(j));
+    }
+
+    // Row r's output: out(j) for each of its vectors, stored at y's row r.
+    template <typename T, typename Out>
+    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
+        T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
+        for (size_t j = 0; j < vectors; ++j) storePart(row + j * kWidth, out(j), countOf(j));
+    }
+};
+
+// body(std::integral_constant<size_t, K>{}) with K the RowBlock size for rows of n (at most cpu::kBlockRowsMaxDim)
+// elements: rows of one vector, of up to 4 and of up to 8 apart (LayerNorm F32, 2 threads, after a 256 MiB copy:
+// with the loops over a row's vectors left in, rows of 16 took 1.17x as long; rows of 64 as 8 vectors, 1.1x).
+template <typename Body>
+SIMD_INLINE void withRowBlockSize(size_t n, Body &&body) {
+    static_assert(cpu::kBlockRows == kWidth && cpu::kBlockRowsMaxDim == 8 * kWidth, "a lane per row, 8 vectors");
+    if (n <= kWidth) return body(std::integral_constant<size_t, 1>{});
+    if (n <= 4 * kWidth) return body(std::integral_constant<size_t, 4>{});
+    return body(std::integral_constant<size_t, 8>{});
 }
 
 // Brings a row's two inputs into L2, the lines of a pair of vectors per step: a row ahead of the reduction that

@@ -4,6 +4,7 @@
 #include "devices/cpu/simd.h"
 
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 namespace op::layer_norm {
@@ -150,15 +151,6 @@ cpu::PairSums sums(size_t n, const T *x, float row_shift) {
     return total;
 }
 
-// A one-chunk row's sums about its first element, from its chunk's sums about `shift`.
-template <typename T>
-SIMD_INLINE cpu::PairSums rowSums(size_t m, const T *row, float shift, double residual, double squares) {
-    recentre(m, row, shift, residual, squares);
-    cpu::PairSums total;
-    addChunk(m, shift, residual, squares, cpu::toFloat(row[0]), total);
-    return total;
-}
-
 template <typename T, typename W, bool kBias, bool kXhat>
 void applyRow(size_t n, RowStatistics<float> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream) {
     // (x - mean_high) * rstd - mean_low * rstd, fused where the ISA has FMA (the pass is bound by its vector
@@ -204,31 +196,6 @@ void apply(size_t n, RowStatistics<float> row, const T *x, const W *w, const W *
 // than the row's work on rows of 16-64).
 template <typename T>
 __attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals) {
-    if (!kDotSums<T> && n <= kWidth && rows <= kWidth) {
-        // Rows of one vector: sums() of each, their sums across lanes side by side (simd::sums, the same bits),
-        // where each row's own were chains of dependent shuffles, most of the row's time (F32 rows of 16: 0.68 of
-        // the time after a 256 MiB copy, F16 0.81). Longer rows keep them: F32 rows of 64-128 so took 0.75-0.84
-        // back to back, but 1.15-1.2 from DRAM.
-        float shifts[kWidth];
-        auto rowAt = [&](size_t r) { return x + static_cast<ptrdiff_t>(r) * x_stride; };
-        if (n >= kWidth) {
-            f32v first_vectors[kWidth];
-            double first_sums[kWidth];
-            for (size_t r = 0; r < rows; ++r) first_vectors[r] = simd::load(rowAt(r));
-            simd::sums(first_vectors, rows, first_sums);
-            for (size_t r = 0; r < rows; ++r) shifts[r] = static_cast<float>(first_sums[r] / kWidth);
-        } else {
-            for (size_t r = 0; r < rows; ++r) shifts[r] = cpu::toFloat(rowAt(r)[0]);
-        }
-        simd::BlockLanes lanes;
-        for (size_t r = 0; r < rows; ++r) lanes.set(r, centredLanes(n, rowAt(r), shifts[r]));
-        cpu::PairSums centred[kWidth];
-        simd::finishRows(lanes, rows, centred);
-        for (size_t r = 0; r < rows; ++r) {
-            totals[r] = rowSums(n, rowAt(r), shifts[r], centred[r].first, centred[r].second);
-        }
-        return;
-    }
     for (size_t r = 0; r < rows; ++r) {
         const T *row = x + static_cast<ptrdiff_t>(r) * x_stride;
         totals[r] = sums(n, row, cpu::toFloat(row[0]));
@@ -246,9 +213,119 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatist
     }
 }
 
+// Short rows whole (Kernels::block_rows): the steps of sums(), of the caller's statistics and of apply(), each row
+// loaded once (simd::RowBlock), the rows' per-row steps side by side. Row by row, the block kernels spent most of a
+// row of 16's time in chains of dependent steps (sums across lanes, F64 division and square root) and loaded each
+// row twice. Sums across a row's lanes are F32 trees here (simd::laneSums), carried into F64 per row: the same
+// F32-then-F64 scheme as sums(), whose F32 lanes each add many elements of a longer row. BF16 takes the shifted
+// pass too: dotSums pays off only over many vectors a row.
+template <typename T, typename W, bool kBias, bool kXhat, size_t kVectors>
+__attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
+                                            const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
+                                            ptrdiff_t xhat_stride, BlockMoments *moments) {
+    using simd::f32x8;
+    using simd::f64x8;
+    const simd::RowBlock<kVectors> block(rows, n, x, x_stride);
+    const size_t vectors = block.vectors, last = block.last;
+    const auto &values = block.values;
+    float row_shifts[kWidth] = {}; // each row's first element, about which its statistics are formed
+    for (size_t r = 0; r < rows; ++r) row_shifts[r] = cpu::toFloat(x[static_cast<ptrdiff_t>(r) * x_stride]);
+    // sums()'s shift: an estimate of the mean, the first vector's, or, shorter, the first element.
+    float shifts[kWidth];
+    if (n >= kWidth) {
+        simd::store(shifts, simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE { return values[r][0]; }) *
+                                simd::splat(1.0f / kWidth));
+    } else {
+        std::memcpy(shifts, row_shifts, sizeof shifts);
+    }
+    // The centred values' sums in F32 lanes, then across them.
+    auto centred = [&](size_t r, size_t j) SIMD_LAMBDA_INLINE {
+        const f32v d = values[r][j] - simd::splat(shifts[r]);
+        return j + 1 < vectors ? d : simd::keepLanes(d, last);
+    };
+    auto residualLanes = [&](size_t r) SIMD_LAMBDA_INLINE {
+        f32v sum = centred(r, 0);
+        for (size_t j = 1; j < vectors; ++j) sum += centred(r, j);
+        return sum;
+    };
+    auto squareLanes = [&](size_t r) SIMD_LAMBDA_INLINE {
+        f32v d = centred(r, 0), sum = d * d;
+        for (size_t j = 1; j < vectors; ++j) {
+            d = centred(r, j);
+            sum = simd::mulAdd(d, d, sum);
+        }
+        return sum;
+    };
+    const f32v residual_lanes = simd::laneSums(rows, residualLanes), square_lanes = simd::laneSums(rows, squareLanes);
+    float mean_high[kWidth], rstd[kWidth], low_scaled[kWidth];
+    const double count = static_cast<double>(n), inverse_dim = 1.0 / count;
+    for (size_t half = 0; half < kWidth; half += 8) {
+        auto lanes = [&](f32v v) {
+            return __builtin_convertvector(half == 0 ? simd::lowHalf(v) : simd::highHalf(v), f64x8);
+        };
+        f64x8 residual = lanes(residual_lanes), square = lanes(square_lanes), shift = lanes(simd::load(shifts));
+        // recentre(): rows whose shift lay more than a spread from their mean (rarely), summed again about it.
+        unsigned far = simd::lanesAbove(2.0 * residual * (residual / count), square);
+        for (; far != 0; far &= far - 1) {
+            const size_t i = static_cast<size_t>(__builtin_ctz(far)), r = half + i;
+            if (r >= rows) break;
+            shifts[r] = static_cast<float>(shifts[r] + residual[i] / count);
+            residual[i] = simd::sum(residualLanes(r));
+            square[i] = simd::sum(squareLanes(r));
+            shift[i] = shifts[r];
+        }
+        // addChunk() about the row's first element, then the caller's statistics (CpuDescriptor::run).
+        const f64x8 row_shift = lanes(simd::load(row_shifts)), offset = shift - row_shift;
+        const f64x8 first = count * offset + residual;
+        const f64x8 second = square + 2.0 * offset * residual + count * offset * offset;
+        const f64x8 mean_offset = first * inverse_dim, mean_of_squares = second * inverse_dim;
+        f64x8 variance = mean_of_squares - mean_offset * mean_offset; // biasedVariance(): below 0 made 0, NaN kept
+        variance = variance < 0.0 ? f64x8{} : variance;
+        const f64x8 variance_eps = variance + epsilon, rstd_lanes = 1.0 / simd::sqrtLanes(variance_eps);
+        const f64x8 mean = row_shift + mean_offset;
+        std::memcpy(moments->mean + half, &mean, sizeof mean);
+        std::memcpy(moments->variance_eps + half, &variance_eps, sizeof variance_eps);
+        std::memcpy(moments->rstd + half, &rstd_lanes, sizeof rstd_lanes);
+        // RowStatistics<float> as the caller splits them.
+        const f32x8 high = __builtin_convertvector(mean, f32x8), rstd_f32 = __builtin_convertvector(rstd_lanes, f32x8);
+        const f32x8 low = __builtin_convertvector(mean - __builtin_convertvector(high, f64x8), f32x8);
+        const f32x8 scaled = -low * rstd_f32;
+        std::memcpy(mean_high + half, &high, sizeof high);
+        std::memcpy(rstd + half, &rstd_f32, sizeof rstd_f32);
+        std::memcpy(low_scaled + half, &scaled, sizeof scaled);
+    }
+    // apply(): y = xhat * w + b.
+    f32v w_lanes[kVectors], b_lanes[kVectors] = {};
+    block.loadVector(w, w_lanes);
+    if constexpr (kBias) block.loadVector(b, b_lanes);
+    for (size_t r = 0; r < rows; ++r) {
+        const f32v high = simd::splat(mean_high[r]), scale = simd::splat(rstd[r]), low = simd::splat(low_scaled[r]);
+        auto standardized = [&](size_t j) SIMD_LAMBDA_INLINE { return simd::mulAdd(values[r][j] - high, scale, low); };
+        if constexpr (kXhat) block.storeRow(xhat, xhat_stride, r, standardized);
+        block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
+            return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
+        });
+    }
+}
+
+template <typename T, typename W>
+void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b, T *y,
+               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments) {
+    simd::withRowBlockSize(n, [&](auto vectors) {
+        auto run = [&](auto bias, auto with_xhat) {
+            blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, decltype(vectors)::value>(
+                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments);
+        };
+        if (b != nullptr) {
+            return xhat != nullptr ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
+        }
+        return xhat != nullptr ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
+    });
+}
+
 template <typename T, typename W>
 const Kernels<T, W> &table() {
-    static const Kernels<T, W> table{sums<T>, apply<T, W>, blockSums<T>, blockApply<T, W>};
+    static const Kernels<T, W> table{sums<T>, apply<T, W>, blockSums<T>, blockApply<T, W>, blockRows<T, W>};
     return table;
 }
 

@@ -20,6 +20,12 @@ struct RowStatistics {
     C mean_high, mean_low, rstd;
 };
 
+// What block_rows gives the caller per row, for the statistics outputs: mean, var + eps and 1/sqrt(var + eps), in F64
+// as the caller computes them for longer rows (the same steps).
+struct BlockMoments {
+    double mean[cpu::kBlockRows], variance_eps[cpu::kBlockRows], rstd[cpu::kBlockRows];
+};
+
 // T: the data type; W: the parameters as the kernels read them (T's compute type C, or T itself).
 template <typename T, typename W>
 struct Kernels {
@@ -39,6 +45,11 @@ struct Kernels {
     void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const RowStatistics<C> *statistics, const T *x, ptrdiff_t x_stride,
                         const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride);
+    // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
+    // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
+    // the types have none (F64): block_sums and block_apply then.
+    void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b,
+                       T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments);
 };
 
 } // namespace op::layer_norm

@@ -3,6 +3,8 @@
 
 #include "devices/cpu/simd.h"
 
+#include <cstring>
+
 namespace op::rms_norm {
 namespace {
 
@@ -58,9 +60,47 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, 
     }
 }
 
+// Short rows whole (Kernels::block_rows), as LayerNorm's: each row loaded once (simd::RowBlock), the rows' sums of
+// squares side by side in F32 (simd::laneSums), their rstd in F64 8 rows at a time, y from the registers. Row by
+// row, the block kernels loaded each row twice and finished each row's sum and square root alone.
+template <typename T, typename W, size_t kVectors>
+__attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
+                                            const W *w, T *y, ptrdiff_t y_stride, double *rstd) {
+    const simd::RowBlock<kVectors> block(rows, n, x, x_stride);
+    const auto &values = block.values; // zero past each row's end, so they add nothing to its sum
+    const f32v square_lanes = simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE {
+        f32v sum = values[r][0] * values[r][0];
+        for (size_t j = 1; j < block.vectors; ++j) sum = simd::mulAdd(values[r][j], values[r][j], sum);
+        return sum;
+    });
+    float scales[simd::kWidth];
+    for (size_t half = 0; half < simd::kWidth; half += 8) {
+        const simd::f32x8 half_lanes = half == 0 ? simd::lowHalf(square_lanes) : simd::highHalf(square_lanes);
+        const simd::f64x8 squares = __builtin_convertvector(half_lanes, simd::f64x8);
+        const simd::f64x8 r = 1.0 / simd::sqrtLanes(squares / static_cast<double>(n) + epsilon);
+        const simd::f32x8 scale = __builtin_convertvector(r, simd::f32x8);
+        std::memcpy(rstd + half, &r, sizeof r);
+        std::memcpy(scales + half, &scale, sizeof scale);
+    }
+    f32v w_lanes[kVectors];
+    block.loadVector(w, w_lanes);
+    for (size_t r = 0; r < rows; ++r) {
+        const f32v scale = simd::splat(scales[r]);
+        block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE { return values[r][j] * scale * w_lanes[j]; });
+    }
+}
+
+template <typename T, typename W>
+void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, T *y,
+               ptrdiff_t y_stride, double *rstd) {
+    simd::withRowBlockSize(n, [&](auto vectors) {
+        blockRowsWith<T, W, decltype(vectors)::value>(rows, n, epsilon, x, x_stride, w, y, y_stride, rstd);
+    });
+}
+
 template <typename T, typename W>
 const Kernels<T, W> &table() {
-    static const Kernels<T, W> table{sums<T>, apply<T, W>, blockSums<T>, blockApply<T, W>};
+    static const Kernels<T, W> table{sums<T>, apply<T, W>, blockSums<T>, blockApply<T, W>, blockRows<T, W>};
     return table;
 }
 

@@ -27,6 +27,11 @@ struct Kernels {
     void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const C *r, const T *x, ptrdiff_t x_stride, const W *w, T *y,
                         ptrdiff_t y_stride);
+    // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded once
+    // into registers, the group's sums side by side, rstd[r] (1/sqrt(mean(x^2) + eps) in F64, as the caller computes
+    // it for longer rows) and y. NULL where the types have none (F64): block_sums and block_apply then.
+    void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, T *y,
+                       ptrdiff_t y_stride, double *rstd);
 };
 
 } // namespace op::rms_norm
