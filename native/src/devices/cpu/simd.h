@@ -602,7 +602,7 @@ inline void sums(const f32v *v, size_t count, double *out) {
 
 // The lane sums of `count` (at most kWidth) vectors in F32, side by side: lane r of the result is the sum of
 // vector_at(r)'s lanes (0 past count). Halving trees, each level adding two rows' halves in one instruction: for
-// rows of one vector, where these sums are most of the work and each lane holds a single element, so that F32
+// short rows (RowBlock), where these sums are most of the work and each lane holds at most 8 elements, so that F32
 // across the lanes is what a longer row's F32 lanes do within a chunk.
 template <typename VectorAt>
 SIMD_INLINE f32v laneSums(size_t count, VectorAt vector_at) {

@@ -102,15 +102,6 @@ SIMD_INLINE bool dotSums(size_t, const T *, double *, double *) {
     return false;
 }
 
-// Whether dotSums may take T's chunks.
-#if defined(__AVX512BF16__)
-template <typename T>
-constexpr bool kDotSums = std::is_same_v<T, cpu::bf16_t>;
-#else
-template <typename T>
-constexpr bool kDotSums = false;
-#endif
-
 // Where the sums about `shift` show it more than one spread from the chunk's mean (rarely: for normal data the first
 // 16 elements' mean does with probability 6e-5), a second pass from L1 sums about the mean the first gave, so the
 // cancellation stays within twice the centred sum's rounding.
