@@ -56,6 +56,18 @@ struct RowLayout {
     bool uniform() const { return depth <= 1; }
     ptrdiff_t stride() const { return depth == 0 ? 0 : strides[0]; }
 
+    // f(i, offset(row + i)) for i in [0, count): one stride apart where uniform, with no division per row (a row
+    // block's statistics: dividing each row's index took a tenth of LayerNorm's time on CPU rows of 16).
+    template <typename F>
+    void forRows(size_t row, size_t count, F &&f) const {
+        if (!uniform()) {
+            for (size_t i = 0; i < count; ++i) f(i, offset(row + i));
+            return;
+        }
+        const ptrdiff_t first = offset(row), step = stride();
+        for (size_t i = 0; i < count; ++i) f(i, first + static_cast<ptrdiff_t>(i) * step);
+    }
+
     // As (outer, inner) dims: row -> (row / inner) * outer_stride + (row % inner) * inner_stride.
     // Only for depth <= 2 (what the Ascend backend takes).
     struct TwoLevel {

@@ -155,20 +155,12 @@ class CpuDescriptor final : public Descriptor {
             if (info.has_first_statistic) static_cast<C *>(first_statistic)[info.first_statistic.offset(row)] = static_cast<C>(r.mean);
             if (info.has_rstd) static_cast<C *>(rstd)[info.rstd.offset(row)] = static_cast<C>(r.rstd);
         };
-        // Rows row .. row + count - 1 of block_rows, the same values as writeStatistics: one output at a time, one
-        // stride apart where the layouts allow (row by row, dividing each row's index and rereading the descriptor's
-        // flags took a tenth of the time on rows of 16).
+        // Rows row .. row + count - 1 of block_rows, the same values as writeStatistics, one output at a time (row
+        // by row, rereading the descriptor's flags and dividing each row's index took a tenth of the time on rows of
+        // 16).
         auto writeGroupStatistics = [&](size_t row, size_t count, const BlockMoments &moments) {
-            if (!info.first_statistic.uniform() || !info.rstd.uniform()) {
-                for (size_t i = 0; i < count; ++i) {
-                    writeStatistics(row + i, Row{moments.mean[i], moments.variance_eps[i], moments.rstd[i]});
-                }
-                return;
-            }
             auto write = [&](bool present, const RowLayout &layout, auto *out, auto value_of) {
-                if (!present) return;
-                const ptrdiff_t first_at = layout.offset(row), stride = layout.stride();
-                for (size_t i = 0; i < count; ++i) out[first_at + static_cast<ptrdiff_t>(i) * stride] = value_of(i);
+                if (present) layout.forRows(row, count, [&](size_t i, ptrdiff_t at) { out[at] = value_of(i); });
             };
             if (xhat_form) {
                 write(info.has_first_statistic, info.first_statistic, static_cast<W *>(first_statistic),

@@ -87,16 +87,6 @@ class CpuDescriptor final : public Descriptor {
             }
             return;
         }
-        // Rows row .. row + count - 1 of block_rows: one stride apart where the layout allows (dividing a row index
-        // per row took a tenth of the time on LayerNorm's rows of 16).
-        auto writeRstds = [&](size_t row, size_t count, const double *rstds) {
-            C *out = static_cast<C *>(rstd);
-            const ptrdiff_t first_at = info.rstd.offset(row), stride = info.rstd.stride();
-            for (size_t i = 0; i < count; ++i) {
-                out[info.rstd.uniform() ? first_at + static_cast<ptrdiff_t>(i) * stride : info.rstd.offset(row + i)] =
-                    static_cast<C>(rstds[i]);
-            }
-        };
         auto *chunk_sums = static_cast<cpu::PairSums *>(workspace);
         C *w_copy = reinterpret_cast<C *>(static_cast<char *>(workspace) + plan_.scratchBytes());
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
@@ -128,7 +118,11 @@ class CpuDescriptor final : public Descriptor {
                             double rstds[cpu::kBlockRows];
                             kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k,
                                                y + info.y.offset(row), info.y.stride(), rstds);
-                            if (info.has_rstd) writeRstds(row, count, rstds);
+                            if (info.has_rstd) {
+                                info.rstd.forRows(row, count, [&](size_t i, ptrdiff_t at) {
+                                    static_cast<C *>(rstd)[at] = static_cast<C>(rstds[i]);
+                                });
+                            }
                             continue;
                         }
                         kernels.block_sums(count, dim, x_rows, info.x.stride(), totals);
