@@ -356,7 +356,21 @@ def _layer_norm_forward(input, normalized_shape, weight, bias, eps):
     checks.layer_norm(input, normalized_shape, weight, bias, eps)
     if _library_layer_norm_serves(input, normalized_shape, weight, bias):
         return _library_layer_norm(input, normalized_shape, weight, bias, eps)
+    if _cuda_mixed_layer_norm(input, weight, bias):  # PyTorch's CUDA kernel would refuse it: ours, packed
+        weight, bias = (None if p is None else p.float().contiguous() for p in (weight, bias))
+        input = input.contiguous()
+        if _library_layer_norm_serves(input, normalized_shape, weight, bias):
+            return _library_layer_norm(input, normalized_shape, weight, bias, eps)
     return _torch_layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def _cuda_mixed_layer_norm(input, weight, bias):
+    """Whether these are CUDA F16/BF16 data with F32 parameters (the other one F32 or of the data's dtype), which
+    torch 2.11's CUDA LayerNorm refuses: ours runs them, from a packed copy of strided data and with both parameters
+    widened to F32 (exact). Parameters of other dtypes go to PyTorch, which runs or refuses them."""
+    dtypes = {p.dtype for p in (weight, bias) if p is not None}
+    return (input.device.type == "cuda" and input.dtype in _HALF_DTYPES and torch.float32 in dtypes
+            and dtypes <= {torch.float32, input.dtype})
 
 
 def _torch_layer_norm(input, normalized_shape, weight, bias, eps):

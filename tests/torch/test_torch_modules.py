@@ -364,13 +364,16 @@ def test_replace_norms_keeps_what_it_cannot_serve_with_one_warning():
                                                     (torch.bfloat16, torch.float32)])
 def test_modules_on_each_device(device, dtype, parameter_dtype):
     """Each module on the device's tensors (CUDA: the CUDA backend on torch's current stream) against torch's, with
-    parameters in the data's dtype (pure BF16 training) or in F32."""
+    parameters in the data's dtype (pure BF16 training) or in F32; LayerNorm on strided rows too (on CUDA with F32
+    parameters, which torch refuses, ours runs a packed copy)."""
     torch_device = {"cpu": "cpu", "nvidia": "cuda"}[device]
     generator = _seeded(11)
     x_rows = _randn((6, 40, 96), dtype, generator, 2.0, 0.5).to(torch_device)
     x_images = _randn((4, 8, 9, 9), dtype, generator, 2.0, 0.5).to(torch_device)
+    x_strided = _randn((40, 6, 96), dtype, generator, 2.0, 0.5).to(torch_device).transpose(0, 1)
     for make_theirs, make_ours, x in ((lambda: torch.nn.RMSNorm(96), lambda: ipt.RMSNorm(96), x_rows),
                                       (lambda: torch.nn.LayerNorm(96), lambda: ipt.LayerNorm(96), x_rows),
+                                      (lambda: torch.nn.LayerNorm(96), lambda: ipt.LayerNorm(96), x_strided),
                                       (lambda: torch.nn.BatchNorm2d(8), lambda: ipt.BatchNorm2d(8), x_images)):
         theirs = _with_parameters(make_theirs(), dtype, parameter_dtype, generator).to(torch_device)
         ours = make_ours().to(torch_device, next(theirs.parameters()).dtype)
