@@ -15,8 +15,8 @@ from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_n
 
 # (leading dims, D): D from the plan's least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
 # the packed plan needs for rows over 4096 (fewer take the split plan).
-# Past 8192 (a row end inside a vector, and 16384) the split plan today; the packed plan's two-vector form of
-# scripts/gpu_ab/packed_two_vectors.patch, when it is measured and lands.
+# Past 8192 (a row end inside a vector, and 16384): RMSNorm's two vectors a thread (packedTwoVectorRowsKernel),
+# LayerNorm's split plan.
 SHAPES = [((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192), ((140,), 12004),
           ((140,), 16384)]
 DTYPES = (F16, BF16)

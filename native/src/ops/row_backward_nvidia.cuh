@@ -7,7 +7,8 @@
 //  - split (long rows, or too few rows to fill the GPU): rows are cut in chunks of kChunk columns; pass 1
 //    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits);
 //  - packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim, in 16-byte vectors): one pass, a CTA a row, each
-//    thread one vector of the row kept as raw 16-bit values, the next row's already loading (packedRowsKernel).
+//    thread one vector of the row kept as raw 16-bit values, the next row's already loading (packedRowsKernel);
+//    RMSNorm rows past 8192 elements two vectors a thread (packedTwoVectorRowsKernel).
 // Partials are in the compute type (F32, F64 for F64 data), one row of length D per CTA (or row block) for each
 // per-column output that is wanted, summed in fixed order by sumPartials: no atomics. Types: T the data, W the
 // parameters (w and the per-column outputs), C = ComputeOf<T>.
@@ -295,8 +296,12 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 // the one-pass plan (a row per CTA, summed in fixed order). `vectors`: the base pointers are 16-byte aligned too;
 // else the same elements load one by one. On an H200 (scripts/gpu_variants, `cta8p`, docs/performance.md): 2-3.4x
 // the one-pass kernel at D 1024-8192, 0.81-0.86 of copy bandwidth.
-constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
-constexpr int kPackedItems = 8; // elements a thread: one 16-byte vector of 16-bit values
+// RMSNorm rows of 8192 < D <= 16384 take packedTwoVectorRowsKernel: on an H200 0.54 of the split plan's time at
+// 2048x16384 BF16 and F16 (scripts/gpu_ab.sh, 2026-11-30).
+constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
+constexpr int kPackedItems = 8;               // elements of one vector: 16 bytes of 16-bit values
+constexpr int kMaxPackedThreads = 1024;
+constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * kPackedItems; // 8192: one vector a thread up to here
 
 // A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
 // 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
@@ -432,6 +437,78 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     }
 }
 
+// Rows of kMaxOneVectorDim < D <= kMaxPackedDim (RMSNorm alone): the packed form with two vectors a thread, vector
+// v of thread t at columns 8 (v * 1024 + t) .. so that each warp's loads stay contiguous; always 1024 threads, and
+// no prefetch (two vectors and the next row's two would pass the 64 registers each of 1024 threads may hold). The
+// thread's columns of w are dynamic shared memory (64 KiB in F32). A kernel of its own: sharing the one-vector
+// kernel's template moved that kernel's registers (LayerNorm from the input, BF16: 0 to 32 bytes of spills, 1.05x
+// the time on an H200).
+template <typename T>
+constexpr size_t packedTwoVectorSharedBytes() {
+    return static_cast<size_t>(kMaxPackedThreads) * 2 * kPackedItems * sizeof(ComputeOf<T>);
+}
+
+template <typename Terms, typename T, typename W, typename S>
+__global__ void __launch_bounds__(kMaxPackedThreads, 1)
+    packedTwoVectorRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
+    using C = ComputeOf<T>;
+    constexpr int kVecs = 2;
+    __shared__ float2 slots[2][32];
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+    auto colOf = [&](int v) { return static_cast<size_t>(v * kMaxPackedThreads + t) * kPackedItems; };
+    const size_t first = blockIdx.x * rows_per_cta;
+    const size_t last = min(first + rows_per_cta, args.rows);
+    C *w = nvidia::dynamicShared<C>() + t * kVecs * kPackedItems;
+    loadWeights<kMaxPackedThreads, kPackedItems, kVecs * kPackedItems>(args, 0, t, w); // w[8v + e]: colOf(v) + e
+    C acc[kVecs][Terms::kPartials][kPackedItems] = {};
+    for (size_t row = first; row < last; ++row) {
+        const int parity = static_cast<int>((row - first) & 1);
+        uint4 a_raw[kVecs], b_raw[kVecs];
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+            a_raw[v] = loadPacked(args.a + flatOffset(args.a_rows, row), colOf(v), args.dim, vectors);
+            b_raw[v] = loadPacked(args.b + flatOffset(args.b_rows, row), colOf(v), args.dim, vectors);
+        }
+        // Each vector is widened where it is used, and again after the barrier rather than kept live across it.
+        const Pair<C> centering = centeringOf<Terms>(args, row);
+        Pair<C> thread_sums{0, 0};
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+            C a[kPackedItems], b[kPackedItems];
+            unpack<T>(a_raw[v], a);
+            unpackB<Terms, T>(b_raw[v], centering, b);
+            const Pair<C> sums = elementSums<Terms, kPackedItems>(a, b, w + v * kPackedItems);
+            thread_sums.first += sums.first;
+            thread_sums.second += sums.second;
+        }
+        const float2 part = warpAllSum(make_float2(thread_sums.first, thread_sums.second));
+        if (lane == 0) slots[parity][warp] = part;
+        __syncthreads();
+        const float2 sums = warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
+        const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+            C a[kPackedItems], b[kPackedItems], result[kPackedItems];
+            unpack<T>(a_raw[v], a);
+            unpackB<Terms, T>(b_raw[v], centering, b);
+            elementOutputs<Terms>(a, b, w + v * kPackedItems, k, result, acc[v]);
+            storePacked(args.out + flatOffset(args.out_rows, row), colOf(v), args.dim, vectors, result);
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < Terms::kPartials; ++p) {
+        C *partial = args.partials[p];
+#pragma unroll
+        for (int v = 0; v < kVecs; ++v) {
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) {
+                const size_t col = colOf(v) + e;
+                if (partial != nullptr && col < args.dim) partial[blockIdx.x * args.dim + col] = acc[v][p][e];
+            }
+        }
+    }
+}
+
 // Split pass 1: the two sums of each (row, chunk), in row-major order.
 template <typename Terms, typename T, typename W, typename S, int V>
 __global__ void __launch_bounds__(kSplitThreads) chunkSumsKernel(Args<T, W, S> args, size_t chunks,
@@ -563,14 +640,26 @@ infiniStatus_t occupancyOf(int group, int *ctas_per_sm) {
     }
 }
 
-// The packed kernel's CTA size class for `threads` threads a row (its shared w is sized by the class).
+// The packed kernel's form for rows of `dim`: its CTA size class for `threads` threads a row (its static shared w
+// is sized by the class), or two vectors a thread past kMaxOneVectorDim; body(kernel, dynamic shared bytes).
 template <typename Terms, typename T, typename W, typename Body>
-infiniStatus_t withPackedKernel(int threads, Body &&body) {
+infiniStatus_t withPackedKernel(size_t dim, int threads, Body &&body) {
     using S = ScalarOf<Terms, T, W>;
-    if (threads <= 128) return body(packedRowsKernel<Terms, T, W, S, 128>);
-    if (threads <= 256) return body(packedRowsKernel<Terms, T, W, S, 256>);
-    if (threads <= 512) return body(packedRowsKernel<Terms, T, W, S, 512>);
-    return body(packedRowsKernel<Terms, T, W, S, 1024>);
+    if constexpr (Terms::kPartials == 1) {
+        if (dim > kMaxOneVectorDim) {
+            return body(packedTwoVectorRowsKernel<Terms, T, W, S>, packedTwoVectorSharedBytes<T>());
+        }
+    }
+    if (threads <= 128) return body(packedRowsKernel<Terms, T, W, S, 128>, size_t(0));
+    if (threads <= 256) return body(packedRowsKernel<Terms, T, W, S, 256>, size_t(0));
+    if (threads <= 512) return body(packedRowsKernel<Terms, T, W, S, 512>, size_t(0));
+    return body(packedRowsKernel<Terms, T, W, S, 1024>, size_t(0));
+}
+
+// Threads a row of the packed plan: one per vector, in whole warps; kMaxPackedThreads past kMaxOneVectorDim.
+inline int packedThreadsOf(size_t dim) {
+    if (dim > kMaxOneVectorDim) return kMaxPackedThreads;
+    return static_cast<int>((dim + 32 * kPackedItems - 1) / (32 * kPackedItems) * 32);
 }
 
 // packable_rows: the rows of out, a and b are one stride apart, a multiple of 16 bytes (the packed plan's rows).
@@ -595,18 +684,26 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     while (static_cast<size_t>(p.group) * kItems < dim && p.group < kMaxGroup) p.group = p.group == 32 ? 128 : p.group * 2;
     const size_t groups_per_cta = ctaThreads(p.group) / p.group;
     const size_t chunks = ceilDiv(dim, kChunk);
-    // Long rows do not fit in registers; rows too few to give each SM a CTA are better cut in chunks.
-    p.split = dim > kMaxRegisterDim || (chunks >= 2 && ceilDiv(rows, groups_per_cta) < static_cast<size_t>(sms));
+    // The packed kernel exists for 16-bit data alone.
+    // Two vectors a thread (past kMaxOneVectorDim) for one partial alone: LayerNorm's two spilled 100-250 bytes.
+    const size_t max_packed = Terms::kPartials == 1 ? kMaxPackedDim : kMaxOneVectorDim;
+    const bool packs = sizeof(T) == 2 && packable_rows && dim >= kMinPackedDim && dim <= max_packed;
+    // Long rows do not fit in registers (but packed); rows too few to give each SM a CTA are better cut in chunks.
+    p.split = (dim > kMaxRegisterDim && !packs) ||
+              (chunks >= 2 && ceilDiv(rows, groups_per_cta) < static_cast<size_t>(sms));
 
     if (!p.split) {
         int per_sm = 1;
         size_t rows_at_once = groups_per_cta; // rows a CTA holds at a time
-        if constexpr (sizeof(T) == 2) {       // the packed kernel exists for 16-bit data alone
-            if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim) {
-                p.packed_threads = static_cast<int>(ceilDiv(ceilDiv(dim, kPackedItems), 32) * 32);
+        if constexpr (sizeof(T) == 2) {
+            if (packs) {
+                p.packed_threads = packedThreadsOf(dim);
                 rows_at_once = 1;
-                INFINI_CHECK((withPackedKernel<Terms, T, W>(p.packed_threads, [&](auto kernel) {
-                    return nvidia::residentCtas(kernel, p.packed_threads, &per_sm);
+                INFINI_CHECK((withPackedKernel<Terms, T, W>(dim, p.packed_threads, [&](auto kernel, size_t shared) {
+                    // Over 48 KiB of dynamic shared memory a kernel must be allowed it (once; here, at planning).
+                    if (shared > 0) CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                    static_cast<int>(shared)));
+                    return nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared);
                 })));
             }
         }
@@ -653,8 +750,8 @@ infiniStatus_t launchPacked(const Plan &plan, const Args<T, W, S> &args, bool ve
     const dim3 grid(static_cast<unsigned>(plan.ctas));
     const int threads = plan.packed_threads;
     const size_t rows_per_cta = plan.rows_per_cta;
-    return withPackedKernel<Terms, T, W>(threads, [&](auto kernel) {
-        kernel<<<grid, threads, 0, stream>>>(args, rows_per_cta, vectors);
+    return withPackedKernel<Terms, T, W>(plan.dim, threads, [&](auto kernel, size_t shared) {
+        kernel<<<grid, threads, shared, stream>>>(args, rows_per_cta, vectors);
         return nvidia::launchStatus();
     });
 }

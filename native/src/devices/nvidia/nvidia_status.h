@@ -63,10 +63,12 @@ inline infiniStatus_t multiprocessorCount(int device_id, int *count) {
     return toStatus(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device_id));
 }
 
-// How many CTAs of `kernel` (with `threads` threads) one SM holds at once; at least 1.
+// How many CTAs of `kernel` (with `threads` threads and `shared_bytes` of dynamic shared memory) one SM holds at
+// once; at least 1.
 template <typename Kernel>
-infiniStatus_t residentCtas(Kernel kernel, int threads, int *count) {
-    infiniStatus_t status = toStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, kernel, threads, 0));
+infiniStatus_t residentCtas(Kernel kernel, int threads, int *count, size_t shared_bytes = 0) {
+    infiniStatus_t status =
+        toStatus(cudaOccupancyMaxActiveBlocksPerMultiprocessor(count, kernel, threads, shared_bytes));
     if (status == INFINI_STATUS_SUCCESS && *count < 1) *count = 1;
     return status;
 }

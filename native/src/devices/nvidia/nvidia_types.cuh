@@ -24,6 +24,17 @@ struct bf16_t {
 template <typename T>
 using ComputeOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// A kernel's dynamic shared memory (the launch's third argument) as T[]; the CPU emulation keeps it per CTA.
+template <typename T>
+__device__ __forceinline__ T *dynamicShared() {
+#if defined(__CUDACC__)
+    extern __shared__ __align__(16) unsigned char dynamic_shared_bytes[];
+    return reinterpret_cast<T *>(dynamic_shared_bytes);
+#else
+    return emu::dynamicShared<T>();
+#endif
+}
+
 // A stored value in its compute type (exact).
 __device__ __forceinline__ float widen(float value) { return value; }
 __device__ __forceinline__ double widen(double value) { return value; }
