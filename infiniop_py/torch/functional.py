@@ -67,11 +67,10 @@ _MOST_THREADS_SCALED = 4
 def _torch_end_to_end(op, input):
     """Whether torch's own ``op`` (forward and backward) is the faster for this input (_TORCH_BELOW). Eager only:
     torch.compile traces our custom ops whatever the size."""
-    if torch.compiler.is_compiling():  # first: dynamo cannot trace get_num_threads (it returns no tensor)
+    if not input.is_cpu or torch.compiler.is_compiling():  # before get_num_threads, which dynamo cannot trace
         return False
     minimum = _TORCH_BELOW.get((op, input.dtype))
-    return (minimum is not None and input.device.type == "cpu"
-            and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED))
+    return minimum is not None and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED)
 
 
 def _in_torch_func():
@@ -102,7 +101,8 @@ read_autocast_policies()
 def _f32_under_autocast(op, input):
     """Whether torch.nn.functional's ``op`` would run in F32 here: autocast on for input's device, with an F32
     policy for the op there."""
-    device_type = input.device.type
+    # input.device.type costs 0.4 us a call, ten times is_cuda's
+    device_type = "cuda" if input.is_cuda else "cpu" if input.is_cpu else input.device.type
     return (op, device_type) in _F32_UNDER_AUTOCAST and torch.is_autocast_enabled(device_type)
 
 
@@ -112,6 +112,8 @@ def _widened(*tensors):
 
 
 def _shape_list(normalized_shape):
+    if isinstance(normalized_shape, (tuple, list)):  # the modules' tuple first: a concrete check is the cheaper
+        return [int(size) for size in normalized_shape]
     if isinstance(normalized_shape, numbers.Integral):
         return [int(normalized_shape)]
     return [int(size) for size in normalized_shape]

@@ -282,7 +282,7 @@ def _rms_norm_forward(input, normalized_shape, weight, eps):
 def _library_rms_norm_serves(input, weight):
     """Whether this library's CPU forward takes these operands as they are: packed, not empty, a weight of the
     data's dtype (or F32 with 16-bit data). Anything else (no weight, other devices) runs PyTorch's."""
-    return (input.device.type == "cpu" and weight is not None and input.dtype in _KERNEL_DTYPES
+    return (input.is_cpu and weight is not None and input.dtype in _KERNEL_DTYPES
             and (weight.dtype is input.dtype or (weight.dtype is torch.float32 and input.dtype in _HALF_DTYPES))
             and input.numel() > 0 and input.is_contiguous() and weight.is_contiguous())
 
@@ -303,7 +303,7 @@ def _library_rms_norm(input, normalized_shape, weight, eps):
 
 
 def _torch_rms_norm(input, normalized_shape, weight, eps):
-    if weight is not None and weight.dtype != input.dtype and input.device.type != "cpu":
+    if weight is not None and weight.dtype != input.dtype and not input.is_cpu:
         return _rms_norm_composite(input, normalized_shape, weight, eps)
     # On the CPU the fused kernel takes mixed dtypes, with the composite's bits (tested) at its speed.
     return torch.ops.aten._fused_rms_norm(input, normalized_shape, weight, eps)
@@ -368,16 +368,17 @@ def _cuda_mixed_layer_norm(input, weight, bias):
     """Whether these are CUDA F16/BF16 data with F32 parameters (the other one F32 or of the data's dtype), which
     torch 2.11's CUDA LayerNorm refuses: ours runs them, from a packed copy of strided data and with both parameters
     widened to F32 (exact). Parameters of other dtypes go to PyTorch, which runs or refuses them."""
+    if not input.is_cuda or input.dtype not in _HALF_DTYPES:
+        return False
     dtypes = {p.dtype for p in (weight, bias) if p is not None}
-    return (input.device.type == "cuda" and input.dtype in _HALF_DTYPES and torch.float32 in dtypes
-            and dtypes <= {torch.float32, input.dtype})
+    return torch.float32 in dtypes and dtypes <= {torch.float32, input.dtype}
 
 
 def _torch_layer_norm(input, normalized_shape, weight, bias, eps):
     """PyTorch's forward, its statistics F32 (F64 for F64 data) as this library's forward saves them: the CPU kernel
     saves 16-bit ones unless a parameter is F32, so 16-bit parameters are widened first (exact), and without any the
     statistics are converted."""
-    if input.device.type == "cpu":  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
+    if input.is_cpu:  # CUDA's kernel saves F32 statistics either way, and torch 2.11's refuses
         weight, bias = _f32_parameters(input, weight, bias)  # parameters of another dtype than the data's
     output, mean, rstd = torch.native_layer_norm(input, normalized_shape, weight, bias, eps)
     statistics_dtype = _statistics_dtype(input.dtype)
@@ -394,13 +395,13 @@ def _library_layer_norm_serves(input, normalized_shape, weight, bias):
     CUDA only for 16-bit data with F32 parameters, which torch 2.11's CUDA kernel refuses (PyTorch's forward is the
     faster there otherwise: docs/performance.md, the forwards on an H200). Anything else goes to PyTorch's kernel,
     which runs it or raises its own error."""
-    if input.device.type == "cuda":
+    if input.is_cuda:
         if input.dtype not in _HALF_DTYPES or not any(p is not None and p.dtype is torch.float32
                                                       for p in (weight, bias)):
             return False
     else:
         minimum = _LIBRARY_LAYER_NORM_MIN_ELEMENTS.get(input.dtype)
-        if input.device.type != "cpu" or minimum is None or input.numel() < minimum:
+        if not input.is_cpu or minimum is None or input.numel() < minimum:
             return False
     if input.numel() == 0 or not input.is_contiguous():
         return False
@@ -516,7 +517,7 @@ def _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
     channels-last packed, whose parameters and running statistics (those given, one-dimensional) share the input's
     dtype, or F32 with 16-bit data; not F16 / BF16 data without F32 parameters (PyTorch then saves 16-bit
     statistics). Anything else (other devices) runs PyTorch's."""
-    if (input.numel() < _LIBRARY_BATCH_NORM_MIN_ELEMENTS or input.device.type != "cpu"
+    if (input.numel() < _LIBRARY_BATCH_NORM_MIN_ELEMENTS or not input.is_cpu
             or input.dtype not in _KERNEL_DTYPES or not 2 <= input.dim() <= 5):
         return False
     if (running_mean is None) != (running_var is None):
