@@ -27,11 +27,15 @@ def _refuse(function, arguments, problem):
 
 
 def _device_problem(input, tensors):
-    """What is wrong with the first of ``tensors`` ((name, tensor or None) pairs) not on input's device, or None."""
-    device = input.device
+    """What is wrong with the first of ``tensors`` ((name, tensor or None) pairs) not on input's device, or None.
+    Where input is on the CPU or CUDA this asks is_cpu / is_cuda and the CUDA index first: reading .device builds an
+    object, and comparing two costs about 0.17 us a tensor, on every forward."""
+    cpu, cuda, index = input.is_cpu, input.is_cuda, input.get_device()
     for name, tensor in tensors:
-        if tensor is not None and tensor.device != device:
-            return f"{name} is on {tensor.device}, but input is on {device}"
+        if tensor is None or (cpu and tensor.is_cpu) or (cuda and tensor.is_cuda and tensor.get_device() == index):
+            continue
+        if tensor.device != input.device:
+            return f"{name} is on {tensor.device}, but input is on {input.device}"
     return None
 
 
