@@ -3,30 +3,40 @@
 // on autograd's device thread (33-87 us to start on an H200, 47-102 inside, where torch's whole backward takes
 // 100-150); a C++ node's does not.
 //
-// The forward stays in Python (ops.FORWARDS: its checks and its choice of kernel are made there once); then
-// torch.ops.infiniop_nodes.<op>(output, statistics..., input, parameters..., options) makes `output` the node's
-// output: it is marked dirty (written by the node), so autograd gives it this node as grad_fn in place, not a view
-// of it (a view could not be modified in place afterwards: `relu_` after a norm). The node saves what the
-// backward needs and, in the backward, allocates the gradients and runs the kernel through the C API from a
-// descriptor cached per layout. Built on first use against the installed torch (autograd_nodes.py).
+// For ordinary operands the whole forward runs here (the <op>_forward functions, at the end: one call from Python,
+// through pybind11 where Python's headers were found, else through torch.ops): the kernel ops.py would choose,
+// then, where autograd records, a Node of its own (RMSNormBackward, ...) as the output's grad_fn. Otherwise the
+// forward runs in Python (ops.FORWARDS: its checks, torch's errors, the rarer kernels); then
+// torch.ops.infiniop_nodes.<op>(output, statistics..., input, parameters..., options) makes `output` the output of
+// a torch::autograd::Function (RMSNormNode, ...): it is marked dirty (written by the node), so autograd gives it
+// this node as grad_fn in place, not a view of it (a view could not be modified in place afterwards: `relu_` after
+// a norm). Either node saves what the backward needs and, in the backward, allocates the gradients and runs the
+// kernel through the C API from a descriptor cached per layout (rmsNormGradients, ...). Built on first use against
+// the installed torch (autograd_nodes.py).
 #include <ATen/ATen.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include "infiniop.h"
 #include "infinirt.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -180,6 +190,13 @@ Tensor workspaceFor(const Kernel &kernel, const Tensor &like) {
 
 void *data(const Tensor &tensor) { return tensor.defined() ? tensor.data_ptr() : nullptr; }
 
+// A double's bits, for cache keys that must tell every value apart.
+int64_t bitsOf(double value) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof value);
+    return bits;
+}
+
 // Backwards run since the library was loaded, per op (RMSNorm, LayerNorm, BatchNorm): what a caller sees of which
 // path its backwards took (torch.ops.infiniop_nodes.backward_calls()).
 std::atomic<int64_t> backward_calls[3];
@@ -221,6 +238,35 @@ variable_list onceDifferentiable(const variable_list &incoming, variable_list gr
 
 // ------------------------------------------------------------------------------------------------------ RMSNorm
 
+// RMSNorm's (grad_input, grad_weight), each where wanted (else undefined), from the forward's input, weight (of the
+// data's dtype or F32 with 16-bit data) and rstd (input.shape[:-normalized_dims], ones after them or not).
+variable_list rmsNormGradients(const Tensor &grad_output, const Tensor &saved_input, const Tensor &weight,
+                               const Tensor &saved_rstd, bool want_input, bool want_weight) {
+    const Tensor input = saved_input.contiguous();
+    const auto leading = input.sizes().slice(0, input.dim() - weight.dim());
+    const Tensor rstd = statistics(saved_rstd, input).reshape(leading);
+    const Tensor grad = grad_output.contiguous();
+    Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
+    Tensor grad_weight = gradientLike(weight, want_weight);
+    Key key{0};
+    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad, &input, &weight, &rstd}) addLayout(key, *tensor);
+    const auto kernel = kernelFor(key, [&] {
+        TensorDescriptor gx(grad_input), gw(grad_weight), gy(grad), x(input), w(weight), r(rstd);
+        infiniopRMSNormBackwardDescriptor_t descriptor = nullptr;
+        check(infiniopCreateRMSNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gy, x, w, r,
+                                                         0.0),
+              "infiniopCreateRMSNormBackwardDescriptorEx");
+        return owned(descriptor, infiniopDestroyRMSNormBackwardDescriptor, infiniopGetRMSNormBackwardWorkspaceSize);
+    });
+    Tensor workspace = workspaceFor(*kernel, input);
+    check(infiniopRMSNormBackwardEx(kernel->as<infiniopRMSNormBackwardDescriptor_t>(), data(workspace),
+                                    kernel->workspace_size, data(grad_input), data(grad_weight), grad.data_ptr(),
+                                    input.data_ptr(), weight.data_ptr(), rstd.data_ptr(), streamOf(input)),
+          "infiniopRMSNormBackwardEx");
+    ++backward_calls[0];
+    return {want_input ? grad_input : Tensor(), grad_weight};
+}
+
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
     // (output, rstd, input, weight): output and rstd from the forward; weight of the data's dtype or F32 (16-bit
     // data), as the kernel takes it. rstd: input.shape[:-normalized_dims] + (1,) * normalized_dims, or that
@@ -233,34 +279,11 @@ struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        const Tensor &grad_output = grads[0];
-        if (!grad_output.defined()) return {Tensor(), Tensor(), Tensor(), Tensor()};
+        if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor(), Tensor()};
         const variable_list saved = ctx->get_saved_variables();
-        const Tensor input = saved[0].contiguous(), &weight = saved[1];
-        const auto leading = input.sizes().slice(0, input.dim() - weight.dim());
-        const Tensor rstd = statistics(saved[2], input).reshape(leading);
-        const Tensor grad = grad_output.contiguous();
-        const bool want_input = ctx->needs_input_grad(2), want_weight = ctx->needs_input_grad(3);
-        Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
-        Tensor grad_weight = gradientLike(weight, want_weight);
-        Key key{0};
-        for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad, &input, &weight, &rstd}) addLayout(key, *tensor);
-        const auto kernel = kernelFor(key, [&] {
-            TensorDescriptor gx(grad_input), gw(grad_weight), gy(grad), x(input), w(weight), r(rstd);
-            infiniopRMSNormBackwardDescriptor_t descriptor = nullptr;
-            check(infiniopCreateRMSNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gy, x, w,
-                                                             r, 0.0),
-                  "infiniopCreateRMSNormBackwardDescriptorEx");
-            return owned(descriptor, infiniopDestroyRMSNormBackwardDescriptor, infiniopGetRMSNormBackwardWorkspaceSize);
-        });
-        Tensor workspace = workspaceFor(*kernel, input);
-        check(infiniopRMSNormBackwardEx(kernel->as<infiniopRMSNormBackwardDescriptor_t>(),
-                                        data(workspace), kernel->workspace_size, data(grad_input), data(grad_weight),
-                                        grad.data_ptr(), input.data_ptr(), weight.data_ptr(), rstd.data_ptr(),
-                                        streamOf(input)),
-              "infiniopRMSNormBackwardEx");
-        ++backward_calls[0];
-        return onceDifferentiable(grads, {Tensor(), Tensor(), want_input ? grad_input : Tensor(), grad_weight});
+        variable_list gradients = rmsNormGradients(grads[0], saved[0], saved[1], saved[2], ctx->needs_input_grad(2),
+                                                   ctx->needs_input_grad(3));
+        return onceDifferentiable(grads, {Tensor(), Tensor(), gradients[0], gradients[1]});
     }
 };
 
@@ -269,6 +292,44 @@ Tensor rmsNorm(Tensor output, const Tensor &rstd, const Tensor &input, const Ten
 }
 
 // ---------------------------------------------------------------------------------------------------- LayerNorm
+
+// LayerNorm's (grad_input, grad_weight, grad_bias), each where wanted (else undefined), from the forward's input,
+// parameters (either may be undefined; both in their dtype, the data's or F32 with 16-bit data), mean and rstd.
+variable_list layerNormGradients(const Tensor &grad_output, const Tensor &saved_input, const Tensor &weight,
+                                 const Tensor &bias, const Tensor &saved_mean, const Tensor &saved_rstd,
+                                 int64_t normalized_dims, bool want_input, bool want_weight, bool want_bias) {
+    const Tensor input = saved_input.contiguous();
+    const auto leading = input.sizes().slice(0, input.dim() - normalized_dims);
+    const Tensor mean = statistics(saved_mean, input).reshape(leading);
+    const Tensor rstd = statistics(saved_rstd, input).reshape(leading);
+    const Tensor grad = grad_output.contiguous();
+    const Tensor &parameter = weight.defined() ? weight : bias; // both gradients take its dtype
+    Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
+    Tensor grad_weight = weight.defined() ? gradientLike(parameter, want_weight) : Tensor();
+    Tensor grad_bias = bias.defined() ? gradientLike(parameter, want_bias) : Tensor();
+    Key key{1};
+    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &grad,
+                                                                      &weight, &input, &mean, &rstd}) {
+        addLayout(key, *tensor);
+    }
+    const auto kernel = kernelFor(key, [&] {
+        TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), gy(grad), w(weight), x(input), m(mean),
+            r(rstd);
+        infiniopLayerNormBackwardDescriptor_t descriptor = nullptr;
+        check(infiniopCreateLayerNormBackwardFromInputDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gb,
+                                                                   gy, w, x, m, r),
+              "infiniopCreateLayerNormBackwardFromInputDescriptorEx");
+        return owned(descriptor, infiniopDestroyLayerNormBackwardDescriptor, infiniopGetLayerNormBackwardWorkspaceSize);
+    });
+    Tensor workspace = workspaceFor(*kernel, input);
+    check(infiniopLayerNormBackwardFromInputEx(kernel->as<infiniopLayerNormBackwardDescriptor_t>(), data(workspace),
+                                               kernel->workspace_size, data(grad_input), data(grad_weight),
+                                               data(grad_bias), grad.data_ptr(), data(weight), input.data_ptr(),
+                                               mean.data_ptr(), rstd.data_ptr(), streamOf(input)),
+          "infiniopLayerNormBackwardFromInputEx");
+    ++backward_calls[1];
+    return {want_input ? grad_input : Tensor(), grad_weight, grad_bias};
+}
 
 struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
     // (output, mean, rstd, input, weight, bias, normalized_dims): the kernel's from-input form; weight and bias
@@ -283,45 +344,18 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        const Tensor &grad_output = grads[0];
-        if (!grad_output.defined()) return variable_list(7);
+        if (!grads[0].defined()) return variable_list(7);
         const variable_list saved = ctx->get_saved_variables();
-        const Tensor input = saved[0].contiguous(), &weight = saved[1], &bias = saved[2];
-        const int64_t normalized_dims = ctx->saved_data["normalized_dims"].toInt();
-        const auto leading = input.sizes().slice(0, input.dim() - normalized_dims);
-        const Tensor mean = statistics(saved[3], input).reshape(leading);
-        const Tensor rstd = statistics(saved[4], input).reshape(leading);
-        const Tensor grad = grad_output.contiguous();
-        const Tensor &parameter = weight.defined() ? weight : bias; // both gradients take its dtype
+        const Tensor &weight = saved[1], &bias = saved[2];
         // needs_input_grad counts the inputs that are tensors: an absent weight takes no place.
-        const bool want_input = ctx->needs_input_grad(3);
-        const size_t bias_edge = weight.defined() ? 5 : 4;
-        Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
-        Tensor grad_weight = weight.defined() ? gradientLike(parameter, ctx->needs_input_grad(4)) : Tensor();
-        Tensor grad_bias = bias.defined() ? gradientLike(parameter, ctx->needs_input_grad(bias_edge)) : Tensor();
-        Key key{1};
-        for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &grad, &weight, &input, &mean, &rstd}) {
-            addLayout(key, *tensor);
-        }
-        const auto kernel = kernelFor(key, [&] {
-            TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), gy(grad), w(weight), x(input), m(mean),
-                r(rstd);
-            infiniopLayerNormBackwardDescriptor_t descriptor = nullptr;
-            check(infiniopCreateLayerNormBackwardFromInputDescriptorEx(handleFor(input.device()), &descriptor, gx, gw,
-                                                                       gb, gy, w, x, m, r),
-                  "infiniopCreateLayerNormBackwardFromInputDescriptorEx");
-            return owned(descriptor, infiniopDestroyLayerNormBackwardDescriptor,
-                         infiniopGetLayerNormBackwardWorkspaceSize);
-        });
-        Tensor workspace = workspaceFor(*kernel, input);
-        check(infiniopLayerNormBackwardFromInputEx(
-                  kernel->as<infiniopLayerNormBackwardDescriptor_t>(), data(workspace),
-                  kernel->workspace_size, data(grad_input), data(grad_weight), data(grad_bias), grad.data_ptr(),
-                  data(weight), input.data_ptr(), mean.data_ptr(), rstd.data_ptr(), streamOf(input)),
-              "infiniopLayerNormBackwardFromInputEx");
-        ++backward_calls[1];
-        return onceDifferentiable(grads, {Tensor(), Tensor(), Tensor(), want_input ? grad_input : Tensor(), grad_weight,
-                                   grad_bias, Tensor()});
+        const bool want_weight = weight.defined() && ctx->needs_input_grad(4);
+        const bool want_bias = bias.defined() && ctx->needs_input_grad(weight.defined() ? 5 : 4);
+        variable_list gradients =
+            layerNormGradients(grads[0], saved[0], weight, bias, saved[3], saved[4],
+                               ctx->saved_data["normalized_dims"].toInt(), ctx->needs_input_grad(3), want_weight,
+                               want_bias);
+        return onceDifferentiable(grads,
+                                  {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2], Tensor()});
     }
 };
 
@@ -334,6 +368,52 @@ Tensor layerNorm(Tensor output, const Tensor &mean, const Tensor &rstd, const Te
 
 // Channels-first or channels-last packed (C innermost, then the spatial dims, then N): the kernel's layouts.
 bool batchPacked(const Tensor &input) { return input.is_contiguous() || input.movedim(1, -1).is_contiguous(); }
+
+// BatchNorm's (grad_input, grad_weight, grad_bias), each where wanted (else undefined): training from the forward's
+// save_mean and save_invstd, eval from the running statistics and eps; weight and the running statistics of shape
+// (C,), either may be undefined.
+variable_list batchNormGradients(const Tensor &grad_output, const Tensor &saved_input, const Tensor &weight,
+                                 const Tensor &running_mean, const Tensor &running_var, const Tensor &saved_mean,
+                                 const Tensor &saved_invstd, bool training, double eps, bool want_input,
+                                 bool want_weight, bool want_bias) {
+    Tensor input = saved_input;
+    if (!batchPacked(input)) input = input.contiguous();
+    const Tensor save_mean = training ? statistics(saved_mean, input) : Tensor();
+    const Tensor save_invstd = training ? statistics(saved_invstd, input) : Tensor();
+    // grad_output in input's layout, copied only where its strides differ.
+    Tensor grad = grad_output;
+    if (grad.strides() != input.strides()) grad = at::empty_like(input).copy_(grad_output);
+    // The gradients of the parameters: (C,) in their dtype (the weight's, else the running statistics', else the
+    // data's).
+    const Tensor &parameter = weight.defined() ? weight : running_mean;
+    const auto options = parameter.defined() ? parameter.options() : input.options();
+    Tensor grad_input = at::empty_like(input);
+    Tensor grad_weight = want_weight ? at::empty({input.size(1)}, options) : Tensor();
+    Tensor grad_bias = want_bias ? at::empty({input.size(1)}, options) : Tensor();
+    Key key{2, training, bitsOf(eps)}; // eps exactly, as the descriptor keeps it
+    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &input,
+                                                                      &grad, &weight, &running_mean, &running_var,
+                                                                      &save_mean, &save_invstd}) {
+        addLayout(key, *tensor);
+    }
+    const auto kernel = kernelFor(key, [&] {
+        TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), x(input), gy(grad), w(weight),
+            rm(running_mean), rv(running_var), sm(save_mean), si(save_invstd);
+        infiniopBatchNormBackwardDescriptor_t descriptor = nullptr;
+        check(infiniopCreateBatchNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gb, x, gy, w,
+                                                          rm, rv, sm, si, eps, training ? 1 : 0),
+              "infiniopCreateBatchNormBackwardDescriptorEx");
+        return owned(descriptor, infiniopDestroyBatchNormBackwardDescriptor, infiniopGetBatchNormBackwardWorkspaceSize);
+    });
+    Tensor workspace = workspaceFor(*kernel, input);
+    check(infiniopBatchNormBackwardEx(kernel->as<infiniopBatchNormBackwardDescriptor_t>(), data(workspace),
+                                      kernel->workspace_size, data(grad_input), data(grad_weight), data(grad_bias),
+                                      input.data_ptr(), grad.data_ptr(), data(weight), data(running_mean),
+                                      data(running_var), data(save_mean), data(save_invstd), streamOf(input)),
+          "infiniopBatchNormBackwardEx");
+    ++backward_calls[2];
+    return {want_input ? grad_input : Tensor(), grad_weight, grad_bias};
+}
 
 struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
     // (output, save_mean, save_invstd, input, weight, bias, running_mean, running_var, training, eps): training
@@ -357,57 +437,17 @@ struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        const Tensor &grad_output = grads[0];
-        if (!grad_output.defined()) return variable_list(10);
+        if (!grads[0].defined()) return variable_list(10);
         const variable_list saved = ctx->get_saved_variables();
-        Tensor input = saved[0];
-        if (!batchPacked(input)) input = input.contiguous();
-        const Tensor &weight = saved[1], &running_mean = saved[2], &running_var = saved[3];
-        const bool training = ctx->saved_data["training"].toBool();
-        const double eps = ctx->saved_data["eps"].toDouble();
-        const Tensor save_mean = training ? statistics(saved[4], input) : Tensor();
-        const Tensor save_invstd = training ? statistics(saved[5], input) : Tensor();
-        // grad_output in input's layout, copied only where its strides differ.
-        Tensor grad = grad_output;
-        if (grad.strides() != input.strides()) grad = at::empty_like(input).copy_(grad_output);
+        const Tensor &weight = saved[1];
         // needs_input_grad counts the inputs that are tensors: an absent weight takes no place.
-        const bool want_input = ctx->needs_input_grad(3);
         const bool want_weight = weight.defined() && ctx->needs_input_grad(4);
         const bool want_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(weight.defined() ? 5 : 4);
-        // The gradients of the parameters: (C,) in their dtype (the weight's, else the running statistics', else the
-        // data's).
-        const Tensor &parameter = weight.defined() ? weight : running_mean;
-        const auto options = parameter.defined() ? parameter.options() : input.options();
-        Tensor grad_input = at::empty_like(input);
-        Tensor grad_weight = want_weight ? at::empty({input.size(1)}, options) : Tensor();
-        Tensor grad_bias = want_bias ? at::empty({input.size(1)}, options) : Tensor();
-        int64_t eps_bits = 0; // eps exactly, as the descriptor keeps it
-        std::memcpy(&eps_bits, &eps, sizeof eps);
-        Key key{2, training, eps_bits};
-        for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &input, &grad, &weight, &running_mean,
-                                     &running_var, &save_mean, &save_invstd}) {
-            addLayout(key, *tensor);
-        }
-        const auto kernel = kernelFor(key, [&] {
-            TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), x(input), gy(grad), w(weight),
-                rm(running_mean), rv(running_var), sm(save_mean), si(save_invstd);
-            infiniopBatchNormBackwardDescriptor_t descriptor = nullptr;
-            check(infiniopCreateBatchNormBackwardDescriptorEx(handleFor(input.device()), &descriptor, gx, gw, gb, x, gy,
-                                                              w, rm, rv, sm, si, eps, training ? 1 : 0),
-                  "infiniopCreateBatchNormBackwardDescriptorEx");
-            return owned(descriptor, infiniopDestroyBatchNormBackwardDescriptor,
-                         infiniopGetBatchNormBackwardWorkspaceSize);
-        });
-        Tensor workspace = workspaceFor(*kernel, input);
-        check(infiniopBatchNormBackwardEx(kernel->as<infiniopBatchNormBackwardDescriptor_t>(),
-                                          data(workspace), kernel->workspace_size, data(grad_input), data(grad_weight),
-                                          data(grad_bias), input.data_ptr(), grad.data_ptr(), data(weight),
-                                          data(running_mean), data(running_var), data(save_mean), data(save_invstd),
-                                          streamOf(input)),
-              "infiniopBatchNormBackwardEx");
-        ++backward_calls[2];
-        return onceDifferentiable(grads, {Tensor(), Tensor(), Tensor(), want_input ? grad_input : Tensor(), grad_weight,
-                                   grad_bias, Tensor(), Tensor(), Tensor(), Tensor()});
+        variable_list gradients = batchNormGradients(
+            grads[0], saved[0], weight, saved[2], saved[3], saved[4], saved[5], ctx->saved_data["training"].toBool(),
+            ctx->saved_data["eps"].toDouble(), ctx->needs_input_grad(3), want_weight, want_bias);
+        return onceDifferentiable(grads, {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2],
+                                          Tensor(), Tensor(), Tensor(), Tensor()});
     }
 };
 
@@ -419,6 +459,412 @@ Tensor batchNorm(Tensor output, const Tensor &save_mean, const Tensor &save_invs
                                 training, eps);
 }
 
+// ------------------------------------------------------------------------------------------- the forwards' nodes
+// The grad_fn of a forward run here is autograd's Node itself, as PyTorch's generated ones: a
+// torch::autograd::Function's apply cost about 2 us more a forward (its context, its saved-data map, the dirty
+// output's bookkeeping). The same functions as the Functions' backwards compute the gradients.
+
+using torch::autograd::SavedVariable;
+// std::shared_ptr<Node> before torch 2.13, c10::intrusive_ptr<Node> from it on.
+using NodePointer = decltype(torch::autograd::Edge::function);
+
+template <typename T>
+NodePointer newNode(T *&node) {
+    if constexpr (std::is_same_v<NodePointer, std::shared_ptr<torch::autograd::Node>>) {
+        std::shared_ptr<T> made(new T());
+        node = made.get();
+        return made;
+    } else {
+        auto made = c10::make_intrusive<T>();
+        node = made.get();
+        return made;
+    }
+}
+
+// `output` gets `node` as grad_fn, whose inputs' gradients flow to `operands` (undefined ones take no edge's place
+// but keep their index).
+template <typename... Operands>
+void record(const Tensor &output, const NodePointer &node, const Operands &...operands) {
+    node->set_next_edges(torch::autograd::collect_next_edges(operands...));
+    torch::autograd::set_history(output, node);
+}
+
+struct RMSNormBackward : public torch::autograd::Node {
+    SavedVariable input, weight, rstd; // edges: input, weight
+
+    variable_list apply(variable_list &&grads) override {
+        if (!grads[0].defined()) return variable_list(2);
+        return onceDifferentiable(grads, rmsNormGradients(grads[0], input.unpack(), weight.unpack(), rstd.unpack(),
+                                                          task_should_compute_output(0),
+                                                          task_should_compute_output(1)));
+    }
+    void release_variables() override {
+        input.reset_data();
+        weight.reset_data();
+        rstd.reset_data();
+    }
+    std::string name() const override { return "InfiniopRMSNormBackward"; }
+};
+
+struct LayerNormBackward : public torch::autograd::Node {
+    SavedVariable input, weight, bias, mean, rstd; // edges: input, weight, bias
+    int64_t normalized_dims = 1;
+
+    variable_list apply(variable_list &&grads) override {
+        if (!grads[0].defined()) return variable_list(3);
+        return onceDifferentiable(
+            grads, layerNormGradients(grads[0], input.unpack(), weight.unpack(), bias.unpack(), mean.unpack(),
+                                      rstd.unpack(), normalized_dims, task_should_compute_output(0),
+                                      task_should_compute_output(1), task_should_compute_output(2)));
+    }
+    void release_variables() override {
+        input.reset_data();
+        weight.reset_data();
+        bias.reset_data();
+        mean.reset_data();
+        rstd.reset_data();
+    }
+    std::string name() const override { return "InfiniopLayerNormBackward"; }
+};
+
+struct BatchNormBackward : public torch::autograd::Node {
+    // training: save_mean and save_invstd; eval: the running statistics (constants there). Edges: input, weight,
+    // bias.
+    SavedVariable input, weight, running_mean, running_var, save_mean, save_invstd;
+    bool training = true;
+    double eps = 0;
+
+    variable_list apply(variable_list &&grads) override {
+        if (!grads[0].defined()) return variable_list(3);
+        return onceDifferentiable(
+            grads, batchNormGradients(grads[0], input.unpack(), weight.unpack(), running_mean.unpack(),
+                                      running_var.unpack(), save_mean.unpack(), save_invstd.unpack(), training, eps,
+                                      task_should_compute_output(0), task_should_compute_output(1),
+                                      task_should_compute_output(2)));
+    }
+    void release_variables() override {
+        for (SavedVariable *saved : {&input, &weight, &running_mean, &running_var, &save_mean, &save_invstd}) {
+            saved->reset_data();
+        }
+    }
+    std::string name() const override { return "InfiniopBatchNormBackward"; }
+};
+
+// ------------------------------------------------------------------------------------------------------ forwards
+// The eager forwards whole, in C++ (issue 52): where the operands are ordinary (on the CPU or CUDA, of the shapes,
+// devices and dtypes torch.nn.functional takes and a node serves), the forward's kernel runs here, this library's or
+// PyTorch's as ops.py chooses, and the node becomes the output's grad_fn where autograd records; a forward through
+// Python took ten frames and 7-19 us more than stock's one op. Anything else returns no tensors, and the Python
+// forward (its checks, torch's own errors, the rarer kernels) takes the call as before.
+
+// The sizes from which the CPU forward is this library's, as ops.py sets them (configure): LayerNorm per data dtype
+// (F32, BF16, F16; none for F64), BatchNorm for any.
+std::atomic<int64_t> layer_norm_minimums[3] = {-1, -1, -1};
+std::atomic<int64_t> batch_norm_minimum{-1};
+
+void configure(at::IntArrayRef layer_norm, int64_t batch_norm) {
+    TORCH_CHECK(layer_norm.size() == 3, "infiniop_py: three LayerNorm sizes (F32, BF16, F16)");
+    for (size_t i = 0; i < 3; ++i) layer_norm_minimums[i] = layer_norm[i];
+    batch_norm_minimum = batch_norm;
+}
+
+// Forwards run here since the library was loaded, per op (RMSNorm, LayerNorm, BatchNorm), then those of them that
+// ran this library's kernel (torch.ops.infiniop_nodes.forward_calls()).
+std::atomic<int64_t> forward_calls[6];
+
+std::vector<int64_t> forwardCalls() {
+    std::vector<int64_t> calls;
+    for (const auto &count : forward_calls) calls.push_back(count.load());
+    return calls;
+}
+
+bool isHalf(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
+
+at::ScalarType statisticsDtype(const Tensor &input) {
+    return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Data a node serves: of a kernel dtype, on the CPU or CUDA.
+bool servedInput(const Tensor &input) {
+    const auto dtype = input.scalar_type();
+    return (input.is_cpu() || input.is_cuda()) &&
+           (isHalf(dtype) || dtype == at::kFloat || dtype == at::kDouble);
+}
+
+// The dtype the defined ones of `parameters` share, on input's device (nullopt: none given); false where they
+// differ in dtype or device, or share one a node does not take with this data (autograd_nodes._served).
+bool commonParameters(const Tensor &input, std::initializer_list<const Tensor *> parameters,
+                      std::optional<at::ScalarType> &dtype) {
+    for (const Tensor *parameter : parameters) {
+        if (!parameter->defined()) continue;
+        if (parameter->device() != input.device() || (dtype && *dtype != parameter->scalar_type())) return false;
+        dtype = parameter->scalar_type();
+    }
+    return !dtype || *dtype == input.scalar_type() || (*dtype == at::kFloat && isHalf(input.scalar_type()));
+}
+
+bool usableEps(double eps) { return std::isfinite(eps) && eps >= 0; }
+
+// Whether autograd records this call: grad mode on and a differentiable operand requiring grad.
+bool recorded(std::initializer_list<const Tensor *> operands) {
+    if (!at::GradMode::is_enabled()) return false;
+    for (const Tensor *operand : operands) {
+        if (operand->defined() && operand->requires_grad()) return true;
+    }
+    return false;
+}
+
+// input's trailing dims are normalized_shape, as are the given parameters'.
+bool rowShapes(const Tensor &input, at::IntArrayRef normalized_shape,
+               std::initializer_list<const Tensor *> parameters) {
+    const auto k = static_cast<int64_t>(normalized_shape.size());
+    if (k == 0 || input.dim() < k || input.sizes().slice(input.dim() - k) != normalized_shape) return false;
+    for (const Tensor *parameter : parameters) {
+        if (parameter->defined() && parameter->sizes() != normalized_shape) return false;
+    }
+    return true;
+}
+
+std::vector<int64_t> keptDims(at::IntArrayRef leading, size_t normalized_dims) {
+    std::vector<int64_t> shape(leading.begin(), leading.end());
+    shape.insert(shape.end(), normalized_dims, 1);
+    return shape;
+}
+
+Tensor defined(const std::optional<Tensor> &tensor) { return tensor.has_value() ? *tensor : Tensor(); }
+
+std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normalized_shape,
+                                   const std::optional<Tensor> &weight_or_none, std::optional<double> eps) {
+    const Tensor weight = defined(weight_or_none);
+    std::optional<at::ScalarType> dtype;
+    // The node takes a weight; CUDA's fused kernel takes it in the data's dtype only (ops._torch_rms_norm).
+    if (!weight.defined() || !servedInput(input) || !commonParameters(input, {&weight}, dtype) ||
+        !rowShapes(input, normalized_shape, {&weight}) || (eps && !usableEps(*eps)) ||
+        (input.is_cuda() && weight.scalar_type() != input.scalar_type())) {
+        return {};
+    }
+    const bool recording = recorded({&input, &weight});
+    Tensor output, rstd;
+    {
+        at::AutoGradMode no_grad(false);
+        if (input.is_cpu() && input.numel() > 0 && input.is_contiguous() && weight.is_contiguous()) {
+            const auto statistics_dtype = statisticsDtype(input);
+            const double epsilon = eps ? *eps
+                                       : statistics_dtype == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                                                         : std::numeric_limits<float>::epsilon();
+            const auto leading = input.sizes().slice(0, input.dim() - weight.dim());
+            output = at::empty_like(input);
+            rstd = at::empty(leading, input.options().dtype(statistics_dtype));
+            Key key{3, bitsOf(epsilon)};
+            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &rstd, &input, &weight}) addLayout(key, *tensor);
+            const auto kernel = kernelFor(key, [&] {
+                TensorDescriptor y(output), r(rstd), x(input), w(weight);
+                infiniopRMSNormDescriptor_t descriptor = nullptr;
+                check(infiniopCreateRMSNormDescriptorEx(handleFor(input.device()), &descriptor, y, r, x, w, epsilon),
+                      "infiniopCreateRMSNormDescriptorEx");
+                return owned(descriptor, infiniopDestroyRMSNormDescriptor, infiniopGetRMSNormWorkspaceSize);
+            });
+            Tensor workspace = workspaceFor(*kernel, input);
+            check(infiniopRMSNormEx(kernel->as<infiniopRMSNormDescriptor_t>(), data(workspace),
+                                    kernel->workspace_size, output.data_ptr(), rstd.data_ptr(), input.data_ptr(),
+                                    weight.data_ptr(), streamOf(input)),
+                  "infiniopRMSNormEx");
+            rstd = rstd.view(keptDims(leading, normalized_shape.size()));
+            ++forward_calls[3];
+        } else {
+            std::tie(output, rstd) = at::_fused_rms_norm(input, normalized_shape, weight, eps);
+        }
+    }
+    ++forward_calls[0];
+    if (recording) {
+        RMSNormBackward *node = nullptr;
+        const NodePointer pointer = newNode(node);
+        node->input = SavedVariable(input, false);
+        node->weight = SavedVariable(weight, false);
+        node->rstd = SavedVariable(rstd, false);
+        record(output, pointer, input, weight);
+    }
+    return {output, rstd};
+}
+
+std::vector<Tensor> layerNormForward(const Tensor &input, at::IntArrayRef normalized_shape,
+                                     const std::optional<Tensor> &weight_or_none,
+                                     const std::optional<Tensor> &bias_or_none, double eps) {
+    const Tensor weight = defined(weight_or_none), bias = defined(bias_or_none);
+    std::optional<at::ScalarType> dtype;
+    // 16-bit CUDA data with F32 parameters: torch 2.11's kernel refuses them, and ops.py runs ours on packed copies.
+    if (!servedInput(input) || !commonParameters(input, {&weight, &bias}, dtype) ||
+        !rowShapes(input, normalized_shape, {&weight, &bias}) || !usableEps(eps) ||
+        (input.is_cuda() && dtype && *dtype != input.scalar_type())) {
+        return {};
+    }
+    const bool recording = recorded({&input, &weight, &bias});
+    const auto data_dtype = input.scalar_type();
+    const int64_t minimum = data_dtype == at::kFloat      ? layer_norm_minimums[0].load()
+                            : data_dtype == at::kBFloat16 ? layer_norm_minimums[1].load()
+                            : data_dtype == at::kHalf     ? layer_norm_minimums[2].load()
+                                                          : -1;
+    const size_t normalized_dims = normalized_shape.size();
+    Tensor output, mean, rstd;
+    {
+        at::AutoGradMode no_grad(false);
+        if (input.is_cpu() && minimum >= 0 && input.numel() >= minimum && input.numel() > 0 &&
+            input.is_contiguous() && (!weight.defined() || weight.is_contiguous()) &&
+            (!bias.defined() || bias.is_contiguous()) && (dtype || normalized_dims == 1)) {
+            const auto leading = input.sizes().slice(0, input.dim() - normalized_dims);
+            const auto options = input.options().dtype(statisticsDtype(input));
+            output = at::empty_like(input);
+            mean = at::empty(leading, options);
+            rstd = at::empty(leading, options);
+            Key key{4, bitsOf(eps)};
+            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &mean, &rstd, &input, &weight, &bias}) addLayout(key, *tensor);
+            const auto kernel = kernelFor(key, [&] {
+                TensorDescriptor y(output), m(mean), r(rstd), x(input), w(weight), b(bias);
+                infiniopLayerNormDescriptor_t descriptor = nullptr;
+                check(infiniopCreateLayerNormDescriptorEx(handleFor(input.device()), &descriptor, y, m, r, x, w, b,
+                                                          eps),
+                      "infiniopCreateLayerNormDescriptorEx");
+                return owned(descriptor, infiniopDestroyLayerNormDescriptor, infiniopGetLayerNormWorkspaceSize);
+            });
+            Tensor workspace = workspaceFor(*kernel, input);
+            check(infiniopLayerNormEx(kernel->as<infiniopLayerNormDescriptor_t>(), data(workspace),
+                                      kernel->workspace_size, output.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+                                      input.data_ptr(), data(weight), data(bias), streamOf(input)),
+                  "infiniopLayerNormEx");
+            const auto kept = keptDims(leading, normalized_dims);
+            mean = mean.view(kept);
+            rstd = rstd.view(kept);
+            ++forward_calls[4];
+        } else {
+            // The CPU kernel saves 16-bit statistics unless a parameter is F32: 16-bit parameters widened (exact),
+            // and without any the statistics converted (ops._torch_layer_norm).
+            Tensor kernel_weight = weight, kernel_bias = bias;
+            if (input.is_cpu() && dtype && *dtype == data_dtype && isHalf(data_dtype)) {
+                if (weight.defined()) kernel_weight = weight.to(at::kFloat);
+                if (bias.defined()) kernel_bias = bias.to(at::kFloat);
+            }
+            std::tie(output, mean, rstd) =
+                at::native_layer_norm(input, normalized_shape, kernel_weight, kernel_bias, eps);
+            const auto statistics_dtype = statisticsDtype(input);
+            if (mean.scalar_type() != statistics_dtype) {
+                mean = mean.to(statistics_dtype);
+                rstd = rstd.to(statistics_dtype);
+            }
+        }
+    }
+    ++forward_calls[1];
+    if (recording) {
+        LayerNormBackward *node = nullptr;
+        const NodePointer pointer = newNode(node);
+        node->input = SavedVariable(input, false);
+        node->weight = SavedVariable(weight, false);
+        node->bias = SavedVariable(bias, false);
+        node->mean = SavedVariable(mean, false);
+        node->rstd = SavedVariable(rstd, false);
+        node->normalized_dims = static_cast<int64_t>(normalized_dims);
+        record(output, pointer, input, weight, bias);
+    }
+    return {output, mean, rstd};
+}
+
+// Channels-first or channels-last packed, as ops._batch_packed decides it (torch's own channels-last checks for
+// ranks 4 and 5).
+bool batchPackedForward(const Tensor &input) {
+    if (input.is_contiguous()) return true;
+    if (input.dim() == 4) return input.is_contiguous(at::MemoryFormat::ChannelsLast);
+    if (input.dim() == 5) return input.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    return input.movedim(1, -1).is_contiguous();
+}
+
+std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Tensor> &weight_or_none,
+                                     const std::optional<Tensor> &bias_or_none,
+                                     const std::optional<Tensor> &running_mean_or_none,
+                                     const std::optional<Tensor> &running_var_or_none, bool training,
+                                     std::optional<double> momentum, double eps) {
+    const Tensor weight = defined(weight_or_none), bias = defined(bias_or_none);
+    const Tensor running_mean = defined(running_mean_or_none), running_var = defined(running_var_or_none);
+    if (!servedInput(input) || input.dim() < 2 || input.dim() > 5 || input.numel() == 0 || !momentum ||
+        !std::isfinite(*momentum) || !usableEps(eps) || running_mean.defined() != running_var.defined() ||
+        (!training && !running_mean.defined())) {
+        return {};
+    }
+    const int64_t channels = input.size(1);
+    if (training && input.numel() == channels) return {}; // one value per channel: torch's error
+    for (const Tensor *tensor : {&weight, &bias, &running_mean, &running_var}) {
+        if (tensor->defined() && (tensor->dim() != 1 || tensor->size(0) != channels)) return {};
+    }
+    std::optional<at::ScalarType> dtype;
+    if (!commonParameters(input, {&weight, &bias, &running_mean, &running_var}, dtype)) return {};
+    // Running statistics written in place must not share memory with each other or the input (the functional API
+    // refuses that; torch's kernel takes it).
+    if (running_mean.defined() &&
+        (running_mean.is_alias_of(running_var) || running_mean.is_alias_of(input) || running_var.is_alias_of(input))) {
+        return {};
+    }
+    const bool recording = recorded({&input, &weight, &bias});
+    const int64_t minimum = batch_norm_minimum.load();
+    // ops._library_batch_norm_serves: 16-bit data with F32 parameters only (PyTorch saves 16-bit statistics else).
+    const bool library = input.is_cpu() && minimum >= 0 && input.numel() >= minimum &&
+                         (!isHalf(input.scalar_type()) || dtype == at::kFloat) && batchPackedForward(input);
+    Tensor output, save_mean, save_invstd;
+    {
+        at::AutoGradMode no_grad(false);
+        if (library) {
+            const auto options = input.options().dtype(statisticsDtype(input));
+            output = at::empty_like(input);
+            save_mean = training ? at::empty({channels}, options) : Tensor();
+            save_invstd = training ? at::empty({channels}, options) : Tensor();
+            Key key{5, training, bitsOf(*momentum), bitsOf(eps)};
+            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &save_mean, &save_invstd,
+                                                                              &running_mean, &running_var, &input,
+                                                                              &weight, &bias}) {
+                addLayout(key, *tensor);
+            }
+            const auto kernel = kernelFor(key, [&] {
+                TensorDescriptor y(output), sm(save_mean), si(save_invstd), rm(running_mean), rv(running_var),
+                    x(input), w(weight), b(bias);
+                infiniopBatchNormDescriptor_t descriptor = nullptr;
+                check(infiniopCreateBatchNormDescriptorEx(handleFor(input.device()), &descriptor, y, sm, si, rm, rv,
+                                                          x, w, b, training ? 1 : 0, *momentum, eps),
+                      "infiniopCreateBatchNormDescriptorEx");
+                return owned(descriptor, infiniopDestroyBatchNormDescriptor, infiniopGetBatchNormWorkspaceSize);
+            });
+            Tensor workspace = workspaceFor(*kernel, input);
+            check(infiniopBatchNormEx(kernel->as<infiniopBatchNormDescriptor_t>(), data(workspace),
+                                      kernel->workspace_size, output.data_ptr(), data(save_mean), data(save_invstd),
+                                      data(running_mean), data(running_var), input.data_ptr(), data(weight),
+                                      data(bias), streamOf(input)),
+                  "infiniopBatchNormEx");
+            if (!training) { // PyTorch's CPU forward saves two empty statistics in eval
+                save_mean = at::empty({0}, options);
+                save_invstd = at::empty({0}, options);
+            }
+            ++forward_calls[5];
+        } else {
+            std::tie(output, save_mean, save_invstd) =
+                at::native_batch_norm(input, weight, bias, running_mean, running_var, training, *momentum, eps);
+        }
+    }
+    ++forward_calls[2];
+    if (recording) {
+        BatchNormBackward *node = nullptr;
+        const NodePointer pointer = newNode(node);
+        node->input = SavedVariable(input, false);
+        node->weight = SavedVariable(weight, false);
+        if (training) { // the running statistics are not needed, and may be overwritten before the backward
+            node->save_mean = SavedVariable(save_mean, false);
+            node->save_invstd = SavedVariable(save_invstd, false);
+        } else {
+            node->running_mean = SavedVariable(running_mean, false);
+            node->running_var = SavedVariable(running_var, false);
+        }
+        node->training = training;
+        node->eps = eps;
+        record(output, pointer, input, weight, bias);
+    }
+    return {output, save_mean, save_invstd};
+}
+
 } // namespace
 
 TORCH_LIBRARY(infiniop_nodes, m) {
@@ -428,7 +874,44 @@ TORCH_LIBRARY(infiniop_nodes, m) {
     m.def("batch_norm(Tensor(a!) output, Tensor save_mean, Tensor save_invstd, Tensor input, Tensor? weight, "
           "Tensor? bias, Tensor? running_mean, Tensor? running_var, bool training, float eps) -> Tensor(a!)");
     m.def("backward_calls() -> int[]", TORCH_FN(backwardCalls));
+    m.def("rms_norm_forward(Tensor input, int[] normalized_shape, Tensor? weight, float? eps) -> Tensor[]");
+    m.def("layer_norm_forward(Tensor input, int[] normalized_shape, Tensor? weight, Tensor? bias, float eps) "
+          "-> Tensor[]");
+    m.def("batch_norm_forward(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
+          "Tensor? running_var, bool training, float? momentum, float eps) -> Tensor[]");
+    m.def("forward_calls() -> int[]", TORCH_FN(forwardCalls));
+    m.def("configure(int[] layer_norm_minimums, int batch_norm_minimum) -> ()", TORCH_FN(configure));
     m.impl("rms_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(rmsNorm));
     m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(layerNorm));
     m.impl("batch_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(batchNorm));
+    m.impl("rms_norm_forward", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(rmsNormForward));
+    m.impl("layer_norm_forward", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(layerNormForward));
+    m.impl("batch_norm_forward", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(batchNormForward));
 }
+
+// The forwards as a Python module too, where Python's headers were found: a call through pybind11 costs about 2 us
+// less than one through torch.ops (which boxes the arguments against the schema and looks for __torch_function__
+// overrides), on a forward whose whole host time stock takes 8-20 us. Without them the forwards are the
+// torch.ops.infiniop_nodes ops above (autograd_nodes.py tells the two builds apart).
+#if __has_include(<Python.h>)
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+PYBIND11_MODULE(_infiniop_nodes, module) {
+    // Released as torch's own bindings release it: a CPU kernel here may run for milliseconds.
+    const auto without_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
+    module.def(
+        "rms_norm",
+        [](const Tensor &input, const std::vector<int64_t> &normalized_shape, const std::optional<Tensor> &weight,
+           std::optional<double> eps) { return rmsNormForward(input, normalized_shape, weight, eps); },
+        without_gil);
+    module.def(
+        "layer_norm",
+        [](const Tensor &input, const std::vector<int64_t> &normalized_shape, const std::optional<Tensor> &weight,
+           const std::optional<Tensor> &bias, double eps) {
+            return layerNormForward(input, normalized_shape, weight, bias, eps);
+        },
+        without_gil);
+    module.def("batch_norm", &batchNormForward, without_gil);
+}
+#endif

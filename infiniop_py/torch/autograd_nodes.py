@@ -1,21 +1,27 @@
-"""The eager path's autograd nodes in C++ (autograd_nodes.cpp, issue 52): the forward runs in Python as before
-(ops.FORWARDS: torch's argument checks, the choice of kernel), then a C++ node becomes its output's grad_fn, and
-the backward allocates the gradients and runs this library's kernel from a descriptor cached per layout, without
-Python: no GIL, and on CUDA nothing in Python on autograd's device thread. Forward + backward of a tiny LayerNorm
-on the CPU cost 1.11x torch's own with a C++ node, 1.40x with the cheapest Python Function (docs/performance.md).
+"""The eager path's autograd nodes in C++ (autograd_nodes.cpp, issue 52). For ordinary operands the forward runs
+whole in C++ (``forward``: the kernel ops.py would choose, then the node); otherwise it runs in Python as before
+(ops.FORWARDS: torch's argument checks, the choice of kernel) and a C++ node becomes its output's grad_fn. The
+backward allocates the gradients and runs this library's kernel from a descriptor cached per layout, without
+Python: no GIL, and on CUDA nothing in Python on autograd's device thread. A tiny module's forward + backward on
+the CPU costs 0.4-1.2x torch's own this way, 1.4-1.7x with the forward in Python and 2x and more with Python
+Functions (docs/performance.md).
 
-The C++ source is compiled on first use, with the C++ compiler that installing this package from source needs
-($CXX, else c++), against the installed torch's headers and this package's libraries, and cached in
-~/.cache/infiniop-py ($XDG_CACHE_HOME) per source, torch and library (builds unused for a month are removed);
-loading it registers torch.ops.infiniop_nodes. Where it cannot be built or loaded, ``status()`` says why and the
+The C++ source is compiled on first use (about 25 s), with the C++ compiler that installing this package from
+source needs ($CXX, else c++), against the installed torch's headers, Python's (where found: the forwards are then
+a Python module, the cheapest call) and this package's libraries, and cached in ~/.cache/infiniop-py
+($XDG_CACHE_HOME) per source, torch and library (builds unused for a month are removed); loading it registers
+torch.ops.infiniop_nodes. Where it cannot be built or loaded, ``status()`` says why and the
 eager path keeps the Python Functions (ops.EAGER), which give the same gradients bit for bit. Cases the nodes do not
 take (parameters of mixed dtypes, an RMSNorm without weight, BatchNorm parameters not of shape (C,)) take those
 Functions too.
 """
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import sys
+import sysconfig
 import threading
 import time
 from pathlib import Path
@@ -31,7 +37,8 @@ _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 _lock = threading.Lock()
-_state = None  # None: not tried yet; else (the ops or None, why not)
+_state = None  # None: not tried yet; else (the node ops or None, why not)
+_FORWARDS = {}  # name: the op of the forward whole in C++ (forward below)
 
 
 def _build():
@@ -43,6 +50,9 @@ def _build():
     torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
     includes = [os.path.join(torch_dir, "include"), os.path.join(torch_dir, "include", "torch", "csrc", "api", "include"),
                 infiniop_py.include_dir()]
+    python_include = sysconfig.get_paths()["include"]  # where Python.h is found, the forwards are a module too
+    if os.path.isfile(os.path.join(python_include, "Python.h")):
+        includes.append(python_include)
     compiler = os.environ.get("CXX", "c++")
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     # What the build depends on: a change to the C API's headers (the same paths) must not reuse an old build.
@@ -56,7 +66,7 @@ def _build():
     if target.parent.is_dir():
         _prune(target.parent)
     command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(SOURCE),
-               *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu", "-lc10",
+               *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10",
                f"-L{library_dir}", "-linfiniop", "-linfinirt", f"-Wl,-rpath,{torch_dir}/lib",
                f"-Wl,-rpath,{library_dir}"]
     try:
@@ -64,6 +74,20 @@ def _build():
     except RuntimeError as why:
         raise RuntimeError(f"compiling {SOURCE.name} failed: {why}") from None
     return target
+
+
+def _import(path):
+    """Load the build (registering torch.ops.infiniop_nodes) as the Python module of its forwards; None where it was
+    built without Python's headers, and is then loaded as torch loads libraries of ops."""
+    spec = importlib.util.spec_from_file_location(
+        "_infiniop_nodes", path, loader=importlib.machinery.ExtensionFileLoader("_infiniop_nodes", str(path)))
+    try:
+        module = importlib.util.module_from_spec(spec)  # loads it
+        spec.loader.exec_module(module)
+    except ImportError:  # no PyInit__infiniop_nodes in it
+        torch.ops.load_library(str(path))
+        return None
+    return module
 
 
 UNUSED_DAYS = 30
@@ -90,8 +114,16 @@ def _load():
                 _state = (None, "built on Linux only")
             else:
                 try:
-                    torch.ops.load_library(str(_build()))
+                    forwards = _import(_build())
                     nodes = torch.ops.infiniop_nodes
+                    minimums = ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS
+                    nodes.configure([minimums[torch.float32], minimums[torch.bfloat16], minimums[torch.float16]],
+                                    ops._LIBRARY_BATCH_NORM_MIN_ELEMENTS)
+                    for name in ("rms_norm", "layer_norm", "batch_norm"):
+                        # Else the overload's builtin: OpOverload.__call__ only forwards to it (0.6 us a call).
+                        overload = getattr(nodes, f"{name}_forward").default
+                        _FORWARDS[name] = (getattr(forwards, name) if forwards is not None
+                                           else getattr(overload, "_op", overload))
                     _state = ((nodes.rms_norm.default, nodes.layer_norm.default, nodes.batch_norm.default), "")
                 except (RuntimeError, OSError) as error:
                     _state = (None, str(error))
@@ -163,6 +195,21 @@ def batch_norm(input, weight, bias, running_mean, running_var, training, momentu
 
 
 _SERVED = {"rms_norm": rms_norm, "layer_norm": layer_norm, "batch_norm": batch_norm}
+
+
+def forward(name, args):
+    """The outputs of ops.FORWARDS[name](*args), the node the output's grad_fn where autograd records (as ``apply``
+    gives them), all in C++: one op call where the Python forward takes ten frames. None where the nodes are
+    unavailable or the C++ forward does not take these operands (they are not ordinary: see autograd_nodes.cpp), and
+    the Python forward must run, with its checks and errors."""
+    if (_state or _load())[0] is None:
+        return None
+    # A tensor subclass may override torch's functions (__torch_function__), which a call into C++ would bypass.
+    if type(args[0]) is not torch.Tensor:
+        return None
+    if name == "batch_norm" and args[5] is not True and args[5] is not False:  # the binding takes a bool
+        return None
+    return _FORWARDS[name](*args) or None
 
 
 def apply(name, args):

@@ -21,12 +21,16 @@ Tensor = torch.Tensor
 
 
 def _forward(name, *args):
-    """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward with
-    the backward in a C++ autograd node (autograd_nodes), or as a plain autograd Function (ops.EAGER) where the
+    """torch.ops.infiniop.<name> where torch.compile traces (it needs the custom op); else the same forward: in C++
+    whole for ordinary operands, its backward a C++ autograd node where autograd records (autograd_nodes.forward);
+    else in Python with that node (autograd_nodes.apply), or as a plain autograd Function (ops.EAGER) where the
     nodes cannot be built or do not take the operands, or, where autograd would record nothing (grad mode off, or no
     differentiable operand requiring grad), that forward alone (ops.FORWARDS)."""
     if torch.compiler.is_compiling():
         return getattr(torch.ops.infiniop, name)(*args)
+    outputs = autograd_nodes.forward(name, args)
+    if outputs is not None:
+        return outputs
     if torch.is_grad_enabled() and (args[0].requires_grad or any(
             args[i] is not None and args[i].requires_grad for i in _PARAMETERS[name])):
         outputs = autograd_nodes.apply(name, args)

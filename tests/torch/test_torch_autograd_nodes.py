@@ -223,3 +223,138 @@ def test_eval_batch_norms_of_one_layout_and_other_eps_get_their_own_descriptors(
         _assert_same_bits(monkeypatch, call, (x,))
         results.append(_run(call, (x,))[1][0])
     assert not torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
+
+
+def _forward_calls():
+    """The C++ forwards run so far: per op (RMSNorm, LayerNorm, BatchNorm), then those of them through this
+    library's kernels."""
+    return list(torch.ops.infiniop_nodes.forward_calls())
+
+
+def _forwards_since(before):
+    return [now - then for now, then in zip(_forward_calls(), before)]
+
+
+@pytest.mark.parametrize("dtype, parameter_dtype", _DTYPES, ids=str)
+def test_the_whole_forward_runs_in_cpp_with_the_python_forwards_bits(monkeypatch, dtype, parameter_dtype):
+    """Ordinary operands take the C++ forward (one op call: issue 52's host time), this library's kernels where
+    ops.py would choose them (sizes above its LayerNorm and BatchNorm minimums) and PyTorch's below: outputs,
+    statistics, gradients and running statistics are the Python path's bit for bit."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+    from infiniop_py.torch import ops
+    rows = ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS.get(dtype, 0) // 256 + 1
+    x, small = _tensor((rows, 256), dtype, "cpu", 40), _tensor((3, 256), dtype, "cpu", 41)
+    weight = _tensor((256,), parameter_dtype, "cpu", 42, positive=True)
+    bias = _tensor((256,), parameter_dtype, "cpu", 43)
+    before = _forward_calls()
+    for data in (x, small):
+        _assert_same_bits(monkeypatch, lambda x, w: functional.rms_norm(x, [256], w), (data, weight))
+        _assert_same_bits(monkeypatch, lambda x, w, b: functional.layer_norm(x, [256], w, b), (data, weight, bias))
+    library_layer_norm = dtype in ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS
+    assert _forwards_since(before) == [2, 2, 0, 2, int(library_layer_norm), 0]
+
+    images = _tensor((8, 16, 16, 16), dtype, "cpu", 44).detach().to(memory_format=torch.channels_last)
+    images.requires_grad_()
+    assert images.numel() >= ops._LIBRARY_BATCH_NORM_MIN_ELEMENTS
+    channel_weight = _tensor((16,), parameter_dtype, "cpu", 45, positive=True)
+    channel_bias = _tensor((16,), parameter_dtype, "cpu", 46)
+    running = []
+
+    def call(x, w, b, training=True):
+        statistics = (torch.zeros(16, dtype=parameter_dtype), torch.ones(16, dtype=parameter_dtype))
+        running.append(statistics)
+        return functional.batch_norm(x, *statistics, w, b, training, 0.1, 1e-5)
+    before = _forward_calls()
+    for training in (True, False):
+        _assert_same_bits(monkeypatch, lambda x, w, b: call(x, w, b, training), (images, channel_weight, channel_bias))
+    # the C++ side's running statistics (first of each pair of calls) are the Python side's
+    for ours, python in zip(running[0::2], running[1::2]):
+        assert all(torch.equal(a, b) for a, b in zip(ours, python))
+    library_batch_norm = dtype not in (torch.float16, torch.bfloat16) or parameter_dtype is torch.float32
+    assert _forwards_since(before) == [0, 0, 2, 0, 0, 2 * int(library_batch_norm)]
+
+
+def test_the_cpp_forward_without_autograd_gives_the_python_forwards_bits(monkeypatch):
+    """Under no_grad, and with nothing requiring grad, the C++ forward runs without a node: no grad_fn, and the
+    outputs and updated running statistics of the Python forward (ops.FORWARDS)."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+    x = _tensor((4, 8, 6, 6), torch.float32, "cpu", 47, requires_grad=False)
+    weight, bias = _tensor((8,), torch.float32, "cpu", 48, positive=True), _tensor((8,), torch.float32, "cpu", 49)
+
+    def run():
+        running = (torch.zeros(8), torch.ones(8))
+        outputs = [functional.batch_norm(x, *running, weight, bias, True), functional.rms_norm(x, [6], weight[:6]),
+                   functional.layer_norm(x, [6, 6], None, None)]
+        return outputs, running
+    before = _forward_calls()
+    with torch.no_grad():
+        ours, our_running = run()
+    assert _forwards_since(before)[:3] == [1, 1, 1]
+    with monkeypatch.context() as patch:
+        patch.setattr(autograd_nodes, "_state", (None, "off for this comparison"))
+        theirs, their_running = run()
+    assert all(output.grad_fn is None for output in ours)
+    assert all(torch.equal(a, b) for a, b in zip(ours + list(our_running), theirs + list(their_running)))
+
+
+def test_operands_the_cpp_forward_does_not_take_get_the_python_forwards_errors():
+    """A weight of the wrong shape, on another dtype's terms, an eval BatchNorm without running statistics, a
+    channel mismatch: the C++ forward declines, and the Python forward raises torch's errors (tests/torch/
+    test_torch_checks.py has them all), so none of these counts as a C++ forward."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+    x = _tensor((4, 8), torch.float32, "cpu", 50)
+    before = _forward_calls()
+    with pytest.raises(RuntimeError):
+        functional.rms_norm(x, [8], torch.ones(7))
+    with pytest.raises(RuntimeError):
+        functional.layer_norm(x, [8], torch.ones(8), torch.ones(5))
+    with pytest.raises((RuntimeError, ValueError)):
+        functional.batch_norm(x, None, None, training=False)
+    with pytest.raises(RuntimeError):
+        functional.batch_norm(x, torch.zeros(5), torch.ones(5), training=True)
+    with pytest.raises((RuntimeError, ValueError)):
+        functional.batch_norm(x[:1], None, None, training=True)  # one value per channel
+    assert _forwards_since(before) == [0] * 6
+
+
+def test_the_forwards_module_and_ops_agree_and_a_build_without_the_module_uses_the_ops():
+    """The forwards are a Python module where Python's headers were found (autograd_nodes._FORWARDS), and always
+    the ops torch.ops.infiniop_nodes.<op>_forward: the same outputs; a build without the module's init is loaded as
+    a library of ops, and _import says so (None)."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+    x = _tensor((3, 16), torch.float32, "cpu", 60, requires_grad=False)
+    weight, bias = _tensor((16,), torch.float32, "cpu", 61), _tensor((16,), torch.float32, "cpu", 62)
+    nodes = torch.ops.infiniop_nodes
+    pairs = ((autograd_nodes._FORWARDS["rms_norm"](x, [16], weight, 1e-6), nodes.rms_norm_forward(x, [16], weight, 1e-6)),
+             (autograd_nodes._FORWARDS["layer_norm"](x, [16], weight, bias, 1e-5),
+              nodes.layer_norm_forward(x, [16], weight, bias, 1e-5)),
+             (autograd_nodes._FORWARDS["batch_norm"](x, weight, bias, None, None, True, 0.1, 1e-5),
+              nodes.batch_norm_forward(x, weight, bias, None, None, True, 0.1, 1e-5)))
+    for ours, ops in pairs:
+        assert len(ours) == len(ops) > 0 and all(torch.equal(a, b) for a, b in zip(ours, ops))
+    from infiniop_py import library_path
+    assert autograd_nodes._import(library_path()) is None  # a shared library without PyInit__infiniop_nodes
+
+
+def test_a_tensor_subclass_takes_the_python_forward():
+    """A subclass may override torch's functions (__torch_function__), which the C++ forward would bypass."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+
+    class Logged(torch.Tensor):
+        seen = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.seen.append(func)
+            return super().__torch_function__(func, types, args, kwargs or {})
+    x = _tensor((4, 8), torch.float32, "cpu", 63).detach().as_subclass(Logged)
+    before = _forward_calls()
+    output = functional.layer_norm(x, [8])
+    assert _forwards_since(before) == [0] * 6 and Logged.seen
+    torch.testing.assert_close(output.as_subclass(torch.Tensor),
+                               torch.nn.functional.layer_norm(x.as_subclass(torch.Tensor), [8]))
