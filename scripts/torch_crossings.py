@@ -5,7 +5,7 @@ end). Each case is timed in interleaved rounds in one process, malloc keeping fr
 makes it (page faults would otherwise rule these sizes). Prints per op, dtype and thread count the ratio ours/stock
 at each size and the smallest size from which ours is at most stock's at every larger size measured.
 
-    python scripts/torch_crossings.py [--threads 1 2] [--rounds 15]
+    python scripts/torch_crossings.py [--threads 1 2] [--rounds 15] [--sizes 32768 65536 ...]
 """
 
 import argparse
@@ -50,22 +50,24 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="elements (multiples of 1024)")
     args = parser.parse_args(argv)
+    sizes = args.sizes
     kept = keep_freed_memory()
     functional._TORCH_BELOW = {}  # ours at every size
     print(f"torch {torch.__version__}; malloc keeps freed memory: {kept}; C++ autograd nodes: "
           f"{ipt.autograd_nodes.status()}")
     print("speedup of a module step (stock time / ours) at each size in elements:")
-    print("| op | dtype | threads | " + " | ".join(str(size) for size in SIZES) + " | ours from |")
-    print("|---|---|---:|" + "---:|" * len(SIZES) + "---:|")
+    print("| op | dtype | threads | " + " | ".join(str(size) for size in sizes) + " | ours from |")
+    print("|---|---|---:|" + "---:|" * len(sizes) + "---:|")
     for threads in args.threads:
         torch.set_num_threads(threads)
         for name, class_name, width in MODULES:
             for dtype in DTYPES:
                 speedups = [1 / _ratio(class_name, width, size, dtype, args.rounds, args.calls)
-                            for size in SIZES]
+                            for size in sizes]
                 print(f"| {name} | {str(dtype).removeprefix('torch.')} | {threads} | "
-                      + " | ".join(f"{s:.2f}x" for s in speedups) + f" | {crossing(speedups, SIZES) or '-'} |", flush=True)
+                      + " | ".join(f"{s:.2f}x" for s in speedups) + f" | {crossing(speedups, sizes) or '-'} |", flush=True)
     return 0
 
 

@@ -42,39 +42,34 @@ def _forward(name, *args):
 _PARAMETERS = {"rms_norm": (2,), "layer_norm": (2, 3), "batch_norm": (1, 2)}
 
 
-# CPU inputs below these sizes, times the threads (_MOST_THREADS_SCALED), run torch's own norm, forward and backward
-# (its autograd, in C++ end to end): there our backward's kernel gain is smaller than the Python that our forward and
-# call add to a step (about 10 us since the backward became a C++ node, autograd_nodes). Module forward + backward,
-# stock's time / ours, 2026-11-30 (scripts/torch_crossings.py, docs/performance.md), malloc keeping freed memory, at
-# 32768, 65536, 131072, 262144, 524288 and 1048576 elements, 1 thread (2 threads): LayerNorm(1024) F32 0.82 0.92
-# 0.98 1.13 1.19 1.34 (0.75 0.84 0.94 0.97 1.10 1.19), BF16 1.06 1.42 1.86 2.37 2.79 2.97 (0.85 0.98 1.32 1.67 2.02
-# 2.35), F16 0.91 1.14 1.45 1.77 2.06 2.21 (0.80 0.92 1.10 1.34 1.56 1.85); after the CPU BatchNorm's per-channel
-# steps went by blocks (same day, second run), BatchNorm1d(256) F32 0.88 0.95 1.16 1.31 1.42 1.34 (0.73 0.81 0.87
-# 0.95 0.98 0.99), BF16 0.92 1.03 1.18 1.36 1.47 1.47 (0.81 0.92 0.95 1.05 1.13 1.20), F16 0.82 0.89 1.01 1.14 1.37
-# 1.30 (0.75 0.82 0.88 0.96 1.04 1.12). The sizes are the one-thread crossings. RMSNorm has none: torch's CPU
-# backward is a composite's autograd, and ours is the faster at every size. F64 (reference use) and other devices
-# always run ours.
+# CPU inputs below these sizes run torch's own norm, forward and backward (its autograd, in C++ end to end): there
+# our backward's kernel gain is smaller than what our path adds to a step. Since the eager forward runs in C++ too
+# (autograd_nodes), that is little. Module forward + backward, stock's time / ours (scripts/torch_crossings.py,
+# docs/performance.md), 2026-12-01, malloc keeping freed memory, at 4096, 8192, 16384, 32768, 65536 and 131072
+# elements, 1 thread (2 threads): LayerNorm(1024) F32 0.95 0.98 0.97 0.89 0.93 0.96 (1.03 1.05 1.05 0.93 1.08
+# 1.06), BF16 0.92 0.95 1.05 1.37 1.76 1.99 (0.98 1.00 1.02 1.10 1.61 1.92), F16 0.91 0.97 1.03 1.32 1.21 1.96 (0.97
+# 0.98 1.00 1.13 1.22 1.70); BatchNorm1d(256) F32 0.97 1.01 1.05 1.28 1.39 1.24 (1.10 1.07 1.15 1.46 1.40 1.24), BF16
+# 0.95 0.97 1.06 1.13 1.27 1.32 (1.08 1.10 1.10 1.20 1.28 1.22), F16 0.91 0.94 0.99 1.07 1.15 1.23 (1.03 1.08 1.07
+# 1.11 1.16 1.21). The sizes are the one-thread crossings; two threads cross as early or earlier (the fixed cost
+# that once doubled the crossings with the threads, Python's, is gone). LayerNorm F32 has none up to 262144 on one
+# thread (0.90 there in a first run): its size is the library forward's (ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS).
+# RMSNorm has none: torch's CPU backward is a composite's autograd, and ours is the faster at every size. F64
+# (reference use) and other devices always run ours.
 _TORCH_BELOW = {
-    ("layer_norm", torch.float32): 196608, ("layer_norm", torch.bfloat16): 32768,
-    ("layer_norm", torch.float16): 65536,
-    ("batch_norm", torch.float32): 131072, ("batch_norm", torch.bfloat16): 65536,
-    ("batch_norm", torch.float16): 131072,
+    ("layer_norm", torch.float32): 196608, ("layer_norm", torch.bfloat16): 16384,
+    ("layer_norm", torch.float16): 16384,
+    ("batch_norm", torch.float32): 8192, ("batch_norm", torch.bfloat16): 16384,
+    ("batch_norm", torch.float16): 32768,
 }
-
-# With two threads every crossing above about doubled: the Python's cost is fixed while both kernels take half the
-# time. So the sizes scale with torch's thread count (which this library's kernels share), up to this many threads:
-# from there on (an estimate; this machine has 2 cores) both kernels are bound by memory bandwidth, their gain per
-# element stops shrinking with more threads, and the crossing stops rising.
-_MOST_THREADS_SCALED = 4
 
 
 def _torch_end_to_end(op, input):
     """Whether torch's own ``op`` (forward and backward) is the faster for this input (_TORCH_BELOW). Eager only:
     torch.compile traces our custom ops whatever the size."""
-    if not input.is_cpu or torch.compiler.is_compiling():  # before get_num_threads, which dynamo cannot trace
+    if not input.is_cpu or torch.compiler.is_compiling():
         return False
     minimum = _TORCH_BELOW.get((op, input.dtype))
-    return minimum is not None and input.numel() < minimum * min(torch.get_num_threads(), _MOST_THREADS_SCALED)
+    return minimum is not None and input.numel() < minimum
 
 
 def _in_torch_func():
