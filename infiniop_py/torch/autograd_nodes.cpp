@@ -155,6 +155,10 @@ void addLayout(Key &key, const Tensor &tensor) {
     for (int64_t stride : tensor.strides()) key.push_back(stride);
 }
 
+void addLayouts(Key &key, std::initializer_list<const Tensor *> tensors) {
+    for (const Tensor *tensor : tensors) addLayout(key, *tensor);
+}
+
 // The kernels of known layouts, create() making a missing one; emptied when full, as the functional API's table (a
 // workload has few layouts).
 template <typename Create>
@@ -249,7 +253,7 @@ variable_list rmsNormGradients(const Tensor &grad_output, const Tensor &saved_in
     Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
     Tensor grad_weight = gradientLike(weight, want_weight);
     Key key{0};
-    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad, &input, &weight, &rstd}) addLayout(key, *tensor);
+    addLayouts(key, {&grad_input, &grad_weight, &grad, &input, &weight, &rstd});
     const auto kernel = kernelFor(key, [&] {
         TensorDescriptor gx(grad_input), gw(grad_weight), gy(grad), x(input), w(weight), r(rstd);
         infiniopRMSNormBackwardDescriptor_t descriptor = nullptr;
@@ -308,10 +312,7 @@ variable_list layerNormGradients(const Tensor &grad_output, const Tensor &saved_
     Tensor grad_weight = weight.defined() ? gradientLike(parameter, want_weight) : Tensor();
     Tensor grad_bias = bias.defined() ? gradientLike(parameter, want_bias) : Tensor();
     Key key{1};
-    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &grad,
-                                                                      &weight, &input, &mean, &rstd}) {
-        addLayout(key, *tensor);
-    }
+    addLayouts(key, {&grad_input, &grad_weight, &grad_bias, &grad, &weight, &input, &mean, &rstd});
     const auto kernel = kernelFor(key, [&] {
         TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), gy(grad), w(weight), x(input), m(mean),
             r(rstd);
@@ -391,11 +392,8 @@ variable_list batchNormGradients(const Tensor &grad_output, const Tensor &saved_
     Tensor grad_weight = want_weight ? at::empty({input.size(1)}, options) : Tensor();
     Tensor grad_bias = want_bias ? at::empty({input.size(1)}, options) : Tensor();
     Key key{2, training, bitsOf(eps)}; // eps exactly, as the descriptor keeps it
-    for (const Tensor *tensor : std::initializer_list<const Tensor *>{&grad_input, &grad_weight, &grad_bias, &input,
-                                                                      &grad, &weight, &running_mean, &running_var,
-                                                                      &save_mean, &save_invstd}) {
-        addLayout(key, *tensor);
-    }
+    addLayouts(key, {&grad_input, &grad_weight, &grad_bias, &input, &grad, &weight, &running_mean, &running_var,
+                     &save_mean, &save_invstd});
     const auto kernel = kernelFor(key, [&] {
         TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), x(input), gy(grad), w(weight),
             rm(running_mean), rv(running_var), sm(save_mean), si(save_invstd);
@@ -656,7 +654,7 @@ std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normaliz
             output = at::empty_like(input);
             rstd = at::empty(leading, input.options().dtype(statistics_dtype));
             Key key{3, bitsOf(epsilon)};
-            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &rstd, &input, &weight}) addLayout(key, *tensor);
+            addLayouts(key, {&output, &rstd, &input, &weight});
             const auto kernel = kernelFor(key, [&] {
                 TensorDescriptor y(output), r(rstd), x(input), w(weight);
                 infiniopRMSNormDescriptor_t descriptor = nullptr;
@@ -717,7 +715,7 @@ std::vector<Tensor> layerNormForward(const Tensor &input, at::IntArrayRef normal
             mean = at::empty(leading, options);
             rstd = at::empty(leading, options);
             Key key{4, bitsOf(eps)};
-            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &mean, &rstd, &input, &weight, &bias}) addLayout(key, *tensor);
+            addLayouts(key, {&output, &mean, &rstd, &input, &weight, &bias});
             const auto kernel = kernelFor(key, [&] {
                 TensorDescriptor y(output), m(mean), r(rstd), x(input), w(weight), b(bias);
                 infiniopLayerNormDescriptor_t descriptor = nullptr;
@@ -815,11 +813,7 @@ std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Te
             save_mean = training ? at::empty({channels}, options) : Tensor();
             save_invstd = training ? at::empty({channels}, options) : Tensor();
             Key key{5, training, bitsOf(*momentum), bitsOf(eps)};
-            for (const Tensor *tensor : std::initializer_list<const Tensor *>{&output, &save_mean, &save_invstd,
-                                                                              &running_mean, &running_var, &input,
-                                                                              &weight, &bias}) {
-                addLayout(key, *tensor);
-            }
+            addLayouts(key, {&output, &save_mean, &save_invstd, &running_mean, &running_var, &input, &weight, &bias});
             const auto kernel = kernelFor(key, [&] {
                 TensorDescriptor y(output), sm(save_mean), si(save_invstd), rm(running_mean), rv(running_var),
                     x(input), w(weight), b(bias);

@@ -66,7 +66,8 @@ def _build():
     if target.parent.is_dir():
         _prune(target.parent)
     command = [compiler, "-std=c++17", "-O2", "-shared", "-fPIC", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", str(SOURCE),
-               *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu", "-ltorch_python", "-lc10",
+               *(f"-I{include}" for include in includes), f"-L{torch_dir}/lib", "-ltorch", "-ltorch_cpu",
+               "-ltorch_python", "-lc10",
                f"-L{library_dir}", "-linfiniop", "-linfinirt", f"-Wl,-rpath,{torch_dir}/lib",
                f"-Wl,-rpath,{library_dir}"]
     try:

@@ -329,7 +329,8 @@ def test_the_forwards_module_and_ops_agree_and_a_build_without_the_module_uses_t
     x = _tensor((3, 16), torch.float32, "cpu", 60, requires_grad=False)
     weight, bias = _tensor((16,), torch.float32, "cpu", 61), _tensor((16,), torch.float32, "cpu", 62)
     nodes = torch.ops.infiniop_nodes
-    pairs = ((autograd_nodes._FORWARDS["rms_norm"](x, [16], weight, 1e-6), nodes.rms_norm_forward(x, [16], weight, 1e-6)),
+    pairs = ((autograd_nodes._FORWARDS["rms_norm"](x, [16], weight, 1e-6),
+              nodes.rms_norm_forward(x, [16], weight, 1e-6)),
              (autograd_nodes._FORWARDS["layer_norm"](x, [16], weight, bias, 1e-5),
               nodes.layer_norm_forward(x, [16], weight, bias, 1e-5)),
              (autograd_nodes._FORWARDS["batch_norm"](x, weight, bias, None, None, True, 0.1, 1e-5),
