@@ -61,10 +61,15 @@ infiniDtype_t dtypeOf(const Tensor &tensor) {
     }
 }
 
-// The statistics' dtype of the kernels: F64 for F64 data, else F32 (PyTorch's forwards save the same, but
-// BatchNorm with 16-bit parameters, whose 16-bit ones are widened here).
+// The statistics' dtype of the kernels: F64 for F64 data, else F32.
+at::ScalarType statisticsDtype(const Tensor &input) {
+    return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Saved statistics in that dtype (PyTorch's forwards save the same, but BatchNorm with 16-bit parameters, whose
+// 16-bit ones are widened here).
 Tensor statistics(const Tensor &tensor, const Tensor &input) {
-    const auto dtype = input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    const auto dtype = statisticsDtype(input);
     return tensor.scalar_type() == dtype ? tensor : tensor.to(dtype);
 }
 
@@ -367,8 +372,14 @@ Tensor layerNorm(Tensor output, const Tensor &mean, const Tensor &rstd, const Te
 
 // ---------------------------------------------------------------------------------------------------- BatchNorm
 
-// Channels-first or channels-last packed (C innermost, then the spatial dims, then N): the kernel's layouts.
-bool batchPacked(const Tensor &input) { return input.is_contiguous() || input.movedim(1, -1).is_contiguous(); }
+// Channels-first or channels-last packed (C innermost, then the spatial dims, then N): the kernel's layouts. As
+// ops._batch_packed: torch's own channels-last checks for ranks 4 and 5 (no movedim view to make).
+bool batchPacked(const Tensor &input) {
+    if (input.is_contiguous()) return true;
+    if (input.dim() == 4) return input.is_contiguous(at::MemoryFormat::ChannelsLast);
+    if (input.dim() == 5) return input.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    return input.movedim(1, -1).is_contiguous();
+}
 
 // BatchNorm's (grad_input, grad_weight, grad_bias), each where wanted (else undefined): training from the forward's
 // save_mean and save_invstd, eval from the running statistics and eps; weight and the running statistics of shape
@@ -578,10 +589,6 @@ std::vector<int64_t> forwardCalls() {
 
 bool isHalf(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
 
-at::ScalarType statisticsDtype(const Tensor &input) {
-    return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-}
-
 // Data a node serves: of a kernel dtype, on the CPU or CUDA.
 bool servedInput(const Tensor &input) {
     const auto dtype = input.scalar_type();
@@ -765,15 +772,6 @@ std::vector<Tensor> layerNormForward(const Tensor &input, at::IntArrayRef normal
     return {output, mean, rstd};
 }
 
-// Channels-first or channels-last packed, as ops._batch_packed decides it (torch's own channels-last checks for
-// ranks 4 and 5).
-bool batchPackedForward(const Tensor &input) {
-    if (input.is_contiguous()) return true;
-    if (input.dim() == 4) return input.is_contiguous(at::MemoryFormat::ChannelsLast);
-    if (input.dim() == 5) return input.is_contiguous(at::MemoryFormat::ChannelsLast3d);
-    return input.movedim(1, -1).is_contiguous();
-}
-
 std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Tensor> &weight_or_none,
                                      const std::optional<Tensor> &bias_or_none,
                                      const std::optional<Tensor> &running_mean_or_none,
@@ -803,7 +801,7 @@ std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Te
     const int64_t minimum = batch_norm_minimum.load();
     // ops._library_batch_norm_serves: 16-bit data with F32 parameters only (PyTorch saves 16-bit statistics else).
     const bool library = input.is_cpu() && minimum >= 0 && input.numel() >= minimum &&
-                         (!isHalf(input.scalar_type()) || dtype == at::kFloat) && batchPackedForward(input);
+                         (!isHalf(input.scalar_type()) || dtype == at::kFloat) && batchPacked(input);
     Tensor output, save_mean, save_invstd;
     {
         at::AutoGradMode no_grad(false);
