@@ -125,8 +125,8 @@ class AllNorms(torch.nn.Module):
 def test_compile_fullgraph_forward_and_backward_equal_eager(monkeypatch):
     """torch.compile(fullgraph=True) traces the forward and backward with no graph break; the compiled step runs
     the library's backward kernels and gives eager's loss, gradients and running statistics. With the sizes as
-    shipped (functional._TORCH_BELOW, which the choice of torch's norms for small CPU inputs reads): eager mode gives these tiny LayerNorm and BatchNorm inputs to torch's norms, the compiled step traces
-    ours."""
+    shipped (functional._TORCH_BELOW, which the choice of torch's norms for small CPU inputs reads): eager mode
+    gives these tiny LayerNorm and BatchNorm inputs to torch's norms, the compiled step traces ours."""
     monkeypatch.undo()  # conftest's sizes of {}: the shipped ones here
     from infiniop_py.torch import functional
     assert functional._TORCH_BELOW
