@@ -5,8 +5,8 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 - ``torch.ops.infiniop.{rms_norm,layer_norm,batch_norm}_backward``: the kernels as custom ops, with fake
   implementations, so torch.compile(fullgraph=True) traces them (see ``ops``).
 - ``rms_norm``, ``layer_norm``, ``batch_norm``: torch.nn.functional's signatures; PyTorch's forward (on the CPU
-  this library's where it takes the operands and is the faster: RMSNorm with a weight, LayerNorm and BatchNorm
-  from a measured size on, docs/performance.md), our backward. In eager mode, CPU LayerNorm and BatchNorm inputs
+  this library's where it takes the operands and is the faster: RMSNorm with a weight, BatchNorm, LayerNorm
+  (F32 from a measured size on), docs/performance.md), our backward. In eager mode, CPU LayerNorm and BatchNorm inputs
   below a measured size run PyTorch's own norm end to end, backward included: it is
   the faster there (``functional._TORCH_BELOW``). Elsewhere BatchNorm's forward is PyTorch's native kernel, also on
   CUDA, where torch.nn.functional would take cuDNN's: the two round differently, so outputs can differ in the

@@ -566,15 +566,13 @@ struct BatchNormBackward : public torch::autograd::Node {
 // Python took ten frames and 7-19 us more than stock's one op. Anything else returns no tensors, and the Python
 // forward (its checks, torch's own errors, the rarer kernels) takes the call as before.
 
-// The sizes from which the CPU forward is this library's, as ops.py sets them (configure): LayerNorm per data dtype
-// (F32, BF16, F16; none for F64), BatchNorm for any.
+// The sizes from which LayerNorm's CPU forward is this library's, as ops.py sets them (configure), per data dtype
+// (F32, BF16, F16; none for F64). BatchNorm's is wherever it takes the operands (ops._library_batch_norm_serves).
 std::atomic<int64_t> layer_norm_minimums[3] = {-1, -1, -1};
-std::atomic<int64_t> batch_norm_minimum{-1};
 
-void configure(at::IntArrayRef layer_norm, int64_t batch_norm) {
+void configure(at::IntArrayRef layer_norm) {
     TORCH_CHECK(layer_norm.size() == 3, "infiniop_py: three LayerNorm sizes (F32, BF16, F16)");
     for (size_t i = 0; i < 3; ++i) layer_norm_minimums[i] = layer_norm[i];
-    batch_norm_minimum = batch_norm;
 }
 
 // Forwards run here since the library was loaded, per op (RMSNorm, LayerNorm, BatchNorm), then those of them that
@@ -798,9 +796,8 @@ std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Te
         return {};
     }
     const bool recording = recorded({&input, &weight, &bias});
-    const int64_t minimum = batch_norm_minimum.load();
     // ops._library_batch_norm_serves: 16-bit data with F32 parameters only (PyTorch saves 16-bit statistics else).
-    const bool library = input.is_cpu() && minimum >= 0 && input.numel() >= minimum &&
+    const bool library = input.is_cpu() && input.numel() > 0 &&
                          (!isHalf(input.scalar_type()) || dtype == at::kFloat) && batchPacked(input);
     Tensor output, save_mean, save_invstd;
     {
@@ -872,7 +869,7 @@ TORCH_LIBRARY(infiniop_nodes, m) {
     m.def("batch_norm_forward(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
           "Tensor? running_var, bool training, float? momentum, float eps) -> Tensor[]");
     m.def("forward_calls() -> int[]", TORCH_FN(forwardCalls));
-    m.def("configure(int[] layer_norm_minimums, int batch_norm_minimum) -> ()", TORCH_FN(configure));
+    m.def("configure(int[] layer_norm_minimums) -> ()", TORCH_FN(configure));
     m.impl("rms_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(rmsNorm));
     m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(layerNorm));
     m.impl("batch_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(batchNorm));

@@ -118,8 +118,7 @@ def _load():
                     forwards = _import(_build())
                     nodes = torch.ops.infiniop_nodes
                     minimums = ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS
-                    nodes.configure([minimums[torch.float32], minimums[torch.bfloat16], minimums[torch.float16]],
-                                    ops._LIBRARY_BATCH_NORM_MIN_ELEMENTS)
+                    nodes.configure([minimums[torch.float32], minimums[torch.bfloat16], minimums[torch.float16]])
                     for name in ("rms_norm", "layer_norm", "batch_norm"):
                         # Else the overload's builtin: OpOverload.__call__ only forwards to it (0.6 us a call).
                         overload = getattr(nodes, f"{name}_forward").default

@@ -42,23 +42,23 @@ def _forward(name, *args):
 _PARAMETERS = {"rms_norm": (2,), "layer_norm": (2, 3), "batch_norm": (1, 2)}
 
 
-# CPU inputs below these sizes run torch's own norm, forward and backward (its autograd, in C++ end to end): there
-# our backward's kernel gain is smaller than what our path adds to a step. Since the eager forward runs in C++ too
+# CPU inputs below these sizes run torch's own norm, forward and backward (its autograd, in C++ end to end): there our
+# backward's kernel gain is smaller than what our path adds to a step. Since the eager forward runs in C++ too
 # (autograd_nodes), that is little. Module forward + backward, stock's time / ours (scripts/torch_crossings.py,
-# docs/performance.md), 2026-12-01, malloc keeping freed memory, at 4096, 8192, 16384, 32768, 65536 and 131072
-# elements, 1 thread (2 threads): LayerNorm(1024) F32 0.95 0.98 0.97 0.89 0.93 0.96 (1.03 1.05 1.05 0.93 1.08
-# 1.06), BF16 0.92 0.95 1.05 1.37 1.76 1.99 (0.98 1.00 1.02 1.10 1.61 1.92), F16 0.91 0.97 1.03 1.32 1.21 1.96 (0.97
-# 0.98 1.00 1.13 1.22 1.70); BatchNorm1d(256) F32 0.97 1.01 1.05 1.28 1.39 1.24 (1.10 1.07 1.15 1.46 1.40 1.24), BF16
-# 0.95 0.97 1.06 1.13 1.27 1.32 (1.08 1.10 1.10 1.20 1.28 1.22), F16 0.91 0.94 0.99 1.07 1.15 1.23 (1.03 1.08 1.07
-# 1.11 1.16 1.21). The sizes are the one-thread crossings; two threads cross as early or earlier (the fixed cost
-# that once doubled the crossings with the threads, Python's, is gone). LayerNorm F32 has none up to 262144 on one
-# thread (0.90 there in a first run): its size is the library forward's (ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS).
-# RMSNorm has none: torch's CPU backward is a composite's autograd, and ours is the faster at every size. F64
-# (reference use) and other devices always run ours.
+# docs/performance.md), 2026-12-01, the project's 2-core Xeon, one thread, malloc keeping freed memory, two runs, at
+# 4096, 8192, 16384, 32768, 65536 and 131072 elements: LayerNorm(1024) F32 0.98 0.89 0.94 0.94 1.01 1.01 and 0.90 0.96
+# 1.02 1.12 1.09 1.03, BF16 0.97 1.04 1.22 1.34 1.74 1.80 and 1.03 1.19 1.34 1.54 1.92 2.24, F16 0.95 1.04 1.13 1.28
+# 1.48 1.64 and 0.91 1.02 1.20 1.40 1.31 1.58; BatchNorm1d(256) F32 1.09 1.14 1.21 1.39 1.41 1.44 and 1.10 1.17 1.26
+# 1.31 1.41 1.39 (1.04-1.10 from 1024 on). Each size is the larger run's crossing; two threads do not cross later but
+# for one dip (F16). LayerNorm's fell (F32 196608 -> 65536, 16-bit 16384 -> 8192) and BatchNorm F32's (8192 -> 4096)
+# when the library's forwards came to serve small inputs (ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS). 16-bit BatchNorm with
+# 16-bit parameters runs PyTorch's forward either way: its sizes are the earlier runs' (BF16 0.95 0.97 1.06 1.13 1.27
+# 1.32, F16 0.91 0.94 0.99 1.07 1.15 1.23 at 4096..131072). RMSNorm has none: torch's CPU backward is a composite's
+# autograd, and ours is the faster at every size. F64 (reference use) and other devices always run ours.
 _TORCH_BELOW = {
-    ("layer_norm", torch.float32): 196608, ("layer_norm", torch.bfloat16): 16384,
-    ("layer_norm", torch.float16): 16384,
-    ("batch_norm", torch.float32): 8192, ("batch_norm", torch.bfloat16): 16384,
+    ("layer_norm", torch.float32): 65536, ("layer_norm", torch.bfloat16): 8192,
+    ("layer_norm", torch.float16): 8192,
+    ("batch_norm", torch.float32): 4096, ("batch_norm", torch.bfloat16): 16384,
     ("batch_norm", torch.float16): 32768,
 }
 

@@ -417,14 +417,15 @@ def _library_layer_norm_serves(input, normalized_shape, weight, bias):
             and (first is input.dtype or (first is torch.float32 and input.dtype in _HALF_DTYPES)))
 
 
-# The data dtypes whose CPU forward is this library's, from these sizes on (docs/performance.md, bench --forward and
-# --training). Below them PyTorch's forward is the faster in a module's call: ours costs about 8 us more of Python
-# (the call, three outputs, the statistics' shapes) where both kernels take a few. Measured on the project's 2-core
-# EPYC, 2026-11-29, module forward with requires_grad, ours / PyTorch's, 2 threads (one thread): F32 1.16 (0.96) at
-# 131072 elements, 1.02 (0.85) at 196608, 0.96 (0.80) at 262144; BF16 1.00 (0.84) at 65536, 0.91 (0.74) at 98304;
-# F16 1.09 (0.98) at 65536, 1.00 (0.82) at 131072, 0.89 (0.75) at 196608. The 2-thread crossings: more threads
-# speed PyTorch's small calls more than ours.
-_LIBRARY_LAYER_NORM_MIN_ELEMENTS = {torch.float32: 196608, torch.bfloat16: 65536, torch.float16: 131072}
+# The data dtypes whose CPU forward is this library's, from these sizes on (F64, kept for references, runs
+# PyTorch's). Below them PyTorch's forward is the faster. Measured with the eager forward in C++ (autograd_nodes),
+# 2026-12-01, the project's 2-core Xeon, one thread, module forward under no_grad (forward + backward), ours /
+# PyTorch's: F32 (8, 1024) 1.02 (1.00), (256, 32) 0.83 (0.91), (16, 1024) 0.91 (0.96), (64, 1024) 0.78 (0.98),
+# (1, 4096) 1.03 (1.02); BF16 and F16, data-dtype parameters, 0.85-0.92 (0.93-0.99) from 64 elements on and
+# 0.57-0.66 (0.77-0.88) at 65536; with F32 parameters 0.90-0.95 (0.97-1.00) at 8192. The Python forward (no
+# compiler for the nodes, a tensor subclass, torch.compile) costs about 10 us more either way; it chooses as the C++
+# forward does, so both paths give the same bits.
+_LIBRARY_LAYER_NORM_MIN_ELEMENTS = {torch.float32: 16384, torch.bfloat16: 0, torch.float16: 0}
 
 
 def _library_layer_norm(input, normalized_shape, weight, bias, eps):
@@ -512,12 +513,15 @@ def _torch_batch_norm(input, weight, bias, running_mean, running_var, training, 
 
 
 def _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
-    """Whether this library's CPU forward takes these operands as they are, saves what PyTorch's would and is the
-    faster: an input of rank 2..5 and at least _LIBRARY_BATCH_NORM_MIN_ELEMENTS elements, channels-first or
-    channels-last packed, whose parameters and running statistics (those given, one-dimensional) share the input's
-    dtype, or F32 with 16-bit data; not F16 / BF16 data without F32 parameters (PyTorch then saves 16-bit
-    statistics). Anything else (other devices) runs PyTorch's."""
-    if (input.numel() < _LIBRARY_BATCH_NORM_MIN_ELEMENTS or not input.is_cpu
+    """Whether this library's CPU forward takes these operands as they are and saves what PyTorch's would: a
+    non-empty input of rank 2..5, channels-first or channels-last packed, whose parameters and running statistics
+    (those given, one-dimensional) share the input's dtype, or F32 with 16-bit data; not F16 / BF16 data without F32
+    parameters (PyTorch then saves 16-bit statistics). Anything else (other devices) runs PyTorch's. Where it takes
+    them it is the faster at every size, with the eager forward in C++ (autograd_nodes): the project's 2-core Xeon,
+    one thread, 2026-12-01, module forward under no_grad (forward + backward), ours / PyTorch's: F32 (4, 16) 0.83
+    (0.90), (8, 32, 2, 2) 0.83 (0.93), (8, 32, 8, 8) 0.49 (0.73), (8, 32, 16, 16) 0.25 (0.48); BF16 and F16 data with
+    F32 parameters 0.72-0.89 (0.85-0.98) from 64 to 16384 elements."""
+    if (input.numel() == 0 or not input.is_cpu
             or input.dtype not in _KERNEL_DTYPES or not 2 <= input.dim() <= 5):
         return False
     if (running_mean is None) != (running_var is None):
@@ -530,13 +534,6 @@ def _library_batch_norm_serves(input, weight, bias, running_mean, running_var):
     else:
         allowed = (input.dtype,)
     return all(t.dtype in allowed and t.dim() == 1 for t in present) and _batch_packed(input)
-
-
-# Below this size PyTorch's forward is faster: our call's fixed cost (about 10 us of Python and launch, against
-# PyTorch's 5-6) outweighs the kernel's gain. Measured on the project's 2-core EPYC, one thread, 2026-11-29: 4096
-# and 8192 elements 0.5-0.6x (channels-first F32 (4, 16, 8, 8) alone 1.7x), 65536 1.05-5.5x, large shapes 1.5-5x
-# (docs/performance.md).
-_LIBRARY_BATCH_NORM_MIN_ELEMENTS = 32768
 
 
 def _library_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):

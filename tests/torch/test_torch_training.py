@@ -64,9 +64,12 @@ def _loss_and_gradients(model, inputs, labels, autocast):
     return loss.item()
 
 
+# ConvNet under autocast: its BatchNorms' BF16 forward is this library's, within half an ulp of exact as torch's (of
+# the terms' size) but not bit for bit, so a BF16 output may be an ulp off torch's and the BF16 gradients after it
+# more (the head's BatchNorm1d normalizes 8 samples to values of 2-3): the bound is BF16's epsilon.
 @pytest.mark.parametrize("model_class, autocast, bound", [
     (TransformerBlock, False, 1e-5), (ConvNet, False, 1e-5),
-    (TransformerBlock, True, 2e-3), (ConvNet, True, 2e-3),
+    (TransformerBlock, True, 2e-3), (ConvNet, True, torch.finfo(torch.bfloat16).eps),
 ], ids=["transformer-f32", "convnet-f32", "transformer-autocast-bf16", "convnet-autocast-bf16"])
 def test_training_follows_torch(model_class, autocast, bound, monkeypatch):
     """STEPS steps of SGD with momentum along torch's own run: at each, the model with the library's norms,
