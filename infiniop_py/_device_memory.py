@@ -48,25 +48,29 @@ def _block_bytes(nbytes):
     return max(-(-nbytes // step) * step, step)
 
 
-def _take_block(device, device_id, nbytes):
-    """(key, pointer): a cached block of nbytes' class, else a new one. A failed allocation frees the device's
-    cached blocks and tries once more."""
-    key = (device, device_id, _block_bytes(nbytes))
+def _take_block(key):
+    """A cached block of ``key`` (device, device_id, block bytes), else a new one. A failed allocation frees the
+    device's cached blocks and tries once more."""
     try:
-        return key, _cached_blocks[key].pop()
+        return _cached_blocks[key].pop()
     except (KeyError, IndexError):
         pass
+    device, device_id, nbytes = key
     try:
-        return key, _allocate(device, device_id, key[2])
+        return _allocate(device, device_id, nbytes)
     except InfiniopError:
         if not empty_cache(device, device_id):
             raise
-    return key, _allocate(device, device_id, key[2])
+    return _allocate(device, device_id, nbytes)
 
 
 def _give_back_to(key):
+    # The key's list bound here, not looked up at each call: a block may go back during interpreter exit
+    # (_CachedBlockBuffer.__del__), when module globals may already be gone. Lists are never removed.
+    blocks = _cached_blocks.setdefault(key, [])
+
     def give_back(pointer):
-        _cached_blocks.setdefault(key, []).append(pointer)
+        blocks.append(pointer)
         return 0  # INFINI_STATUS_SUCCESS, as close() checks it
     return give_back
 
@@ -92,16 +96,12 @@ def empty_cache(device=None, device_id=None):
 
 
 class DeviceBuffer(NativeResource):
-    """``nbytes`` bytes on (device, device_id); ``address`` is the device pointer as an int. ``cached``: taken
-    from (and given back to) the cache of blocks (see the module's docstring), else infinirtMalloc'd and freed."""
+    """``nbytes`` bytes on (device, device_id), infinirtMalloc'd and freed; ``address`` is the device pointer as
+    an int."""
 
-    def __init__(self, device, device_id, nbytes, cached=False):
+    def __init__(self, device, device_id, nbytes):
         device = device_name(device)  # "cuda" and "CUDA" are "nvidia", as a Handle's device is
-        if cached:
-            key, pointer = _take_block(device, device_id, nbytes)
-            self._own(pointer, _give_back_to(key), "infinirtFree")
-        else:
-            self._own(_allocate(device, device_id, nbytes), _free_on(device, device_id), "infinirtFree")
+        self._own(_allocate(device, device_id, nbytes), _free_on(device, device_id), "infinirtFree")
         self.device = device
         self.device_id = device_id
         self.nbytes = nbytes
@@ -113,6 +113,45 @@ class DeviceBuffer(NativeResource):
     def _copy(self, destination, source, kind):
         with selected_device(self.device, self.device_id):
             check(libraries().rt.infinirtMemcpy(destination, source, self.nbytes, kind), "infinirtMemcpy")
+
+
+class _BlockReturn:
+    """weakref.finalize's part (alive, detach) for a cached block, at a fraction of its cost: the block goes back
+    through _CachedBlockBuffer.__del__, as giving it back is a list append, harmless at any time, interpreter
+    exit included (weakref.finalize's atexit=False guards the native destroys, which this is not)."""
+
+    __slots__ = ("_pointers",)
+
+    def __init__(self, pointer):
+        self._pointers = [pointer]
+
+    @property
+    def alive(self):
+        return bool(self._pointers)
+
+    def detach(self):
+        """The pointer the first time, then None (list.pop is atomic: two threads closing at once give the block
+        back once)."""
+        try:
+            return self._pointers.pop()
+        except IndexError:
+            return None
+
+
+class _CachedBlockBuffer(DeviceBuffer):
+    """A DeviceBuffer taken from the cache of blocks (see the module's docstring) of ``key``'s (device,
+    device_id, block bytes) size class, given back by ``give_back`` on close() or when it is collected."""
+
+    def __init__(self, key, nbytes, give_back):
+        pointer = _take_block(key)
+        self._own(pointer, give_back, "infinirtFree", _BlockReturn(pointer))
+        self.device, self.device_id = key[0], key[1]
+        self.nbytes = nbytes
+
+    def __del__(self):
+        finalizer = self._finalizer  # the class's None where __init__ failed before owning a block
+        if finalizer is not None and finalizer.detach() is not None:
+            self._destroy(self._pointer)
 
 
 def _dense_strides_of(array):
@@ -139,6 +178,14 @@ def _dense_strides(shape, strides):
     return strides
 
 
+def _array_layout(shape, dtype, device, device_id, strides):
+    """DeviceArray's arguments checked: (shape, numpy dtype, element strides, bytes, its blocks' cache key)."""
+    shape, dtype = tuple(shape), np.dtype(dtype)
+    strides = contiguous_strides(shape) if strides is None else _dense_strides(shape, strides)
+    nbytes = math.prod(shape) * dtype.itemsize
+    return shape, dtype, strides, nbytes, (device_name(device), device_id, _block_bytes(nbytes))
+
+
 class DeviceArray:
     """An array of ``shape`` and numpy ``dtype`` in infinirt device memory: C-contiguous, or in the dense layout
     that element ``strides`` give (e.g. channels-last, as outputs laid out like such an input are).
@@ -150,10 +197,8 @@ class DeviceArray:
     reused at once, by outputs that the functional API writes on the default stream."""
 
     def __init__(self, shape, dtype, device, device_id=0, strides=None):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.strides = contiguous_strides(self.shape) if strides is None else _dense_strides(self.shape, strides)
-        self.buffer = DeviceBuffer(device, device_id, math.prod(self.shape) * self.dtype.itemsize, cached=True)
+        self.shape, self.dtype, self.strides, nbytes, key = _array_layout(shape, dtype, device, device_id, strides)
+        self.buffer = _CachedBlockBuffer(key, nbytes, _give_back_to(key))
 
     @property
     def device(self):
@@ -257,3 +302,19 @@ class DeviceArray:
         layout = "" if self.strides == contiguous_strides(self.shape) else f", strides={self.strides}"
         return (f"DeviceArray(shape={self.shape}, dtype={self.dtype}{layout}, "
                 f"device={self.device!r}:{self.device_id})")
+
+
+def array_maker(shape, dtype, device, device_id=0, strides=None):
+    """A function of no arguments that makes DeviceArray(shape, dtype, device, device_id, strides) anew at each
+    call, with the arguments checked and the block's size class found once: for outputs made per call (the
+    functional API's fast path), where DeviceArray() costs four times as much."""
+    shape, dtype, strides, nbytes, key = _array_layout(shape, dtype, device, device_id, strides)
+    give_back, new = _give_back_to(key), object.__new__
+
+    def make():
+        array = new(DeviceArray)
+        array.shape, array.dtype, array.strides = shape, dtype, strides
+        array.buffer = _CachedBlockBuffer(key, nbytes, give_back)
+        return array
+
+    return make

@@ -37,9 +37,8 @@ import threading
 import numpy as np
 
 from . import _host_memory
-from ._device_memory import DeviceArray
+from ._device_memory import DeviceArray, array_maker
 from ._ffi import ffi
-from ._layout import contiguous_strides
 from .errors import BadParamError, check
 
 CACHE_SIZE = 64  # entries kept; the table is emptied when full (a workload has few layouts)
@@ -265,9 +264,8 @@ def _device_array_runner(operator, out):
     """The runner of a checked call on DeviceArrays (see remember), all on the operator's device (the checked run
     made sure): fresh outputs take the remembered layout, as for torch; the run is on the default stream, as the
     checked path's for DeviceArrays (_functional.library_stream), with that stream's spare workspaces."""
-    new_outputs = [None if array is None else functools.partial(
-        DeviceArray, array.shape, array.dtype, array.device, array.device_id,
-        None if array.strides == contiguous_strides(array.shape) else array.strides) for array in out]
+    new_outputs = [None if array is None else array_maker(array.shape, array.dtype, array.device,
+                                                          array.device_id, array.strides) for array in out]
     return _runner(operator, new_outputs, _device_array_pointer)
 
 

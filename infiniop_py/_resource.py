@@ -26,7 +26,9 @@ class NativeResource:
     _closing = False  # class defaults: an object whose __init__ failed before _own still answers `closed`
     _drained = None  # set by the last call to end once closing; made by close() only when calls are running
 
-    def _own(self, pointer, destroy, destroy_name):
+    def _own(self, pointer, destroy, destroy_name, finalizer=None):
+        """``finalizer``: where a subclass destroys the object itself when it is collected (__del__), what stands
+        for weakref.finalize's ``alive`` and ``detach()``; None: a weakref.finalize, not run at exit."""
         self._pointer = pointer
         self._destroy = destroy
         self._destroy_name = destroy_name
@@ -35,8 +37,10 @@ class NativeResource:
         # Guards the two above and _drained; a bare Lock: a call pays two acquire/release pairs. The Event is made
         # on demand: it costs more than the rest of an object (1.6 us), and fresh outputs are made per call.
         self._lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
-        self._finalizer.atexit = False
+        if finalizer is None:
+            finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
+            finalizer.atexit = False
+        self._finalizer = finalizer
 
     @property
     def closed(self):

@@ -101,3 +101,59 @@ def test_functional_calls_on_device_arrays_allocate_only_at_first_and_stay_right
             first = len(allocations)  # three inputs, two outputs
         del outputs  # the inputs went when the call returned
     assert first == 5 and len(allocations) == first
+
+
+def _cached_count(address):
+    return sum(int(_device_memory.ffi.cast("uintptr_t", pointer)) == address
+               for blocks in _device_memory._cached_blocks.values() for pointer in blocks)
+
+
+def test_a_block_goes_back_once_however_often_its_array_is_closed_or_dropped():
+    array = DeviceArray((1000,), np.float32, "cpu")
+    address = array.buffer.address
+    array.close()
+    array.close()
+    assert array.buffer.closed and _cached_count(address) == 1
+    del array  # collected after close(): nothing more given back
+    assert _cached_count(address) == 1
+    make = _device_memory.array_maker((10, 100), np.float32, "cpu")  # the functional API's outputs
+    made = make()
+    assert made.buffer.address == address and _cached_count(address) == 0
+    del made
+    assert _cached_count(address) == 1
+
+
+def test_threads_closing_one_array_at_once_give_its_block_back_once():
+    import threading
+    for _ in range(50):
+        array = DeviceArray((256,), np.float32, "cpu")
+        address, start = array.buffer.address, threading.Barrier(4)
+
+        def close():
+            start.wait()
+            array.close()
+        threads = [threading.Thread(target=close) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert _cached_count(address) == 1
+        infiniop_py.empty_cache()
+
+
+def test_arrays_alive_at_exit_give_their_blocks_back_quietly():
+    """Blocks go back from __del__, which may run while the interpreter shuts down (module globals gone)."""
+    import subprocess
+    import sys
+    script = """if True:
+        import numpy as np, infiniop_py
+        from infiniop_py import DeviceArray
+        kept = [DeviceArray((100,), np.float32, "cpu") for _ in range(10)]
+        class Cycle: pass
+        cycle = Cycle(); cycle.itself = cycle; cycle.array = DeviceArray((8,), np.float32, "cpu")
+        ones = [DeviceArray.from_numpy(np.ones(shape, np.float32), "cpu") for shape in ((4, 8), (4, 8), (8,))]
+        outputs = [infiniop_py.rms_norm_backward(*ones) for _ in range(3)]
+        print("done")
+        """
+    run = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout, run.stderr) == (0, "done\n", "")
