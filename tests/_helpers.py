@@ -231,6 +231,15 @@ def batch_norm_forward_reference(x, weight, bias, running_mean, running_var, tra
 
 # ---------------------------------------------------------------- inputs (already rounded to dT)
 
+def negative_views(torch, tensor):
+    """Two stride-2 views equal to ``tensor``: without the negative bit, and with it (its memory holds -tensor)."""
+    zeros = torch.zeros_like(tensor)
+    plain = torch.view_as_real(torch.complex(zeros, tensor))[..., 1]
+    negative = torch.complex(zeros, -tensor).conj().imag
+    assert negative.is_neg() and not plain.is_neg() and plain.stride() == negative.stride()
+    return plain, negative
+
+
 def rounded(values, dtype):
     return np.asarray(values, dtype=np.float64).astype(dtype)
 

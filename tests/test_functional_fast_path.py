@@ -5,6 +5,8 @@ known layout, gives the same results as the first, fully checked call, and still
 import numpy as np
 import pytest
 
+from _helpers import negative_views
+
 import infiniop_py as ip
 from infiniop_py import _functional, _known_layouts, reference
 
@@ -88,9 +90,15 @@ def _as_numpy(array):
 
 
 def _forget_known_layouts():
-    _known_layouts._runners.clear()
-    _known_layouts._torch_runners.clear()
-    _known_layouts._device_array_runners.clear()
+    _known_layouts.forget()
+
+
+@pytest.fixture(autouse=True)
+def _python_path_only(monkeypatch):
+    """Torch calls here take the Python path, whether or not another test loaded infiniop_py.torch's extension (its
+    C++ tables: tests/torch/test_torch_functional_native.py)."""
+    monkeypatch.setattr(_known_layouts, "_native_torch_table", None)
+    _known_layouts.forget()
 
 
 KINDS = [pytest.param(_numpy, id="numpy"), pytest.param(_torch, id="torch"),
@@ -327,19 +335,10 @@ def test_the_torch_key_holds_the_device():
     assert keys[0] != keys[1]
 
 
-def _as_negative_view(torch, tensor):
-    """(a stride-2 view equal to ``tensor`` without the negative bit, the same with it: its memory holds -tensor)."""
-    zeros = torch.zeros_like(tensor)
-    plain = torch.view_as_real(torch.complex(zeros, tensor))[..., 1]
-    negative = torch.complex(zeros, -tensor).conj().imag
-    assert negative.is_neg() and not plain.is_neg() and plain.stride() == negative.stride()
-    return plain, negative
-
-
 def test_negative_bit_tensor_of_a_known_torch_layout_takes_the_checked_path(checked_runs):
     torch = pytest.importorskip("torch", reason="torch tensors need torch")
     tensors = _torch_batch(seed=5)
-    plain, negative = _as_negative_view(torch, tensors[2])  # BatchNorm takes a strided weight as it is
+    plain, negative = negative_views(torch, tensors[2])  # BatchNorm takes a strided weight as it is
     expected = ip.batch_norm_backward(*tensors)
     ip.batch_norm_backward(tensors[0], tensors[1], plain, *tensors[3:])
     checked_runs.clear()

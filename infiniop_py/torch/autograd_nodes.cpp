@@ -115,12 +115,14 @@ infiniopHandle_t handleFor(const at::Device &device) {
     return handles[key] = handle;
 }
 
-// torch's current stream on the tensor's device (NULL on the CPU): the device-generic getter, so that this file
-// needs no CUDA headers.
-void *streamOf(const Tensor &tensor) {
-    if (!tensor.is_cuda()) return nullptr;
-    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(tensor.device()).native_handle();
+// torch's current stream on the device (NULL on the CPU): the device-generic getter, so that this file needs no
+// CUDA headers.
+void *streamOn(const at::Device &device) {
+    if (!device.is_cuda()) return nullptr;
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device).native_handle();
 }
+
+void *streamOf(const Tensor &tensor) { return streamOn(tensor.device()); }
 
 // An operator descriptor of one layout and its workspace size; the descriptor is destroyed with its last user (the
 // cache may drop it while a backward on another thread still runs it).
@@ -186,15 +188,19 @@ std::shared_ptr<const Kernel> kernelFor(const Key &key, Create &&create) {
 // The workspace of one run. On the CPU each thread reuses one block, grown as needed (the run is synchronous, and
 // nothing else runs on this thread while it does): its partial sums stay in cache, where a fresh block from the
 // allocator cost a LayerNorm backward of 1M elements 14 us. On CUDA, torch's caching allocator on the current stream.
-Tensor workspaceFor(const Kernel &kernel, const Tensor &like) {
-    const auto size = static_cast<int64_t>(kernel.workspace_size);
+Tensor workspaceOf(size_t workspace_size, const at::TensorOptions &like) {
+    const auto size = static_cast<int64_t>(workspace_size);
     if (size == 0) return Tensor();
-    if (like.is_cpu()) {
+    if (like.device().is_cpu()) {
         thread_local Tensor spare;
-        if (!spare.defined() || spare.numel() < size) spare = at::empty({size}, like.options().dtype(at::kByte));
+        if (!spare.defined() || spare.numel() < size) spare = at::empty({size}, like.dtype(at::kByte));
         return spare;
     }
-    return at::empty({size}, like.options().dtype(at::kByte));
+    return at::empty({size}, like.dtype(at::kByte));
+}
+
+Tensor workspaceFor(const Kernel &kernel, const Tensor &like) {
+    return workspaceOf(kernel.workspace_size, like.options());
 }
 
 void *data(const Tensor &tensor) { return tensor.defined() ? tensor.data_ptr() : nullptr; }
@@ -884,9 +890,193 @@ TORCH_LIBRARY(infiniop_nodes, m) {
 // torch.ops.infiniop_nodes ops above (autograd_nodes.py tells the two builds apart).
 #if __has_include(<Python.h>)
 #include <pybind11/stl.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+namespace {
+
+// ------------------------------------------------------------------ the functional API's known layouts, in C++
+
+// The C API's run of an operator with `count` tensors: (descriptor, workspace, workspace size, the tensors' data...,
+// stream), called through its address as cffi calls it (every argument after the size a pointer).
+template <size_t>
+using Pointer = void *;
+
+template <size_t... Index>
+infiniStatus_t runWith(uintptr_t run, void *descriptor, void *workspace, size_t workspace_size, void *const *data,
+                       void *stream, std::index_sequence<Index...>) {
+    using Run = infiniStatus_t (*)(void *, void *, size_t, Pointer<Index>..., void *);
+    return reinterpret_cast<Run>(run)(descriptor, workspace, workspace_size, data[Index]..., stream);
+}
+
+constexpr size_t kMaxRunTensors = 16;
+
+template <size_t... Count>
+infiniStatus_t runNative(uintptr_t run, void *descriptor, void *workspace, size_t workspace_size, void *const *data,
+                         size_t count, void *stream, std::index_sequence<Count...>) {
+    infiniStatus_t status = INFINI_STATUS_BAD_PARAM;
+    (void)((count == Count && (status = runWith(run, descriptor, workspace, workspace_size, data, stream,
+                                                std::make_index_sequence<Count>()),
+                               true)) ||
+           ...);
+    return status;
+}
+
+// One functional op's known layouts of torch tensors, for one set of option values and wanted outputs: what
+// infiniop_py._known_layouts does in Python for torch tensors without out=, here in one call (issue 52). In Python
+// the key (five attribute reads a tensor) and the fresh outputs (torch.empty_strided) took 8-9 us of a 13.6 us
+// BatchNorm2d backward; here the lookup reads the tensors' C++ fields and the outputs come from at::empty_strided.
+// An entry is made by _known_layouts.remember after a checked run, from that run's tensors, under the key that run()
+// builds from its inputs: per input its dtype, device, shape and strides (absent: -1). Tensors run() does not look
+// up (not torch.Tensor or nn.Parameter: a subclass may mean anything by its data; the negative bit; more tensors
+// than kMaxRunTensors) and a failing run give None: the caller then takes the checked path, which decides and
+// raises the precise error.
+class KnownTorchCalls {
+  public:
+    // Make the entry of this checked call: its inputs, its outputs (fresh ones take their layout; None where not
+    // wanted), the operator object that keeps `descriptor` open, the address of its C run and its tensor count.
+    void remember(pybind11::sequence inputs, pybind11::sequence outputs, pybind11::object owner, uintptr_t descriptor,
+                  uintptr_t run, size_t workspace_size, size_t tensor_count) {
+        Key key;
+        std::vector<PyObject *> objects;
+        for (pybind11::handle input : inputs) objects.push_back(input.ptr());
+        const Tensor *first = inputKey(objects.data(), objects.size(), key);
+        if (first == nullptr || tensor_count > kMaxRunTensors || outputs.size() > kMaxRunTensors ||
+            outputs.size() + inputs.size() < tensor_count) {
+            return;
+        }
+        auto entry = std::make_shared<Entry>();
+        entry->owner = std::move(owner);
+        entry->descriptor = reinterpret_cast<void *>(descriptor);
+        entry->run = run;
+        entry->workspace_size = workspace_size;
+        entry->tensor_count = tensor_count;
+        entry->device = first->device();
+        for (pybind11::handle output : outputs) {
+            if (output.is_none()) {
+                entry->outputs.emplace_back();
+                continue;
+            }
+            if (!THPVariable_CheckExact(output.ptr())) return;
+            const Tensor &tensor = THPVariable_Unpack(output.ptr());
+            entry->outputs.push_back(OutputLayout{tensor.sizes().vec(), tensor.strides().vec(), tensor.options()});
+        }
+        Entries dropped;  // destroyed after the lock: dropping an operator may run Python code, even a call here
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (entries_.size() >= kCapacity) dropped.swap(entries_);
+        std::shared_ptr<const Entry> &slot = entries_[key];
+        if (slot) dropped.emplace(key, std::move(slot));
+        slot = std::move(entry);
+    }
+
+    // The outputs of a call on these inputs (a tuple or list) through its known layout, or None.
+    pybind11::object run(pybind11::handle inputs) {
+        PyObject *sequence = inputs.ptr();
+        if (!PyTuple_Check(sequence) && !PyList_Check(sequence)) return pybind11::none();
+        const size_t count = static_cast<size_t>(PySequence_Fast_GET_SIZE(sequence));
+        PyObject **objects = PySequence_Fast_ITEMS(sequence);
+        Key key;
+        key.reserve(16 * count);
+        if (count > kMaxRunTensors || inputKey(objects, count, key) == nullptr) return pybind11::none();
+        std::shared_ptr<const Entry> entry;  // released with the GIL held: it holds a Python object
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            auto found = entries_.find(key);
+            if (found == entries_.end()) return pybind11::none();
+            entry = found->second;
+        }
+        std::vector<Tensor> outputs;
+        outputs.reserve(entry->outputs.size());
+        void *data[kMaxRunTensors + kMaxRunTensors];
+        size_t next = 0;
+        for (const auto &layout : entry->outputs) {
+            outputs.push_back(layout ? at::empty_strided(layout->sizes, layout->strides, layout->options) : Tensor());
+            data[next++] = outputs.back().defined() ? outputs.back().data_ptr() : nullptr;
+        }
+        for (size_t index = 0; index < count; ++index) {
+            data[next++] = objects[index] == Py_None ? nullptr : THPVariable_Unpack(objects[index]).data_ptr();
+        }
+        infiniStatus_t status;
+        {
+            pybind11::gil_scoped_release without_gil;  // a CPU kernel may run for milliseconds
+            const Tensor workspace = workspaceOf(entry->workspace_size, at::TensorOptions().device(entry->device));
+            status = runNative(entry->run, entry->descriptor, workspace.defined() ? workspace.data_ptr() : nullptr,
+                               entry->workspace_size, data, entry->tensor_count, streamOn(entry->device),
+                               std::make_index_sequence<kMaxRunTensors + 1>());
+        }
+        if (status != INFINI_STATUS_SUCCESS) return pybind11::none();  // the checked path raises its error
+        calls_.fetch_add(1, std::memory_order_relaxed);
+        pybind11::tuple result(outputs.size());
+        for (size_t index = 0; index < outputs.size(); ++index) {
+            result[index] = outputs[index].defined()
+                                ? pybind11::reinterpret_steal<pybind11::object>(THPVariable_Wrap(std::move(outputs[index])))
+                                : pybind11::none();
+        }
+        return std::move(result);
+    }
+
+    void clear() {
+        Entries dropped;  // destroyed after the lock, as in remember
+        std::lock_guard<std::mutex> lock(mutex_);
+        dropped.swap(entries_);
+    }
+
+    size_t size() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return entries_.size();
+    }
+
+    int64_t calls() const { return calls_.load(); }  // runs served: what tests see of which path a call took
+
+  private:
+    struct OutputLayout {
+        std::vector<int64_t> sizes, strides;
+        at::TensorOptions options;
+    };
+    struct Entry {
+        pybind11::object owner;
+        void *descriptor = nullptr;
+        uintptr_t run = 0;
+        size_t workspace_size = 0, tensor_count = 0;
+        at::Device device = at::kCPU;
+        std::vector<std::optional<OutputLayout>> outputs;
+    };
+    using Entries = std::map<Key, std::shared_ptr<const Entry>>;
+    static constexpr size_t kCapacity = 64;  // emptied when full, as the Python tables
+
+    // Appends the inputs' layouts to `key`; the first input tensor, or nullptr where the call is not looked up (see
+    // the class) or has no tensor.
+    static const Tensor *inputKey(PyObject *const *objects, size_t count, Key &key) {
+        const Tensor *first = nullptr;
+        for (size_t index = 0; index < count; ++index) {
+            if (objects[index] == Py_None) {
+                key.push_back(-1);
+                continue;
+            }
+            if (!THPVariable_CheckExact(objects[index])) return nullptr;
+            const Tensor &tensor = THPVariable_Unpack(objects[index]);
+            if (tensor.is_neg() || !(tensor.is_cpu() || tensor.is_cuda())) return nullptr;
+            addLayout(key, tensor);
+            if (first == nullptr) first = &tensor;
+        }
+        return first;
+    }
+
+    std::mutex mutex_;
+    Entries entries_;
+    std::atomic<int64_t> calls_{0};
+};
+
+} // namespace
+
 PYBIND11_MODULE(_infiniop_nodes, module) {
+    pybind11::class_<KnownTorchCalls>(module, "KnownTorchCalls")
+        .def(pybind11::init<>())
+        .def("remember", &KnownTorchCalls::remember)
+        .def("run", &KnownTorchCalls::run)
+        .def("clear", &KnownTorchCalls::clear)
+        .def("__len__", &KnownTorchCalls::size)
+        .def_property_readonly("calls", &KnownTorchCalls::calls);
     // Released as torch's own bindings release it: a CPU kernel here may run for milliseconds.
     const auto without_gil = pybind11::call_guard<pybind11::gil_scoped_release>();
     module.def(

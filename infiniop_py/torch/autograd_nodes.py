@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from . import ops
+from .. import _known_layouts
 from .._compiled_helpers import cache_dir, compile_to
 
 SOURCE = Path(__file__).with_name("autograd_nodes.cpp")
@@ -124,6 +125,8 @@ def _load():
                         overload = getattr(nodes, f"{name}_forward").default
                         _FORWARDS[name] = (getattr(forwards, name) if forwards is not None
                                            else getattr(overload, "_op", overload))
+                    if forwards is not None:
+                        _known_layouts.use_native_torch_calls(forwards.KnownTorchCalls)
                     _state = ((nodes.rms_norm.default, nodes.layer_norm.default, nodes.batch_norm.default), "")
                 except (RuntimeError, OSError) as error:
                     _state = (None, str(error))

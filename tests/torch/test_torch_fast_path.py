@@ -22,8 +22,7 @@ RMS_FORWARD = importlib.import_module("infiniop_py.rms_norm")._SIGNATURE
 def checked_runs(monkeypatch):
     """The names of the tensors the checked path converted (none: every call took the cached path); the cache
     starts empty."""
-    _known_layouts._runners.clear()  # the compiled paths hold these tables: emptied, not replaced
-    _known_layouts._torch_runners.clear()
+    _known_layouts.forget()
     names, as_tensor = [], _functional.as_tensor
     monkeypatch.setattr(_functional, "as_tensor", lambda *a, **k: names.append(a[1]) or as_tensor(*a, **k))
     return names
@@ -64,7 +63,7 @@ def test_a_layout_the_native_op_refuses_runs_checked_every_time(checked_runs):
         checked_runs.clear()
         got = RMS.run((grad_y, x, weight, None), (torch.empty(3, 8), torch.empty(8)), (1e-6,), (True, True))
         assert checked_runs
-    assert not _known_layouts._torch_runners
+    assert not _known_layouts._torch_runners and not _known_layouts._native_torch_tables
     reference = infiniop_py.rms_norm_backward(grad_y.contiguous(), x.contiguous(), weight, eps=1e-6)
     assert all(torch.equal(a, b) for a, b in zip(got, reference))
 
