@@ -172,15 +172,16 @@ def run(inputs, out, options, wanted):
                 runner = get_device_array_runner((op, options, wanted, True, {device_array_layouts(inputs)}))
                 if runner is not None:
                     pointers = [{device_array_pointers(inputs)}]
-            elif torch_runners:
+            else:
                 native_table = get_native_table((op, options, wanted))
                 if native_table is not None:
                     outputs = native_table.run(inputs)
                     if outputs is not None:
                         return outputs
-                runner = get_torch_runner((op, options, wanted, True, {torch_layouts(inputs, False)}))
-                if runner is not None:
-                    pointers = [{torch_pointers(inputs)}]
+                if torch_runners:
+                    runner = get_torch_runner((op, options, wanted, True, {torch_layouts(inputs, False)}))
+                    if runner is not None:
+                        pointers = [{torch_pointers(inputs)}]
         elif (type(out) is tuple or type(out) is list) and len(out) == {output_count}:
             {", ".join(outputs)}, = out
             if type(in0) is ndarray:

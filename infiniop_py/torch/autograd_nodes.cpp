@@ -166,13 +166,14 @@ void addLayouts(Key &key, std::initializer_list<const Tensor *> tensors) {
     for (const Tensor *tensor : tensors) addLayout(key, *tensor);
 }
 
-// The kernels of known layouts, create() making a missing one; emptied when full, as the functional API's table (a
-// workload has few layouts).
+// Layouts a cache here keeps; it is emptied when full, as the functional API's Python tables (a workload has few).
+constexpr size_t kKnownLayoutsCapacity = 64;
+
+// The kernels of known layouts, create() making a missing one.
 template <typename Create>
 std::shared_ptr<const Kernel> kernelFor(const Key &key, Create &&create) {
     static std::mutex mutex;
     static std::map<Key, std::shared_ptr<const Kernel>> kernels;
-    constexpr size_t kCapacity = 64;
     {
         std::lock_guard<std::mutex> lock(mutex);
         auto found = kernels.find(key);
@@ -180,7 +181,7 @@ std::shared_ptr<const Kernel> kernelFor(const Key &key, Create &&create) {
     }
     auto kernel = std::make_shared<const Kernel>(create());
     std::lock_guard<std::mutex> lock(mutex);
-    if (kernels.size() >= kCapacity) kernels.clear();
+    if (kernels.size() >= kKnownLayoutsCapacity) kernels.clear();
     kernels.emplace(key, kernel);
     return kernel;
 }
@@ -963,7 +964,7 @@ class KnownTorchCalls {
         }
         Entries dropped;  // destroyed after the lock: dropping an operator may run Python code, even a call here
         std::lock_guard<std::mutex> lock(mutex_);
-        if (entries_.size() >= kCapacity) dropped.swap(entries_);
+        if (entries_.size() >= kKnownLayoutsCapacity) dropped.swap(entries_);
         std::shared_ptr<const Entry> &slot = entries_[key];
         if (slot) dropped.emplace(key, std::move(slot));
         slot = std::move(entry);
@@ -1015,12 +1016,6 @@ class KnownTorchCalls {
         return std::move(result);
     }
 
-    void clear() {
-        Entries dropped;  // destroyed after the lock, as in remember
-        std::lock_guard<std::mutex> lock(mutex_);
-        dropped.swap(entries_);
-    }
-
     size_t size() {
         std::lock_guard<std::mutex> lock(mutex_);
         return entries_.size();
@@ -1042,7 +1037,6 @@ class KnownTorchCalls {
         std::vector<std::optional<OutputLayout>> outputs;
     };
     using Entries = std::map<Key, std::shared_ptr<const Entry>>;
-    static constexpr size_t kCapacity = 64;  // emptied when full, as the Python tables
 
     // Appends the inputs' layouts to `key`; the first input tensor, or nullptr where the call is not looked up (see
     // the class) or has no tensor.
@@ -1074,7 +1068,6 @@ PYBIND11_MODULE(_infiniop_nodes, module) {
         .def(pybind11::init<>())
         .def("remember", &KnownTorchCalls::remember)
         .def("run", &KnownTorchCalls::run)
-        .def("clear", &KnownTorchCalls::clear)
         .def("__len__", &KnownTorchCalls::size)
         .def_property_readonly("calls", &KnownTorchCalls::calls);
     // Released as torch's own bindings release it: a CPU kernel here may run for milliseconds.
