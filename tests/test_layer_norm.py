@@ -169,11 +169,12 @@ def test_writes_strided_preallocated_outputs(device, lead, d, dtype, seed, y_lay
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(3, 1 << 20), (1, 3 << 20), (2048, 4096), (40, 64, 96), (5, 16385), (300, 8192),
-                                   (70, 24), (4096, 16)], ids=str)
+                                   (70, 24), (4096, 16), (130, 200)], ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_every_schedule_matches_reference(device, dtype, shape):
     """CPU: few huge rows (split across threads at chunk boundaries), many long rows (streamed output), cached
-    rows (column slices) and short ones (a row block per call): every schedule of the row driver. CUDA: rows in
+    rows (column slices) and short ones (a row block per call: rows of 16-96 whole, rows of 200 by the blocks' sums,
+    then their outputs): every schedule of the row driver. CUDA: rows in
     registers from a warp (several rows per CTA) to a CTA of 1024 threads, and rows longer than that re-read from
     L2."""
     x, w, b = inputs(np.random.default_rng(7), shape, 1, dtype)
