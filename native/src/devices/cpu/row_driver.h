@@ -98,14 +98,16 @@ struct RowPlan {
     // gradients are rounded straight, BlockPartials, which the block kernels do not do).
     bool short_rows;
 
-    RowPlan(size_t rows, size_t dim, size_t element_bytes, bool block_kernel = false)
+    // short_cached_row_bytes: the limit for cached rows, where an op's block kernels gain on longer ones.
+    RowPlan(size_t rows, size_t dim, size_t element_bytes, bool block_kernel = false,
+            size_t short_cached_row_bytes = kShortCachedRowBytes)
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
           blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),
           stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes),
           short_rows(block_kernel && rows > 1 &&
-                     dim * element_bytes <= (cached ? kShortCachedRowBytes : kShortRowBytes)) {}
+                     dim * element_bytes <= (cached ? short_cached_row_bytes : kShortRowBytes)) {}
 
     // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
     bool readsWeightAsStored() const {

@@ -83,12 +83,9 @@ constexpr size_t kForwardShortCachedRowBytes = 1024;
 // The forward's plan: the backward's, never reducing the next row inside the elementwise pass, with longer short
 // rows where cached.
 cpu::RowPlan planOf(const Info &info) {
-    const bool uniform = info.x.uniform() && info.y.uniform() && info.xhat.uniform();
-    const size_t element_bytes = infini::dtypeSize(info.dtype);
-    cpu::RowPlan plan(info.rows, info.dim, element_bytes, uniform);
+    cpu::RowPlan plan(info.rows, info.dim, infini::dtypeSize(info.dtype),
+                      info.x.uniform() && info.y.uniform() && info.xhat.uniform(), kForwardShortCachedRowBytes);
     plan.reduce_alongside = false;
-    const bool short_when_cached = info.dim * element_bytes <= kForwardShortCachedRowBytes;
-    plan.short_rows = plan.short_rows || (uniform && plan.cached && info.rows > 1 && short_when_cached);
     return plan;
 }
 
