@@ -178,6 +178,32 @@ def test_cpu_report_table_uses_each_case_copy():
                           "operator object Python overhead per call: rms_norm 4.2 us"]
 
 
+def test_peers_are_set_against_our_bare_call_and_torch_against_the_operator_call():
+    row = {"dtype": "float32", "ours_bandwidth": 6e9, "torch_bandwidth": 2e9, "copy_bandwidth": 10e9}
+    results = [
+        {**row, "op": "layer_norm", "shape": [8, 64], "ours_s": 2e-3, "ours_native_s": 1e-3, "torch_s": 3e-3,
+         "onednn_s": 1.5e-3},
+        {**row, "op": "rms_norm", "shape": [8, 64], "ours_s": 2e-3, "ours_native_s": None, "torch_s": 4e-3,
+         "onednn_s": None},
+    ]
+    report = {"machine": "CPU under test", "threads": 2, "copy_bandwidth": 10e9, "torch_version": "2.13.0",
+              "onednn": "oneDNN 3.2.0", "functional_overhead_s": None, "results": results}
+
+    lines = bench.format_table(report).splitlines()
+
+    header = next(i for i, line in enumerate(lines) if line.startswith("| op |"))
+    columns = [cell.strip() for cell in lines[header].strip("|").split("|")]
+    rows = [dict(zip(columns, (cell.strip() for cell in line.strip("|").split("|"))))
+            for line in lines[header + 2:header + 4]]
+    assert columns[3:5] == ["ours ms", "ours C ms"]
+    assert [r["ours C ms"] for r in rows] == ["1.000", "-"]
+    assert [r["speedup"] for r in rows] == ["1.50x", "2.00x"]  # torch's time over the operator call's
+    assert [r["vs oneDNN"] for r in rows] == ["1.50x", "-"]  # oneDNN's time over the bare call's
+    assert [r["vs best"] for r in rows] == ["1.50x", "2.00x"]
+    assert "median speedup over oneDNN: 1.50x; slowest case: 1.50x" in lines
+    assert any(line.startswith("ours ms and vs torch: the operator object's call") for line in lines)
+
+
 def test_python_overheads_time_both_ways_of_calling_each_op(monkeypatch):
     calls = []
     real_median = bench.median_seconds

@@ -82,6 +82,7 @@ class Case:
         self.op, self.dtype, self.shape = op, dtype, shape
         self._rng = rng
         self.outputs = ()  # build_case's gradient arrays
+        self.arrays, self.workspace = (), None  # the operator's arguments in C order, and its workspace
 
     def random(self, shape):
         return aligned(self._rng.standard_normal(shape, dtype=np.float32).astype(_numpy_dtype(self.dtype)))
@@ -162,8 +163,20 @@ def build_case(op, dtype, shape, handle, rng, with_onednn=False):
         reference = _onednn_reference(with_onednn, "batch_norm", dtype, shape, 0.0, x, grad_output, running_mean,
                                       running_var, weight)
     case.outputs = arrays[:2] if op == "rms_norm" else arrays[:3]  # the gradients, for comparing builds' bits
+    return case, operator, operator_call(case, operator, arrays), torch_run, reference
+
+
+def operator_call(case, operator, arrays):
+    """The operator object's call on arrays with a workspace of its own; keeps both on the case for bare_call."""
     workspace = np.empty(operator.workspace_size, dtype=np.uint8)
-    return case, operator, (lambda: operator(*arrays, workspace=workspace)), torch_run, reference
+    case.arrays, case.workspace = arrays, workspace
+    return lambda: operator(*arrays, workspace=workspace)
+
+
+def bare_call(case, operator):
+    """The operator's C run on the case's arrays, without the operator object's Python (5-8 us a call): what oneDNN's
+    time is set against, its own call being a bare C call too."""
+    return native_call(operator, [0 if a is None else a.ctypes.data for a in case.arrays], case.workspace.ctypes.data)
 
 
 def _onednn_reference(wanted, kind, dtype, shape, eps, src, diff_dst, mean, variance, weight):
@@ -229,14 +242,16 @@ def run(args):
                 # The same data in every visit (seeded by case), in fresh allocations.
                 case, operator, ours, theirs, reference = builder(op, dtype, shape, handle,
                                                                   np.random.default_rng(index), with_onednn)
-                others = {"torch_s": theirs, "onednn_s": reference if callable(reference) else None}
+                # oneDNN's call is a bare C call: ours is timed so too beside it (ours_native_s)
+                others = {"torch_s": theirs, "onednn_s": reference if callable(reference) else None,
+                          "ours_native_s": bare_call(case, operator) if callable(reference) else None}
                 if not callable(reference):
                     onednn_notes[(op, dtype)] = reference
                 with operator:
                     timed = [name for name, call in others.items() if call is not None]
                     copy_s, ours_s, *times = interleaved_medians([copy, ours] + [others[n] for n in timed],
                                                                  args.repeats)
-                row = {"copy_s": copy_s, "ours_s": ours_s, "torch_s": None, "onednn_s": None}
+                row = {"copy_s": copy_s, "ours_s": ours_s, "torch_s": None, "onednn_s": None, "ours_native_s": None}
                 row.update(zip(timed, times))
                 visits[index].append(row)
                 if callable(reference):
@@ -268,9 +283,10 @@ def case_result(op, dtype, shape, visits, direction="backward"):
     ours_s, copy_s = median_of("ours_s"), median_of("copy_s")
     torch_s = median_of("torch_s") if all(v["torch_s"] for v in visits) else None
     onednn_s = median_of("onednn_s") if all(v.get("onednn_s") for v in visits) else None
+    ours_native_s = median_of("ours_native_s") if all(v.get("ours_native_s") for v in visits) else None
     return {
         "op": op, "direction": direction, "dtype": dtype, "shape": list(shape), "ours_s": ours_s, "torch_s": torch_s,
-        "onednn_s": onednn_s,
+        "onednn_s": onednn_s, "ours_native_s": ours_native_s,
         "ours_bandwidth": moved / ours_s,
         "torch_bandwidth": moved / torch_s if torch_s else None,
         "copy_bandwidth": 2 * COPY_BYTES / copy_s,  # read + write counted
@@ -333,10 +349,20 @@ def peers(report):
     return [("onednn_s", "oneDNN")] if report.get("onednn") else []
 
 
-def fastest_other(result, keys):
-    """The fastest time among torch's and the peers' in a result row, or None where none was timed."""
-    times = [result.get(key) for key in ["torch_s", *keys]]
-    return min((t for t in times if t), default=None)
+def speedup_over(result, key):
+    """Our speedup over the implementation timed under key in a result row, or None where it was not timed. A peer
+    is set against our bare C call where the row has one (ours_native_s: oneDNN's is a bare call too), torch against
+    the operator object's call (torch's own is a Python call)."""
+    other_s = result.get(key)
+    if not other_s:
+        return None
+    ours_s = result.get("ours_native_s") if key != "torch_s" and result.get("ours_native_s") else result["ours_s"]
+    return other_s / ours_s
+
+
+def slowest_speedup(result, keys):
+    """Our smallest speedup over torch and the peers in a result row ("vs best"), or None where none was timed."""
+    return min((s for s in (speedup_over(result, key) for key in ["torch_s", *keys]) if s), default=None)
 
 
 def format_table(report):
@@ -350,15 +376,18 @@ def format_table(report):
     others = peers(report)
     peer_header = "".join(f" {label} ms | vs {label} |" for _, label in others) + (" vs best |" if others else "")
     peer_rule = "---:|---:|" * len(others) + ("---:|" if others else "")
+    # Where peers were set against our bare C call (speedup_over), its time gets a column of its own.
+    bare = any(r.get("ours_native_s") for r in report["results"])
+    bare_header, bare_rule = (" ours C ms |", "---:|") if bare else ("", "")
     names = [name for name in (report.get("onednn"), *report.get("peer_versions", ())) if name]
     lines = [
         f"machine: {report['machine']}{threads}; torch {report['torch_version']}"
         + "".join(f"; {name}" for name in names),
         f"copy bandwidth ({report.get('copy_method', 'best of numpy/torch copy, same run')}): {copy / 1e9:.1f} GB/s",
         "",
-        f"| op | dtype | shape | ours ms | torch ms | speedup |{peer_header} ours GB/s | ours/copy | torch/copy |"
-        f"{copy_header}",
-        f"|---|---|---|---:|---:|---:|{peer_rule}---:|---:|---:|{copy_rule}",
+        f"| op | dtype | shape | ours ms |{bare_header} torch ms | speedup |{peer_header} ours GB/s | ours/copy | "
+        f"torch/copy |{copy_header}",
+        f"|---|---|---|---:|{bare_rule}---:|---:|{peer_rule}---:|---:|---:|{copy_rule}",
     ]
     speedups = {key: [] for key in ["torch_s", *(key for key, _ in others), "best"]}
     for r in report["results"]:
@@ -366,19 +395,21 @@ def format_table(report):
         torch_ms = f"{r['torch_s'] * 1e3:.3f}" if r["torch_s"] else "-"
         cells = ""
         for key, _ in others + ([("best", None)] if others else []):
-            other_s = fastest_other(r, [k for k, _ in others]) if key == "best" else r.get(key)
-            if other_s:
-                speedups[key].append(other_s / r["ours_s"])
-            ms_cell = "" if key == "best" else (f" {other_s * 1e3:.3f} |" if other_s else " - |")
-            cells += ms_cell + (f" {other_s / r['ours_s']:.2f}x |" if other_s else " - |")
-        speedup = r["torch_s"] / r["ours_s"] if r["torch_s"] else None
+            other_speedup = (slowest_speedup(r, [k for k, _ in others]) if key == "best"
+                             else speedup_over(r, key))
+            if other_speedup:
+                speedups[key].append(other_speedup)
+            ms_cell = "" if key == "best" else (f" {r[key] * 1e3:.3f} |" if r.get(key) else " - |")
+            cells += ms_cell + (f" {other_speedup:.2f}x |" if other_speedup else " - |")
+        speedup = speedup_over(r, "torch_s")
         if speedup:
             speedups["torch_s"].append(speedup)
         speedup_cell = f"{speedup:.2f}x" if speedup else "-"
         torch_fraction = f"{r['torch_bandwidth'] / case_copy:.2f}" if r["torch_bandwidth"] else "-"
         copy_cell = f" {case_copy / 1e9:.1f} |" if per_case_copy else ""
+        bare_cell = (f" {r['ours_native_s'] * 1e3:.3f} |" if r.get("ours_native_s") else " - |") if bare else ""
         lines.append(
-            f"| {_op_label(r)} | {r['dtype']} | {shape_label(r)} | {r['ours_s'] * 1e3:.3f} | {torch_ms} | "
+            f"| {_op_label(r)} | {r['dtype']} | {shape_label(r)} | {r['ours_s'] * 1e3:.3f} |{bare_cell} {torch_ms} | "
             f"{speedup_cell} |{cells} {r['ours_bandwidth'] / 1e9:.1f} | {r['ours_bandwidth'] / case_copy:.2f} | "
             f"{torch_fraction} |{copy_cell}"
         )
@@ -387,6 +418,9 @@ def format_table(report):
                  f"slowest case: {min(values):.2f}x" for key, values in speedups.items() if values]
     if summaries:
         lines += [""] + summaries
+    if bare:
+        lines.append("ours ms and vs torch: the operator object's call (torch's is a Python call too); ours C ms and "
+                     "vs the peers: the bare C call of the same descriptor, as the peers' calls are")
     for note in report.get("onednn_notes") or ():
         lines.append(f"no oneDNN time for {note}")
     if report.get("onednn_unavailable"):

@@ -6,7 +6,7 @@ one write (BatchNorm's kernel reads x twice; the count stays the minimal one)"""
 import numpy as np
 
 from . import onednn
-from .cpu import Case, _numpy_dtype, _to_torch, _torch, aligned
+from .cpu import Case, _numpy_dtype, _to_torch, _torch, aligned, operator_call
 
 OPS = ("rms_norm", "layer_norm", "batch_norm")
 
@@ -24,8 +24,7 @@ def build_case(op, dtype, shape, handle, rng, with_onednn=False):
     case = Case(op, dtype, shape, rng)
     operator, arrays, torch_run, reference = _BUILDERS[op](case, handle, _torch(), with_onednn)
     case.outputs = tuple(a for a in arrays[:3] if a is not None)
-    workspace = np.empty(operator.workspace_size, dtype=np.uint8)
-    return case, operator, (lambda: operator(*arrays, workspace=workspace)), torch_run, reference
+    return case, operator, operator_call(case, operator, arrays), torch_run, reference
 
 
 def _rms_norm(case, handle, torch, with_onednn):
