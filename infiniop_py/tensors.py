@@ -11,7 +11,7 @@ from ._device_memory import DeviceArray
 from ._ffi import ffi, libraries
 from ._layout import contiguous_strides, element_strides
 from ._resource import NativeResource
-from .errors import BadTensorShapeError, BadTensorStridesError, check
+from .errors import BadTensorShapeError, BadTensorStridesError, ClosedError, check
 
 _DLPACK_CPU = 1  # DLDeviceType kDLCPU
 _SIZE_MAX, _PTRDIFF_MIN, _PTRDIFF_MAX = 2**64 - 1, -(2**63), 2**63 - 1  # the C types of extents and strides
@@ -75,6 +75,8 @@ def _from_dlpack_cuda(obj, device_id, name, writable):
 
 
 def _from_device_array(array, name):
+    if array.buffer.closed:
+        raise ClosedError(f"{name}: the DeviceArray is closed")
     return TensorRef(
         data=array.buffer.address, device=array.device, device_id=array.device_id,
         dtype=dtypes.code_of(array.dtype, name), itemsize=array.dtype.itemsize, shape=array.shape,

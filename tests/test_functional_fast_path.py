@@ -465,7 +465,7 @@ def test_closed_device_array_of_a_known_layout_is_refused_as_before(checked_runs
     ip.rms_norm_backward(grad_y, x, w)  # known
     checked_runs.clear()
     x.close()
-    with pytest.raises(ip.ClosedError):
+    with pytest.raises(ip.ClosedError, match="^x: the DeviceArray is closed"):
         ip.rms_norm_backward(grad_y, x, w)
     assert "x" in checked_runs  # the checked path said so, not the native call on freed memory
 
