@@ -150,6 +150,14 @@ Kernel owned(Descriptor descriptor, infiniStatus_t (*destroy)(Descriptor),
 // device, shape and strides (-1 for an absent one).
 using Key = std::vector<int64_t>;
 
+// A key starting with `head`, with room for the layouts: growing it push_back by push_back cost five allocations.
+Key newKey(std::initializer_list<int64_t> head) {
+    Key key;
+    key.reserve(96);
+    key.insert(key.end(), head);
+    return key;
+}
+
 void addLayout(Key &key, const Tensor &tensor) {
     if (!tensor.defined()) {
         key.push_back(-1);
@@ -264,7 +272,7 @@ variable_list rmsNormGradients(const Tensor &grad_output, const Tensor &saved_in
     const Tensor grad = grad_output.contiguous();
     Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
     Tensor grad_weight = gradientLike(weight, want_weight);
-    Key key{0};
+    Key key = newKey({0});
     addLayouts(key, {&grad_input, &grad_weight, &grad, &input, &weight, &rstd});
     const auto kernel = kernelFor(key, [&] {
         TensorDescriptor gx(grad_input), gw(grad_weight), gy(grad), x(input), w(weight), r(rstd);
@@ -323,7 +331,7 @@ variable_list layerNormGradients(const Tensor &grad_output, const Tensor &saved_
     Tensor grad_input = at::empty_like(input, at::MemoryFormat::Contiguous);
     Tensor grad_weight = weight.defined() ? gradientLike(parameter, want_weight) : Tensor();
     Tensor grad_bias = bias.defined() ? gradientLike(parameter, want_bias) : Tensor();
-    Key key{1};
+    Key key = newKey({1});
     addLayouts(key, {&grad_input, &grad_weight, &grad_bias, &grad, &weight, &input, &mean, &rstd});
     const auto kernel = kernelFor(key, [&] {
         TensorDescriptor gx(grad_input), gw(grad_weight), gb(grad_bias), gy(grad), w(weight), x(input), m(mean),
@@ -409,7 +417,7 @@ variable_list batchNormGradients(const Tensor &grad_output, const Tensor &saved_
     Tensor grad_input = at::empty_like(input);
     Tensor grad_weight = want_weight ? at::empty({input.size(1)}, options) : Tensor();
     Tensor grad_bias = want_bias ? at::empty({input.size(1)}, options) : Tensor();
-    Key key{2, training, bitsOf(eps)}; // eps exactly, as the descriptor keeps it
+    Key key = newKey({2, training, bitsOf(eps)}); // eps exactly, as the descriptor keeps it
     addLayouts(key, {&grad_input, &grad_weight, &grad_bias, &input, &grad, &weight, &running_mean, &running_var,
                      &save_mean, &save_invstd});
     const auto kernel = kernelFor(key, [&] {
@@ -664,11 +672,13 @@ std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normaliz
                                                                          : std::numeric_limits<float>::epsilon();
             const auto leading = input.sizes().slice(0, input.dim() - weight.dim());
             output = at::empty_like(input);
-            rstd = at::empty(leading, input.options().dtype(statistics_dtype));
-            Key key{3, bitsOf(epsilon)};
+            // Made with the normalized dims kept (size 1), as PyTorch returns it: a view made after the run would
+            // cost more than the run itself on small inputs. The descriptor takes it without them.
+            rstd = at::empty(keptDims(leading, normalized_shape.size()), input.options().dtype(statistics_dtype));
+            Key key = newKey({3, bitsOf(epsilon)});
             addLayouts(key, {&output, &rstd, &input, &weight});
             const auto kernel = kernelFor(key, [&] {
-                TensorDescriptor y(output), r(rstd), x(input), w(weight);
+                TensorDescriptor y(output), r(rstd.view(leading)), x(input), w(weight);
                 infiniopRMSNormDescriptor_t descriptor = nullptr;
                 check(infiniopCreateRMSNormDescriptorEx(handleFor(input.device()), &descriptor, y, r, x, w, epsilon),
                       "infiniopCreateRMSNormDescriptorEx");
@@ -679,7 +689,6 @@ std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normaliz
                                     kernel->workspace_size, output.data_ptr(), rstd.data_ptr(), input.data_ptr(),
                                     weight.data_ptr(), streamOf(input)),
                   "infiniopRMSNormEx");
-            rstd = rstd.view(keptDims(leading, normalized_shape.size()));
             ++forward_calls[3];
         } else {
             std::tie(output, rstd) = at::_fused_rms_norm(input, normalized_shape, weight, eps);
@@ -723,13 +732,15 @@ std::vector<Tensor> layerNormForward(const Tensor &input, at::IntArrayRef normal
             (!bias.defined() || bias.is_contiguous()) && (dtype || normalized_dims == 1)) {
             const auto leading = input.sizes().slice(0, input.dim() - normalized_dims);
             const auto options = input.options().dtype(statisticsDtype(input));
+            const auto kept = keptDims(leading, normalized_dims); // as for RMSNorm's rstd
             output = at::empty_like(input);
-            mean = at::empty(leading, options);
-            rstd = at::empty(leading, options);
-            Key key{4, bitsOf(eps)};
+            mean = at::empty(kept, options);
+            rstd = at::empty(kept, options);
+            Key key = newKey({4, bitsOf(eps)});
             addLayouts(key, {&output, &mean, &rstd, &input, &weight, &bias});
             const auto kernel = kernelFor(key, [&] {
-                TensorDescriptor y(output), m(mean), r(rstd), x(input), w(weight), b(bias);
+                TensorDescriptor y(output), m(mean.view(leading)), r(rstd.view(leading)), x(input), w(weight),
+                    b(bias);
                 infiniopLayerNormDescriptor_t descriptor = nullptr;
                 check(infiniopCreateLayerNormDescriptorEx(handleFor(input.device()), &descriptor, y, m, r, x, w, b,
                                                           eps),
@@ -741,9 +752,6 @@ std::vector<Tensor> layerNormForward(const Tensor &input, at::IntArrayRef normal
                                       kernel->workspace_size, output.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
                                       input.data_ptr(), data(weight), data(bias), streamOf(input)),
                   "infiniopLayerNormEx");
-            const auto kept = keptDims(leading, normalized_dims);
-            mean = mean.view(kept);
-            rstd = rstd.view(kept);
             ++forward_calls[4];
         } else {
             // The CPU kernel saves 16-bit statistics unless a parameter is F32: 16-bit parameters widened (exact),
@@ -814,7 +822,7 @@ std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Te
             output = at::empty_like(input);
             save_mean = training ? at::empty({channels}, options) : Tensor();
             save_invstd = training ? at::empty({channels}, options) : Tensor();
-            Key key{5, training, bitsOf(*momentum), bitsOf(eps)};
+            Key key = newKey({5, training, bitsOf(*momentum), bitsOf(eps)});
             addLayouts(key, {&output, &save_mean, &save_invstd, &running_mean, &running_var, &input, &weight, &bias});
             const auto kernel = kernelFor(key, [&] {
                 TensorDescriptor y(output), sm(save_mean), si(save_invstd), rm(running_mean), rv(running_var),

@@ -111,7 +111,10 @@ def _widened(*tensors):
 
 
 def _shape_list(normalized_shape):
-    # The modules' tuple is tested first: a concrete isinstance is half the cost of the ABC's.
+    # A module's (size,) first, at half the cost of the general case; then the modules' other tuples: a concrete
+    # isinstance is half the cost of the ABC's.
+    if type(normalized_shape) is tuple and len(normalized_shape) == 1 and type(normalized_shape[0]) is int:
+        return [normalized_shape[0]]
     if not isinstance(normalized_shape, (tuple, list)) and isinstance(normalized_shape, numbers.Integral):
         return [int(normalized_shape)]
     return [int(size) for size in normalized_shape]

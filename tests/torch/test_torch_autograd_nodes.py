@@ -275,6 +275,32 @@ def test_the_whole_forward_runs_in_cpp_with_the_python_forwards_bits(monkeypatch
     assert _forwards_since(before) == [0, 0, 2, 0, 0, 2 * int(library_batch_norm)]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_the_cpp_forwards_statistics_are_the_python_forwards_in_shape_strides_and_bits(dtype):
+    """Where this library's kernels run the forward in C++, they write the statistics with the normalized dims kept
+    (size 1), as PyTorch's forwards and the Python forward save them: the same shape, strides, dtype and bits, with
+    one normalized dim and with two."""
+    if not autograd_nodes.status()[0]:
+        pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
+    from infiniop_py.torch import ops
+    x = _tensor((4, 32, 16, 8), dtype, "cpu", 64, requires_grad=False)  # 16384 elements: F32's library size too
+    assert x.numel() >= ops._LIBRARY_LAYER_NORM_MIN_ELEMENTS[dtype]
+    for normalized in ([8], [16, 8]):
+        weight = _tensor(normalized, dtype, "cpu", 65, requires_grad=False, positive=True)
+        bias = _tensor(normalized, dtype, "cpu", 66, requires_grad=False)
+        for name, args in (("layer_norm", (x, normalized, weight, bias, 1e-5)), ("rms_norm", (x, normalized, weight,
+                                                                                               1e-6))):
+            before = _forward_calls()
+            ours = autograd_nodes._FORWARDS[name](*args)
+            assert _forwards_since(before)[3 if name == "rms_norm" else 4] == 1, name  # the library's kernel ran
+            theirs = ops.FORWARDS[name](*args)
+            kept = tuple(x.shape[:x.dim() - len(normalized)]) + (1,) * len(normalized)
+            assert len(ours) == len(theirs) and all(statistic.shape == kept for statistic in ours[1:]), name
+            for a, b in zip(ours, theirs):
+                assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype), (name, normalized)
+                assert torch.equal(a, b), (name, normalized)
+
+
 def test_the_cpp_forward_without_autograd_gives_the_python_forwards_bits(monkeypatch):
     """Under no_grad, and with nothing requiring grad, the C++ forward runs without a node: no grad_fn, and the
     outputs and updated running statistics of the Python forward (ops.FORWARDS)."""
