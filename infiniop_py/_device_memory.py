@@ -121,8 +121,8 @@ class _CachedBlockBuffer:
     its NativeResource machinery. Nothing waits on a buffer (a native call takes its pointer while the caller holds
     the array), and giving a block back is a list append, harmless at any time, interpreter exit included, so a
     list holding the pointer is all its state: popped (atomically) once, by whoever closes or collects it first.
-    Fresh outputs are made per functional call, and this is a third of what a NativeResource costs to make and drop
-    (0.33 us against 0.56 on a 2-core AMD EPYC)."""
+    Fresh outputs are made per functional call: this one costs 0.33 us to make and drop where a NativeResource
+    cost 0.56, and its pointer 0.02 us to read where one's cost 0.1 (a 2-core AMD EPYC)."""
 
     __slots__ = ("device", "device_id", "nbytes", "_held", "_give_back")
 
