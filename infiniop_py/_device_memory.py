@@ -146,19 +146,14 @@ class _CachedBlockBuffer:
     _copy = DeviceBuffer._copy
 
     def close(self):
-        """Give the block back now; closing twice is allowed."""
+        """Give the block back now (also done when the buffer is collected); closing twice is allowed."""
         try:
             pointer = self._held.pop()
-        except IndexError:
+        except (AttributeError, IndexError):  # closed, or (collected) __init__ failed before taking a block
             return
         self._give_back(pointer)
 
-    def __del__(self):
-        try:
-            pointer = self._held.pop()
-        except (AttributeError, IndexError):  # closed, or __init__ failed before taking a block
-            return
-        self._give_back(pointer)
+    __del__ = close
 
 
 def _dense_strides_of(array):

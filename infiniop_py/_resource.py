@@ -26,21 +26,19 @@ class NativeResource:
     _closing = False  # class defaults: an object whose __init__ failed before _own still answers `closed`
     _drained = None  # set by the last call to end once closing; made by close() only when calls are running
 
-    def _own(self, pointer, destroy, destroy_name, finalizer=None):
-        """``finalizer``: where a subclass destroys the object itself when it is collected (__del__), what stands
-        for weakref.finalize's ``alive`` and ``detach()``; None: a weakref.finalize, not run at exit."""
+    def _own(self, pointer, destroy, destroy_name):
+        """Take ``pointer``, destroyed by ``destroy`` on close() or, failing that, by a weakref.finalize when the
+        object is collected (not at exit)."""
         self._pointer = pointer
         self._destroy = destroy
         self._destroy_name = destroy_name
         self._calls = 0  # native calls in flight on this object
         self._closing = False
         # Guards the two above and _drained; a bare Lock: a call pays two acquire/release pairs. The Event is made
-        # on demand: it costs more than the rest of an object (1.6 us), and fresh outputs are made per call.
+        # on demand: it costs more than the rest of an object (1.6 us).
         self._lock = threading.Lock()
-        if finalizer is None:
-            finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
-            finalizer.atexit = False
-        self._finalizer = finalizer
+        self._finalizer = weakref.finalize(self, _destroy_quietly, destroy, pointer)
+        self._finalizer.atexit = False
 
     @property
     def closed(self):
