@@ -50,12 +50,23 @@ SIMD_INLINE simd::RowLanes centredLanes(size_t m, const T *chunk, float shift) {
         });
 }
 
-// The same summed across lanes, the total in F64.
+// An F32 tree across a vector's lanes: on short rows the chains of sums across lanes bound a row's time, and
+// simd::sum's F64 tree (widening, then adding) is twice as long. Each lane holds a sum of many elements already, so
+// the tree's four roundings add little to theirs (the block kernels sum across lanes in F32 too).
+SIMD_INLINE float laneTree(f32v v) {
+    typedef float f32x4 __attribute__((vector_size(16)));
+    const simd::f32x8 eight = simd::lowHalf(v) + simd::highHalf(v);
+    const f32x4 four =
+        __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
+    return (four[0] + four[2]) + (four[1] + four[3]);
+}
+
+// The same summed across lanes, carried into F64 with the tail.
 template <typename T>
 SIMD_INLINE void centredSums(size_t m, const T *chunk, float shift, double *residual, double *squares) {
     const simd::RowLanes lanes = centredLanes(m, chunk, shift);
-    *residual = simd::sum(lanes.first) + lanes.tail_first;
-    *squares = simd::sum(lanes.second) + lanes.tail_second;
+    *residual = static_cast<double>(laneTree(lanes.first)) + lanes.tail_first;
+    *squares = static_cast<double>(laneTree(lanes.second)) + lanes.tail_second;
 }
 
 #if defined(__AVX512BF16__)
@@ -107,7 +118,7 @@ SIMD_INLINE bool dotSums(size_t, const T *, double *, double *) {
 // cancellation stays within twice the centred sum's rounding.
 template <typename T>
 SIMD_INLINE void recentre(size_t m, const T *chunk, float &shift, double &residual, double &squares) {
-    if (2.0 * residual * (residual / static_cast<double>(m)) > squares) {
+    if (2.0 * residual * residual > squares * static_cast<double>(m)) { // no division: it is on each row's chain
         shift = static_cast<float>(shift + residual / static_cast<double>(m));
         centredSums(m, chunk, shift, &residual, &squares);
     }
@@ -119,6 +130,13 @@ SIMD_INLINE void addChunk(size_t m, float shift, double residual, double squares
     const double count = static_cast<double>(m), offset = static_cast<double>(shift) - row_shift;
     total.first += count * offset + residual;
     total.second += squares + 2.0 * offset * residual + count * offset * offset;
+}
+
+// The mean of a chunk's first vector, the shift of its sums: an F32 tree (the centred pass waits for it, and it is
+// only an estimate of the mean), of the values scaled first so that no partial sum of finite values overflows.
+template <typename T>
+SIMD_INLINE float firstVectorMean(const T *chunk) {
+    return laneTree(simd::load(chunk) * simd::splat(1.0f / kWidth));
 }
 
 template <typename T>
@@ -133,7 +151,7 @@ cpu::PairSums sums(size_t n, const T *x, float row_shift) {
             // One pass about an estimate of the chunk's mean, its first vector's (or, shorter, its first element):
             // sum((x - shift)^2) exceeds the centred sum by m * (shift - mean)^2, so its rounding grows by that
             // factor over the centred sum's (recentre bounds it).
-            shift = m >= kWidth ? static_cast<float>(simd::sum(simd::load(chunk)) / kWidth) : cpu::toFloat(chunk[0]);
+            shift = m >= kWidth ? firstVectorMean(chunk) : cpu::toFloat(chunk[0]);
             centredSums(m, chunk, shift, &residual, &squares);
             recentre(m, chunk, shift, residual, squares);
         }
@@ -256,7 +274,7 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         };
         f64x8 residual = lanes(residual_lanes), square = lanes(square_lanes), shift = lanes(simd::load(shifts));
         // recentre(): rows whose shift lay more than a spread from their mean (rarely), summed again about it.
-        unsigned far = simd::lanesAbove(2.0 * residual * (residual / count), square);
+        unsigned far = simd::lanesAbove(2.0 * residual * residual, square * count);
         for (; far != 0; far &= far - 1) {
             const size_t i = static_cast<size_t>(__builtin_ctz(far)), r = half + i;
             if (r >= rows) break;
