@@ -313,6 +313,20 @@ def test_tiny_and_non_finite_rows(device, dtype, d):
     assert np.isnan(f64(y[2:])).all() and np.isnan(f64(rstd[2:])).all()
 
 
+@pytest.mark.parametrize("d", (256, 5000), ids=str)
+def test_rows_whose_chunk_squares_pass_f32s_range(d):
+    """CPU, F32 rows of +-1e18 and +-5e17: a 4096-element chunk's sum of squares (up to 4e39) passes F32's range
+    though each lane's does not. The sums across lanes are F32 trees, and go to F64 where those overflow: rstd stays
+    about 1e-18 (torch 2.13's CPU kernel gives 0 at D = 5000), not 0."""
+    x = rounded(np.where(np.arange(d) % 2 == 1, 1e18, -1e18) * np.array([[1.0], [0.5]]), F32)
+    w, b = np.ones(d, F32), np.zeros(d, F32)
+
+    y, mean, rstd = forward_on("cpu", x, w, b)
+
+    assert_y_close(y, x, w, b, 1, F32)
+    assert_statistics_close(mean, rstd, x, 1, F32)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_in_place_functional(device, dtype):

@@ -61,12 +61,19 @@ SIMD_INLINE float laneTree(f32v v) {
     return (four[0] + four[2]) + (four[1] + four[3]);
 }
 
+// A vector's lanes summed: laneTree, or where its F32 total overflows (finite lanes whose sum is not: x of 1e17-1e18
+// in a chunk of 4096), simd::sum's F64 tree, which it replaced.
+SIMD_INLINE double acrossLanes(f32v v) {
+    const float total = laneTree(v);
+    return std::isfinite(total) ? static_cast<double>(total) : simd::sum(v);
+}
+
 // The same summed across lanes, carried into F64 with the tail.
 template <typename T>
 SIMD_INLINE void centredSums(size_t m, const T *chunk, float shift, double *residual, double *squares) {
     const simd::RowLanes lanes = centredLanes(m, chunk, shift);
-    *residual = static_cast<double>(laneTree(lanes.first)) + lanes.tail_first;
-    *squares = static_cast<double>(laneTree(lanes.second)) + lanes.tail_second;
+    *residual = acrossLanes(lanes.first) + lanes.tail_first;
+    *squares = acrossLanes(lanes.second) + lanes.tail_second;
 }
 
 #if defined(__AVX512BF16__)
