@@ -50,21 +50,11 @@ SIMD_INLINE simd::RowLanes centredLanes(size_t m, const T *chunk, float shift) {
         });
 }
 
-// An F32 tree across a vector's lanes: on short rows the chains of sums across lanes bound a row's time, and
-// simd::sum's F64 tree (widening, then adding) is twice as long. Each lane holds a sum of many elements already, so
-// the tree's four roundings add little to theirs (the block kernels sum across lanes in F32 too).
-SIMD_INLINE float laneTree(f32v v) {
-    typedef float f32x4 __attribute__((vector_size(16)));
-    const simd::f32x8 eight = simd::lowHalf(v) + simd::highHalf(v);
-    const f32x4 four =
-        __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
-    return (four[0] + four[2]) + (four[1] + four[3]);
-}
-
-// A vector's lanes summed: laneTree, or where its F32 total overflows (finite lanes whose sum is not: x of 1e17-1e18
-// in a chunk of 4096), simd::sum's F64 tree, which it replaced.
+// A vector's lanes summed: an F32 tree (on short rows the chains of sums across lanes bound a row's time; each lane
+// holds a sum of many elements already, so the tree's four roundings add little to theirs), or where its F32 total
+// overflows (finite lanes whose sum is not: x of 1e17-1e18 in a chunk of 4096), simd::sum's F64 tree.
 SIMD_INLINE double acrossLanes(f32v v) {
-    const float total = laneTree(v);
+    const float total = simd::laneSum(v);
     return std::isfinite(total) ? static_cast<double>(total) : simd::sum(v);
 }
 
@@ -143,7 +133,7 @@ SIMD_INLINE void addChunk(size_t m, float shift, double residual, double squares
 // only an estimate of the mean), of the values scaled first so that no partial sum of finite values overflows.
 template <typename T>
 SIMD_INLINE float firstVectorMean(const T *chunk) {
-    return laneTree(simd::load(chunk) * simd::splat(1.0f / kWidth));
+    return simd::laneSum(simd::load(chunk) * simd::splat(1.0f / kWidth));
 }
 
 template <typename T>
