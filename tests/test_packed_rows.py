@@ -1,6 +1,7 @@
-"""The row backwards on F16/BF16 rows of 512-8192 elements laid one stride apart: on CUDA these take the packed plan
-(native/src/ops/row_backward_nvidia.cuh, packedRowsKernel: a CTA a row, one 16-byte vector of each input a thread,
-the next row loading through this one's single barrier). Every form that reaches it, against float64 references of
+"""The row backwards on F16/BF16 rows laid one stride apart: on CUDA these take the packed plans
+(native/src/ops/row_backward_nvidia.cuh): rows of up to 512 elements a warp a row (packedWarpRowsKernel, one or two
+16-byte vectors of each input a lane, no CTA barrier per row), longer ones a CTA a row (packedRowsKernel, one
+16-byte vector of each input a thread, the next row loading through this one's single barrier). Every form that reaches it, against float64 references of
 the exact rounded inputs: RMSNorm from x alone, with F32 weights and a saved rstd, without grad_w; LayerNorm from xhat
 and std, and from the input with its mean and rstd; rows that end inside a vector (D = 1000 and 3000), several rows a
 CTA (the prefetch and the alternating sum slots), one or several leading dims. The CPU runs the same cases."""
@@ -13,12 +14,14 @@ from _devices import DEVICES, call_on
 from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_norm_reference, rms_reference,
                       rounded)
 
-# (leading dims, D): D from the plan's least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
+# (leading dims, D): the warp rows' one vector a lane (300 rows: several rows a warp, each of the CTA's 8 warps with
+# its own count) and two (D = 264: lane 0's second vector is the row's last, the other lanes' second ones empty);
+# then the CTA-a-row plan's D from its least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
 # the packed plan needs for rows over 4096 (fewer take the split plan).
 # Past 8192 (a row end inside a vector, and 16384): RMSNorm's two vectors a thread (packedTwoVectorRowsKernel),
 # LayerNorm's split plan.
-SHAPES = [((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192), ((140,), 12004),
-          ((140,), 16384)]
+SHAPES = [((300,), 64), ((9, 13), 264), ((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192),
+          ((140,), 12004), ((140,), 16384)]
 DTYPES = (F16, BF16)
 
 

@@ -1,6 +1,6 @@
 // CUDA kernels shared by the row-normalizing backward ops (RMSNorm, LayerNorm). Per row, an op reduces two
 // sums over the row, turns them into per-row coefficients, writes the row's output and adds per-column terms
-// into partials; `Terms` (see rms_norm_backward_nvidia.cu) says which. Two plans:
+// into partials; `Terms` (see rms_norm_backward_nvidia.cu) says which. The plans:
 //  - one pass (D <= kMaxRegisterDim): a warp or a block per row keeps the row in registers between its
 //    reduction and its output; each CTA owns a fixed contiguous range of rows and keeps its column partials
 //    in registers until the end;
@@ -8,7 +8,9 @@
 //    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits);
 //  - packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim, in 16-byte vectors): one pass, a CTA a row, each
 //    thread one vector of the row kept as raw 16-bit values, the next row's already loading (packedRowsKernel);
-//    RMSNorm rows past 8192 elements two vectors a thread (packedTwoVectorRowsKernel).
+//    RMSNorm rows past 8192 elements two vectors a thread (packedTwoVectorRowsKernel);
+//  - warp rows (F16/BF16 rows of up to kMaxWarpRowDim, in 16-byte vectors): a warp a row, no CTA barrier per row
+//    (packedWarpRowsKernel).
 // Partials are in the compute type (F32, F64 for F64 data), one row of length D per CTA (or row block) for each
 // per-column output that is wanted, summed in fixed order by sumPartials: no atomics. Types: T the data, W the
 // parameters (w and the per-column outputs), C = ComputeOf<T>.
@@ -437,6 +439,71 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     }
 }
 
+// A thread's K vectors of one row of a and of b, for kernels that hold several (colOf(v): the first column of
+// vector v).
+template <int K, typename T, typename ColOf>
+__device__ __forceinline__ void loadPackedVectors(const T *a_row, const T *b_row, ColOf colOf, size_t dim,
+                                                  bool vectors, uint4 (&a_raw)[K], uint4 (&b_raw)[K]) {
+#pragma unroll
+    for (int v = 0; v < K; ++v) {
+        a_raw[v] = loadPacked(a_row, colOf(v), dim, vectors);
+        b_raw[v] = loadPacked(b_row, colOf(v), dim, vectors);
+    }
+}
+
+// The two row sums over a thread's K vectors (w[8v + e]: the column of element e of vector v).
+template <typename Terms, typename T, int K>
+__device__ __forceinline__ Pair<ComputeOf<T>> packedVectorSums(const uint4 (&a_raw)[K], const uint4 (&b_raw)[K],
+                                                               Pair<ComputeOf<T>> centering, const ComputeOf<T> *w) {
+    using C = ComputeOf<T>;
+    Pair<C> thread_sums{0, 0};
+#pragma unroll
+    for (int v = 0; v < K; ++v) {
+        C a[kPackedItems], b[kPackedItems];
+        unpack<T>(a_raw[v], a);
+        unpackB<Terms, T>(b_raw[v], centering, b);
+        const Pair<C> sums = elementSums<Terms, kPackedItems>(a, b, w + v * kPackedItems);
+        thread_sums.first += sums.first;
+        thread_sums.second += sums.second;
+    }
+    return thread_sums;
+}
+
+// Writes the outputs of a thread's K vectors (each widened again where it is used) and adds their partial terms.
+template <typename Terms, typename T, int K, typename ColOf, typename Row>
+__device__ __forceinline__ void packedVectorOutputs(T *out_row, ColOf colOf, size_t dim, bool vectors,
+                                                    const uint4 (&a_raw)[K], const uint4 (&b_raw)[K],
+                                                    Pair<ComputeOf<T>> centering, const ComputeOf<T> *w, const Row &k,
+                                                    ComputeOf<T> (&acc)[K][Terms::kPartials][kPackedItems]) {
+    using C = ComputeOf<T>;
+#pragma unroll
+    for (int v = 0; v < K; ++v) {
+        C a[kPackedItems], b[kPackedItems], result[kPackedItems];
+        unpack<T>(a_raw[v], a);
+        unpackB<Terms, T>(b_raw[v], centering, b);
+        elementOutputs<Terms>(a, b, w + v * kPackedItems, k, result, acc[v]);
+        storePacked(out_row, colOf(v), dim, vectors, result);
+    }
+}
+
+// Stores the wanted partials of a thread's K vectors into partial row `slot`.
+template <typename Terms, int K, typename T, typename W, typename S, typename ColOf>
+__device__ __forceinline__ void storePackedPartials(const Args<T, W, S> &args, size_t slot, ColOf colOf,
+                                                    const ComputeOf<T> (&acc)[K][Terms::kPartials][kPackedItems]) {
+#pragma unroll
+    for (int p = 0; p < Terms::kPartials; ++p) {
+        ComputeOf<T> *partial = args.partials[p];
+#pragma unroll
+        for (int v = 0; v < K; ++v) {
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) {
+                const size_t col = colOf(v) + e;
+                if (partial != nullptr && col < args.dim) partial[slot * args.dim + col] = acc[v][p][e];
+            }
+        }
+    }
+}
+
 // Rows of kMaxOneVectorDim < D <= kMaxPackedDim (RMSNorm alone): the packed form with two vectors a thread, vector
 // v of thread t at columns 8 (v * 1024 + t) .. so that each warp's loads stay contiguous; always 1024 threads, and
 // no prefetch (two vectors and the next row's two would pass the 64 registers each of 1024 threads may hold). The
@@ -464,49 +531,84 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
     for (size_t row = first; row < last; ++row) {
         const int parity = static_cast<int>((row - first) & 1);
         uint4 a_raw[kVecs], b_raw[kVecs];
-#pragma unroll
-        for (int v = 0; v < kVecs; ++v) {
-            a_raw[v] = loadPacked(args.a + flatOffset(args.a_rows, row), colOf(v), args.dim, vectors);
-            b_raw[v] = loadPacked(args.b + flatOffset(args.b_rows, row), colOf(v), args.dim, vectors);
-        }
+        loadPackedVectors(args.a + flatOffset(args.a_rows, row), args.b + flatOffset(args.b_rows, row), colOf, args.dim,
+                          vectors, a_raw, b_raw);
         // Each vector is widened where it is used, and again after the barrier rather than kept live across it.
         const Pair<C> centering = centeringOf<Terms>(args, row);
-        Pair<C> thread_sums{0, 0};
-#pragma unroll
-        for (int v = 0; v < kVecs; ++v) {
-            C a[kPackedItems], b[kPackedItems];
-            unpack<T>(a_raw[v], a);
-            unpackB<Terms, T>(b_raw[v], centering, b);
-            const Pair<C> sums = elementSums<Terms, kPackedItems>(a, b, w + v * kPackedItems);
-            thread_sums.first += sums.first;
-            thread_sums.second += sums.second;
-        }
+        const Pair<C> thread_sums = packedVectorSums<Terms, T>(a_raw, b_raw, centering, w);
         const float2 part = warpAllSum(make_float2(thread_sums.first, thread_sums.second));
         if (lane == 0) slots[parity][warp] = part;
         __syncthreads();
         const float2 sums = warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
         const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
-#pragma unroll
-        for (int v = 0; v < kVecs; ++v) {
-            C a[kPackedItems], b[kPackedItems], result[kPackedItems];
-            unpack<T>(a_raw[v], a);
-            unpackB<Terms, T>(b_raw[v], centering, b);
-            elementOutputs<Terms>(a, b, w + v * kPackedItems, k, result, acc[v]);
-            storePacked(args.out + flatOffset(args.out_rows, row), colOf(v), args.dim, vectors, result);
-        }
+        packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw, b_raw,
+                                   centering, w, k, acc);
     }
+    storePackedPartials<Terms>(args, blockIdx.x, colOf, acc);
+}
+
+// Warp rows: F16/BF16 rows of at most kMaxWarpRowDim elements whose rows start 16-byte vectors apart. A CTA of
+// kWarpRowThreads threads takes a contiguous range of rows, each warp every kWarps-th of them, a whole row at a
+// time: lane l holds vectors l, l + 32, .. (K of them) of a and b as raw 16-bit values and w's columns of those
+// vectors widened in registers, so a row needs no CTA barrier (the warp's butterfly is its whole reduction). The
+// row sums and coefficients are F32, as in packedRowsKernel. At the end the warps' partials are added in warp
+// order through shared memory (the CTA's one barrier) and written as one partial row. On an H200 this form
+// (scripts/gpu_variants `warp16`, `warp32`) took 0.78-0.91 of copy at D 512 and 1024, 0.031 ms against the CTA-a-row
+// form's 0.035 at 32768x512; shorter rows had the one-pass kernel (a warp a row too, but 16 widened elements a lane
+// and F64 sums). At D 1024 the two forms were level, and K = 4 holds 64 partials a lane for LayerNorm: D 1024
+// stays with the packed plan.
+constexpr size_t kMaxWarpRowDim = 512;
+constexpr int kWarpRowThreads = 256;
+
+template <typename Terms, typename T, typename W, typename S, int K>
+__global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowThreads)
+    packedWarpRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
+    using C = ComputeOf<T>;
+    constexpr int kWarps = kWarpRowThreads / 32;
+    __shared__ C warp_acc[kWarps - 1][K][Terms::kPartials][kPackedItems][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    auto colOf = [&](int v) { return static_cast<size_t>(v * 32 + lane) * kPackedItems; };
+    const size_t first = blockIdx.x * rows_per_cta;
+    const size_t last = min(first + rows_per_cta, args.rows);
+    C w[K * kPackedItems]; // w[8v + e]: column colOf(v) + e
+    loadWeights<32, kPackedItems, K * kPackedItems>(args, 0, lane, w);
+    C acc[K][Terms::kPartials][kPackedItems] = {};
+    for (size_t row = first + warp; row < last; row += kWarps) {
+        uint4 a_raw[K], b_raw[K];
+        loadPackedVectors(args.a + flatOffset(args.a_rows, row), args.b + flatOffset(args.b_rows, row), colOf, args.dim,
+                          vectors, a_raw, b_raw);
+        const Pair<C> centering = centeringOf<Terms>(args, row);
+        const Pair<C> thread_sums = packedVectorSums<Terms, T>(a_raw, b_raw, centering, w);
+        const float2 sums = warpAllSum(make_float2(thread_sums.first, thread_sums.second));
+        const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
+        packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw, b_raw,
+                                   centering, w, k, acc);
+    }
+    if (!anyPartials<Terms>(args)) return; // the same for every thread of the CTA
+
+    if (warp > 0) {
 #pragma unroll
-    for (int p = 0; p < Terms::kPartials; ++p) {
-        C *partial = args.partials[p];
+        for (int v = 0; v < K; ++v) {
 #pragma unroll
-        for (int v = 0; v < kVecs; ++v) {
+            for (int p = 0; p < Terms::kPartials; ++p) {
 #pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) {
-                const size_t col = colOf(v) + e;
-                if (partial != nullptr && col < args.dim) partial[blockIdx.x * args.dim + col] = acc[v][p][e];
+                for (int e = 0; e < kPackedItems; ++e) warp_acc[warp - 1][v][p][e][lane] = acc[v][p][e];
             }
         }
     }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int g = 0; g < kWarps - 1; ++g) {
+#pragma unroll
+        for (int v = 0; v < K; ++v) {
+#pragma unroll
+            for (int p = 0; p < Terms::kPartials; ++p) {
+#pragma unroll
+                for (int e = 0; e < kPackedItems; ++e) acc[v][p][e] += warp_acc[g][v][p][e][lane];
+            }
+        }
+    }
+    storePackedPartials<Terms>(args, blockIdx.x, colOf, acc);
 }
 
 // Split pass 1: the two sums of each (row, chunk), in row-major order.
@@ -593,6 +695,7 @@ inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 struct Plan {
     bool split = false;
     int packed_threads = 0;      // packed plan: threads per CTA (a row each); 0: another plan
+    int warp_row_vectors = 0;    // warp rows plan: vectors a lane (K of packedWarpRowsKernel); 0: another plan
     int group = 32;              // one pass: threads per row
     size_t ctas = 0;             // one pass and packed: CTAs = partial rows
     size_t rows_per_cta = 1;     // one pass and packed
@@ -656,6 +759,14 @@ infiniStatus_t withPackedKernel(size_t dim, int threads, Body &&body) {
     return body(packedRowsKernel<Terms, T, W, S, 1024>, size_t(0));
 }
 
+// The warp rows kernel for `vectors` vectors a lane: body(kernel).
+template <typename Terms, typename T, typename W, typename Body>
+infiniStatus_t withWarpRowsKernel(int vectors, Body &&body) {
+    using S = ScalarOf<Terms, T, W>;
+    if (vectors == 1) return body(packedWarpRowsKernel<Terms, T, W, S, 1>);
+    return body(packedWarpRowsKernel<Terms, T, W, S, 2>);
+}
+
 // Threads a row of the packed plan: one per vector, in whole warps; kMaxPackedThreads past kMaxOneVectorDim.
 inline int packedThreadsOf(size_t dim) {
     if (dim > kMaxOneVectorDim) return kMaxPackedThreads;
@@ -687,7 +798,9 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     // The packed kernel exists for 16-bit data alone.
     // Two vectors a thread (past kMaxOneVectorDim) for one partial alone: LayerNorm's two spilled 100-250 bytes.
     const size_t max_packed = Terms::kPartials == 1 ? kMaxPackedDim : kMaxOneVectorDim;
-    const bool packs = sizeof(T) == 2 && packable_rows && dim >= kMinPackedDim && dim <= max_packed;
+    const bool packable = sizeof(T) == 2 && packable_rows;
+    const bool warp_rows = packable && dim <= kMaxWarpRowDim;
+    const bool packs = packable && !warp_rows && dim >= kMinPackedDim && dim <= max_packed;
     // Long rows do not fit in registers (but packed); rows too few to give each SM a CTA are better cut in chunks.
     p.split = (dim > kMaxRegisterDim && !packs) ||
               (chunks >= 2 && ceilDiv(rows, groups_per_cta) < static_cast<size_t>(sms));
@@ -696,6 +809,13 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
         int per_sm = 1;
         size_t rows_at_once = groups_per_cta; // rows a CTA holds at a time
         if constexpr (sizeof(T) == 2) {
+            if (warp_rows) {
+                p.warp_row_vectors = static_cast<int>(ceilDiv(dim, 32 * kPackedItems));
+                rows_at_once = kWarpRowThreads / 32;
+                INFINI_CHECK((withWarpRowsKernel<Terms, T, W>(p.warp_row_vectors, [&](auto kernel) {
+                    return nvidia::residentCtas(kernel, kWarpRowThreads, &per_sm);
+                })));
+            }
             if (packs) {
                 p.packed_threads = packedThreadsOf(dim);
                 rows_at_once = 1;
@@ -707,7 +827,7 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
                 })));
             }
         }
-        if (p.packed_threads == 0) INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
+        if (p.packed_threads == 0 && p.warp_row_vectors == 0) INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
         const size_t resident = static_cast<size_t>(sms) * per_sm;
         p.ctas = std::min(ceilDiv(rows, rows_at_once), resident);
         if (p.ctas > 0) {
@@ -752,6 +872,16 @@ infiniStatus_t launchPacked(const Plan &plan, const Args<T, W, S> &args, bool ve
     const size_t rows_per_cta = plan.rows_per_cta;
     return withPackedKernel<Terms, T, W>(plan.dim, threads, [&](auto kernel, size_t shared) {
         kernel<<<grid, threads, shared, stream>>>(args, rows_per_cta, vectors);
+        return nvidia::launchStatus();
+    });
+}
+
+template <typename Terms, typename T, typename W, typename S>
+infiniStatus_t launchWarpRows(const Plan &plan, const Args<T, W, S> &args, bool vectors, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>(plan.ctas));
+    const size_t rows_per_cta = plan.rows_per_cta;
+    return withWarpRowsKernel<Terms, T, W>(plan.warp_row_vectors, [&](auto kernel) {
+        kernel<<<grid, kWarpRowThreads, 0, stream>>>(args, rows_per_cta, vectors);
         return nvidia::launchStatus();
     });
 }
@@ -877,6 +1007,7 @@ class Driver {
                               cudaStream_t stream) const {
         constexpr int V = nvidia::kVec<T>;
         if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
+            if (plan_.warp_row_vectors > 0) return launchWarpRows<Terms>(plan_, args, vectors, stream);
             if (plan_.packed_threads > 0) return launchPacked<Terms>(plan_, args, vectors, stream);
         }
         if (plan_.split) {
