@@ -1,5 +1,5 @@
 """The NVIDIA backend against a float64 reference, through the C ABI (the package's cdef and libraries; device
-memory from our own infinirt), so it needs no torch: the kernel paths (row lengths up to 2^20 that split a row,
+memory from our own infinirt), so it needs no torch: the kernel paths (rows long enough to split in chunks,
 misaligned and strided buffers, determinism, a created stream). The whole package suite runs on the GPU too,
 through its `device` parameter (_devices.py). Skips, saying why, unless the libraries report an NVIDIA device."""
 import numpy as np
@@ -131,8 +131,10 @@ def rms_case(dt, shape):
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
+# (2, (3 << 16) + 8): rows split in 49 chunks, more than the 32 lanes of the warp that adds a row's chunk sums, the
+# last chunk partial. 2^20 took 5x the time in the sanitizer stage's emulation and covered no other path.
 @pytest.mark.parametrize("shape", [(2, 3, 1), (4, 33, 100), (300, 1000), (64, 4096), (3, 5, 8192), (4, 12289),
-                                   (2, 1 << 20), (5000, 64)])
+                                   (2, (3 << 16) + 8), (5000, 64)])
 def test_rms_norm(dt, shape):
     (gy, x, w), (ref_gx, ref_gw, gx_terms) = rms_case(dt, shape)
     gx, gw = run("RMSNorm", [np.empty_like(gy), np.empty(shape[-1], dt)], [gy, x, w])
@@ -158,7 +160,7 @@ def test_rms_norm_strided_inplace_misaligned(pad):
 
 
 def test_rms_norm_deterministic_and_zero_rows():
-    (gy, x, w), _ = rms_case(np.float32, (4096, 2048))
+    (gy, x, w), _ = rms_case(np.float32, (1024, 2048))  # a CTA's partial row for each of hundreds of CTAs on a GPU
     x[7] = 0  # a row of zeros: inf/nan in that row, nothing traps
     runs = run("RMSNorm", [np.empty_like(gy), np.empty(2048, np.float32)], [gy, x, w], repeat=3)
     for gx, gw in runs[1:]:
@@ -167,7 +169,8 @@ def test_rms_norm_deterministic_and_zero_rows():
 
 
 @pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("shape", [(4, 75, 1000), (2, 7), (16, 12289), (1024, 8192)])
+# (300, 8192): dozens of rows a CTA in the emulation (8 resident CTAs), in a third of the time (1024, 8192) took.
+@pytest.mark.parametrize("shape", [(4, 75, 1000), (2, 7), (16, 12289), (300, 8192)])
 def test_layer_norm(dt, shape):
     L = shape[-1]
     x0 = rng.standard_normal(shape)
