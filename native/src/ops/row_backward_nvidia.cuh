@@ -19,6 +19,7 @@
 
 #include "common/checked.h"
 #include "common/status.h"
+#include "devices/nvidia/nvidia_packed.cuh"
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
@@ -31,6 +32,11 @@
 namespace op::row_backward {
 
 using nvidia::ComputeOf;
+using nvidia::kPackedItems;
+using nvidia::loadPacked;
+using nvidia::storePacked;
+using nvidia::unpack;
+using nvidia::warpAllSum;
 
 constexpr int kItems = 16;                         // elements of a row held per thread
 constexpr int kMaxGroup = 512;                     // threads per row in the one-pass plan
@@ -301,83 +307,8 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 // RMSNorm rows of 8192 < D <= 16384 take packedTwoVectorRowsKernel: on an H200 0.54 of the split plan's time at
 // 2048x16384 BF16 and F16 (scripts/gpu_ab.sh, 2026-11-30).
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
-constexpr int kPackedItems = 8;               // elements of one vector: 16 bytes of 16-bit values
 constexpr int kMaxPackedThreads = 1024;
 constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * kPackedItems; // 8192: one vector a thread up to here
-
-// A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
-// 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
-__device__ __forceinline__ uint32_t wordOf(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-// The two elements of a word, widened; and two values narrowed into a word (round to nearest even).
-__device__ __forceinline__ float2 widenWord(nvidia::bf16_t, uint32_t word) {
-    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
-}
-__device__ __forceinline__ float2 widenWord(nvidia::f16_t, uint32_t word) {
-    return make_float2(nvidia::widen(nvidia::f16_t{static_cast<uint16_t>(word & 0xffffu)}),
-                       nvidia::widen(nvidia::f16_t{static_cast<uint16_t>(word >> 16)}));
-}
-template <typename T>
-__device__ __forceinline__ uint32_t narrowWord(float low, float high) {
-    return nvidia::narrow<T>(low).bits | static_cast<uint32_t>(nvidia::narrow<T>(high).bits) << 16;
-}
-
-template <typename T>
-__device__ __forceinline__ uint4 loadPacked(const T *row, size_t col, size_t dim, bool vectors) {
-    if (vectors && col + kPackedItems <= dim) return *reinterpret_cast<const uint4 *>(row + col);
-    uint32_t words[kPackedItems / 2];
-#pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const size_t c = col + 2 * i;
-        words[i] = (c < dim ? row[c].bits : 0u) | (c + 1 < dim ? static_cast<uint32_t>(row[c + 1].bits) << 16 : 0u);
-    }
-    return make_uint4(words[0], words[1], words[2], words[3]);
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack(uint4 raw, ComputeOf<T> *out) {
-#pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const float2 pair = widenWord(T{}, wordOf(raw, i));
-        out[2 * i] = pair.x;
-        out[2 * i + 1] = pair.y;
-    }
-}
-
-template <typename T>
-__device__ __forceinline__ void storePacked(T *row, size_t col, size_t dim, bool vectors, const ComputeOf<T> *in) {
-    uint32_t words[kPackedItems / 2];
-#pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        words[i] = narrowWord<T>(in[2 * i], in[2 * i + 1]);
-    }
-    if (vectors && col + kPackedItems <= dim) {
-        *reinterpret_cast<uint4 *>(row + col) = make_uint4(words[0], words[1], words[2], words[3]);
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const size_t c = col + 2 * i;
-        if (c < dim) row[c].bits = static_cast<uint16_t>(words[i] & 0xffffu);
-        if (c + 1 < dim) row[c + 1].bits = static_cast<uint16_t>(words[i] >> 16);
-    }
-}
-
-// A row's offset where its layout has at most one dim (the packed plan's condition): no division, which the
-// general RowLayout::offset does per kept dim (its 64-bit divisions cost the kernel 20 bytes of spills).
-__device__ __forceinline__ ptrdiff_t flatOffset(const RowLayout &rows, size_t row) {
-    return static_cast<ptrdiff_t>(row) * rows.strides[0];
-}
-
-// Sum over the warp by a xor butterfly, in F32: every lane ends with the same bits (IEEE addition commutes).
-__device__ __forceinline__ float2 warpAllSum(float2 value) {
-#pragma unroll
-    for (int mask = 16; mask > 0; mask /= 2) {
-        value.x += __shfl_xor_sync(nvidia::kFullMask, value.x, mask);
-        value.y += __shfl_xor_sync(nvidia::kFullMask, value.y, mask);
-    }
-    return value;
-}
 
 // b of a thread's vector as the Terms see it (centering: the row's, read once a row with centeringOf).
 template <typename Terms, typename T>

@@ -1,0 +1,87 @@
+// F16/BF16 rows as raw 16-byte vectors (8 elements each), widened only where a kernel computes with them: what
+// the packed row kernels of the forwards and the backwards share. Raw words keep a thread's share of a row in 4
+// registers a vector where widened values took 8.
+#ifndef INFINI_DEVICES_NVIDIA_PACKED_CUH
+#define INFINI_DEVICES_NVIDIA_PACKED_CUH
+
+#include "nvidia_reduce.cuh"
+#include "nvidia_types.cuh"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nvidia {
+
+constexpr int kPackedItems = 8; // elements of one vector: 16 bytes of 16-bit values
+
+// A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
+// 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
+__device__ __forceinline__ uint32_t wordOf(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The two elements of a word, widened; and two values narrowed into a word (round to nearest even).
+__device__ __forceinline__ float2 widenWord(bf16_t, uint32_t word) {
+    return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+__device__ __forceinline__ float2 widenWord(f16_t, uint32_t word) {
+    return make_float2(widen(f16_t{static_cast<uint16_t>(word & 0xffffu)}),
+                       widen(f16_t{static_cast<uint16_t>(word >> 16)}));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t narrowWord(float low, float high) {
+    return narrow<T>(low).bits | static_cast<uint32_t>(narrow<T>(high).bits) << 16;
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 loadPacked(const T *row, size_t col, size_t dim, bool vectors) {
+    if (vectors && col + kPackedItems <= dim) return *reinterpret_cast<const uint4 *>(row + col);
+    uint32_t words[kPackedItems / 2];
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const size_t c = col + 2 * i;
+        words[i] = (c < dim ? row[c].bits : 0u) | (c + 1 < dim ? static_cast<uint32_t>(row[c + 1].bits) << 16 : 0u);
+    }
+    return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack(uint4 raw, ComputeOf<T> *out) {
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const float2 pair = widenWord(T{}, wordOf(raw, i));
+        out[2 * i] = pair.x;
+        out[2 * i + 1] = pair.y;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void storePacked(T *row, size_t col, size_t dim, bool vectors, const ComputeOf<T> *in) {
+    uint32_t words[kPackedItems / 2];
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        words[i] = narrowWord<T>(in[2 * i], in[2 * i + 1]);
+    }
+    if (vectors && col + kPackedItems <= dim) {
+        *reinterpret_cast<uint4 *>(row + col) = make_uint4(words[0], words[1], words[2], words[3]);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPackedItems / 2; ++i) {
+        const size_t c = col + 2 * i;
+        if (c < dim) row[c].bits = static_cast<uint16_t>(words[i] & 0xffffu);
+        if (c + 1 < dim) row[c + 1].bits = static_cast<uint16_t>(words[i] >> 16);
+    }
+}
+
+// Sum over the warp by a xor butterfly, in F32: every lane ends with the same bits (IEEE addition commutes).
+__device__ __forceinline__ float2 warpAllSum(float2 value) {
+#pragma unroll
+    for (int mask = 16; mask > 0; mask /= 2) {
+        value.x += __shfl_xor_sync(kFullMask, value.x, mask);
+        value.y += __shfl_xor_sync(kFullMask, value.y, mask);
+    }
+    return value;
+}
+
+} // namespace nvidia
+
+#endif
