@@ -185,6 +185,40 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_statistics_close(mean, rstd, x, 1, dtype)
 
 
+# 16-bit rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, a 16-byte vector a
+# thread, the CTA's next row loading through this one's two reductions). (leading dims, D, padded row length): from
+# its least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end inside a vector
+# (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
+PACKED_ROWS = [((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
+               ((140,), 8192, 8192), ((9,), 8200, 8200)]
+
+
+@pytest.mark.parametrize("parameter_dtype", ("data", F32), ids=str)
+@pytest.mark.parametrize("dtype", (F16, BF16), ids=str)
+@pytest.mark.parametrize("leading, dim, padded", PACKED_ROWS, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_rows_match_reference(device, leading, dim, padded, dtype, parameter_dtype):
+    """Both forms: the statistics form (mean and rstd, F32) and the seed form (xhat and std). Rows sit up to 200
+    spreads from zero, so an F32 one-pass variance would miss the bounds."""
+    rng = np.random.default_rng(dim)
+    per_row = leading + (1,)
+    full = rng.standard_normal(leading + (padded,)) * rng.uniform(0.2, 5.0, per_row) + rng.uniform(-200, 200, per_row)
+    x = rounded(full, dtype)[..., :dim]
+    parameters = dtype if parameter_dtype == "data" else parameter_dtype
+    w, b = rounded(rng.normal(1.0, 0.5, dim), parameters), rounded(rng.normal(0.0, 0.5, dim), parameters)
+
+    y, mean, rstd = forward_on(device, x, w, b)
+    assert_y_close(y, x, w, b, 1, dtype)
+    assert_statistics_close(mean, rstd, x, 1, dtype)
+
+    output, xhat, std = seed_form_on(device, x, w, b, parameters, EPS)
+    assert np.array_equal(output.view(np.uint8), y.view(np.uint8))  # the same kernel and y in both forms
+    assert_y_close(xhat, x, None, None, 1, dtype)
+    _, _, _, _, expected_std = reference(x, None, None, 1, EPS)
+    bound = STAT_BOUND[np.dtype(dtype)] + ROUND[np.dtype(parameters)]
+    assert float(np.max(np.abs(f64(std) - expected_std) / expected_std)) <= bound
+
+
 @pytest.mark.parametrize("isa", ("generic", "avx2", "avx512", "avx512bf16"))
 def test_every_isa_passes_the_bounds(tmp_path, isa):
     """Each ISA's kernels (a process picks one; asking for more than the CPU has gives what it has), on rows with

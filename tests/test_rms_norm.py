@@ -145,6 +145,35 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_rstd_close(rstd, expected_rstd, dtype)
 
 
+# 16-bit rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, a 16-byte vector a
+# thread, the CTA's next row loading through this one's reduction). (leading dims, D, padded row length): from its
+# least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end inside a vector
+# (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
+PACKED_ROWS = [((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
+               ((140,), 8192, 8192), ((9,), 8200, 8200)]
+
+
+def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
+    full = rounded(rng.standard_normal(leading + (padded,)) * rng.uniform(0.2, 5.0, leading + (1,)), dtype)
+    w = rounded(rng.normal(1.0, 0.5, dim), weight_dtype)
+    return full[..., :dim], w
+
+
+@pytest.mark.parametrize("weight_dtype", ("data", F32), ids=str)
+@pytest.mark.parametrize("dtype", (F16, BF16), ids=str)
+@pytest.mark.parametrize("leading, dim, padded", PACKED_ROWS, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_packed_rows_match_reference(device, leading, dim, padded, dtype, weight_dtype):
+    x, w = packed_rows_inputs(np.random.default_rng(dim), leading, dim, padded, dtype,
+                              dtype if weight_dtype == "data" else weight_dtype)
+    y, rstd = forward_on(device, x, w)
+    expected_y, expected_rstd = reference(x, w, EPS)
+    assert_y_close(y, expected_y, dtype)
+    assert_rstd_close(rstd, expected_rstd, dtype)
+    y_only, _ = forward_on(device, x, w, out=(np.empty(x.shape, dtype), None))
+    assert np.array_equal(y_only.view(np.uint8), y.view(np.uint8))  # the same y with or without rstd
+
+
 @pytest.mark.parametrize("isa", ("generic", "avx2", "avx512", "avx512bf16"))
 def test_every_isa_passes_the_bounds(tmp_path, isa):
     """Each ISA's kernels (a process picks one; asking for more than the CPU has gives what it has), on rows with

@@ -3,6 +3,8 @@
 //  - Rows of D <= kMaxGroup * kItems: a group of G threads (a warp, or a whole CTA) holds the row in registers
 //    between its reductions and its output, so x is read from DRAM once and y written once. Each thread keeps the
 //    same columns for every row it takes, so it loads w (and b) once.
+//  - Packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
+//    row, each thread one 16-byte vector of it kept as raw 16-bit values, the CTA's next row already loading.
 //  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
 //    the output.
 // Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
@@ -11,11 +13,13 @@
 
 #include "common/moments.h"
 #include "common/status.h"
+#include "devices/nvidia/nvidia_packed.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
 #include "ops/rows.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <initializer_list>
 
@@ -237,6 +241,103 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
     }
 }
 
+// Packed rows: F16/BF16 rows of kMinPackedDim..kMaxPackedDim elements whose rows start 16-byte vectors apart. A CTA
+// of ceil(D / 8) threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements [8t, 8t + 8)
+// of a row as one raw 16-byte vector and widens it where it computes, with its columns of w and b widened in
+// registers once. The CTA's next row is loaded before this row's reductions, so it is in flight through them and
+// the stores. A reduction: each warp's butterfly, the warps' sums through shared memory, one barrier, then every
+// warp adds all of them in one order (the same bits everywhere). RMSNorm makes one a row, LayerNorm two (the first
+// mean, then the sums of d = x - that mean and of d^2: the corrected two-pass moments, as the other kernels). The
+// sums and statistics are F32: every warp computes them, and the backwards' packed kernel (the same form, on an
+// H200 2-3.4x their one-pass kernel) lost a quarter of a row's time to F64 there. The mean is kept as its two parts
+// (the first mean and the mean of d), so x - mean loses nothing to the mean's rounding.
+constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
+constexpr int kMaxPackedThreads = 1024;
+
+// 1 / sqrt(mean_square + epsilon) in F32, but where F32 cannot hold the sum (an all-zero row and an epsilon below
+// F32's normal range) in F64, as the other kernels compute it: 0 would make y 0 * inf.
+__device__ __forceinline__ float packedRstd(float mean_square, double epsilon) {
+    const float sum = mean_square + static_cast<float>(epsilon);
+    return sum >= FLT_MIN ? 1.0f / sqrtf(sum) : static_cast<float>(1.0 / sqrt(static_cast<double>(mean_square) + epsilon));
+}
+
+template <bool kCentres, typename T, typename W, typename S>
+__global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T, W, S> args, bool vectors) {
+    using nvidia::kPackedItems;
+    __shared__ float2 slots[2][32]; // [reduction parity][warp]: rewritten two reductions later, past a barrier
+    const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+    const size_t col = static_cast<size_t>(t) * kPackedItems;
+    const float n = static_cast<float>(args.dim);
+    float w[kPackedItems], b[kPackedItems]; // b: LayerNorm's only (RMSNorm never reads it)
+#pragma unroll
+    for (int e = 0; e < kPackedItems; ++e) {
+        const bool in_row = col + e < args.dim;
+        const ptrdiff_t c = static_cast<ptrdiff_t>(col + e);
+        w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[c * args.w_stride]) : 1.0f;
+        if constexpr (kCentres) b[e] = in_row && args.b != nullptr ? nvidia::widen(args.b[c * args.b_stride]) : 0.0f;
+    }
+    int parity = 0;
+    auto ctaSum = [&](float2 part) {
+        part = nvidia::warpAllSum(part);
+        if (lane == 0) slots[parity][warp] = part;
+        __syncthreads();
+        const float2 total = nvidia::warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
+        parity ^= 1;
+        return total;
+    };
+    size_t row = blockIdx.x;
+    uint4 x_raw = {};
+    if (row < args.rows) x_raw = nvidia::loadPacked(args.x + flatOffset(args.x_rows, row), col, args.dim, vectors);
+    for (; row < args.rows; row += gridDim.x) {
+        const size_t next = row + gridDim.x;
+        uint4 x_next = {};
+        if (next < args.rows) x_next = nvidia::loadPacked(args.x + flatOffset(args.x_rows, next), col, args.dim, vectors);
+        float x[kPackedItems]; // past the row's end: 0 (loadPacked)
+        nvidia::unpack<T>(x_raw, x);
+        float mean_first = 0.f, mean_rest = 0.f, variance;
+        if constexpr (kCentres) {
+            float sum = 0.f;
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) sum += x[e];
+            mean_first = ctaSum(make_float2(sum, 0.f)).x / n;
+            float sum_d = 0.f, sum_d2 = 0.f;
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) {
+                const float d = col + e < args.dim ? x[e] - mean_first : 0.f;
+                sum_d += d;
+                sum_d2 += d * d;
+            }
+            const float2 sums = ctaSum(make_float2(sum_d, sum_d2));
+            mean_rest = sums.x / n;
+            variance = sums.y / n - mean_rest * mean_rest;
+            variance = variance < 0.f ? 0.f : variance; // NaN stays NaN, as biasedVariance
+        } else {
+            float squares = 0.f;
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) squares += x[e] * x[e];
+            variance = ctaSum(make_float2(squares, 0.f)).x / n;
+        }
+        const float r = packedRstd(variance, args.epsilon);
+        if (t == 0) {
+            writeStats(args, row, RowStats{static_cast<double>(mean_first) + static_cast<double>(mean_rest),
+                                           static_cast<double>(r)});
+        }
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) x[e] = ((x[e] - mean_first) - mean_rest) * r; // xhat, in place
+        if (args.xhat != nullptr) nvidia::storePacked(args.xhat + flatOffset(args.xhat_rows, row), col, args.dim, vectors, x);
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) {
+            if constexpr (kCentres) {
+                x[e] = x[e] * w[e] + b[e];
+            } else {
+                x[e] = x[e] * w[e];
+            }
+        }
+        nvidia::storePacked(args.y + flatOffset(args.y_rows, row), col, args.dim, vectors, x);
+        x_raw = x_next;
+    }
+}
+
 // Long rows: a CTA of kMaxGroup threads per row, one element per thread per step, the row re-read (from L2 where
 // it fits) for the centring sum, the squares and the output.
 template <bool kCentres, typename T, typename W, typename S>
@@ -316,9 +417,43 @@ void launchInRegisters(const Args<T, W, S> &args, int group, int multiprocessors
     }
 }
 
+// What a descriptor decides once, at its creation: the device's SMs, and for rows the packed kernel takes, its
+// threads and grid (the CTAs its SMs hold at once).
+struct Plan {
+    int multiprocessors = 1;
+    int packed_threads = 0; // 0: not the packed kernel
+    unsigned packed_ctas = 0;
+};
+
+// Whether rows of this layout start 16-byte vectors apart wherever the first does (uniform, stride a multiple of
+// 16 bytes): the packed kernel's layouts.
+inline bool packableRows(const RowLayout &rows, size_t element_size) {
+    return rows.uniform() && (static_cast<size_t>(rows.stride() < 0 ? -rows.stride() : rows.stride()) * element_size) % 16 == 0;
+}
+
+// packable_rows: x's, y's and xhat's rows are packableRows.
+template <bool kCentres, typename T, typename W, typename S>
+infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_id, Plan *plan) {
+    Plan p;
+    const nvidia::DeviceScope device_scope(device_id);
+    INFINI_CHECK(device_scope.status());
+    INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
+    if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
+        if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0) {
+            p.packed_threads = static_cast<int>((dim + 32 * nvidia::kPackedItems - 1) / (32 * nvidia::kPackedItems) * 32);
+            int per_sm = 1;
+            INFINI_CHECK(nvidia::residentCtas(packedRowsKernel<kCentres, T, W, S>, p.packed_threads, &per_sm));
+            p.packed_ctas = static_cast<unsigned>(std::min(rows, static_cast<size_t>(p.multiprocessors) * per_sm));
+        }
+    }
+    *plan = p;
+    return INFINI_STATUS_SUCCESS;
+}
+
 // Runs one call: T, W, S the storage types (S: the statistics'), kCentres: LayerNorm (else RMSNorm).
 template <bool kCentres, typename T, typename W, typename S>
-infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, int multiprocessors, cudaStream_t stream) {
+infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &plan, cudaStream_t stream) {
+    const int multiprocessors = plan.multiprocessors;
     if (rows == 0) return INFINI_STATUS_SUCCESS;
     Args<T, W, S> args{static_cast<T *>(call.y), static_cast<T *>(call.xhat), static_cast<S *>(call.mean),
                        static_cast<S *>(call.stat), static_cast<const T *>(call.x), static_cast<const W *>(call.w),
@@ -333,6 +468,14 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, int multiproces
     if (dim > kMaxRegisterDim) {
         longRowsKernel<kCentres><<<gridFor(rows, 1, multiprocessors), kMaxGroup, 0, stream>>>(args);
         return nvidia::launchStatus();
+    }
+    if constexpr (sizeof(T) == 2) {
+        if (plan.packed_threads > 0) {
+            const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
+                                 (call.xhat == nullptr || nvidia::aligned16(call.xhat));
+            packedRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads, 0, stream>>>(args, vectors);
+            return nvidia::launchStatus();
+        }
     }
     const int group = groupFor(dim);
     const bool vectors = rowsAligned16(call.x, call.x_rows, sizeof(T)) && rowsAligned16(call.y, call.y_rows, sizeof(T)) &&

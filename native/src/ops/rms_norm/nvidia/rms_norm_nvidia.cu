@@ -11,8 +11,8 @@ namespace rf = op::row_forward;
 
 class NvidiaDescriptor final : public Descriptor {
   public:
-    NvidiaDescriptor(int device_id, const Info &info, int multiprocessors)
-        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), multiprocessors_(multiprocessors) {}
+    NvidiaDescriptor(int device_id, const Info &info, const rf::Plan &plan)
+        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), plan_(plan) {}
 
     size_t workspaceSize() const override { return 0; }
 
@@ -32,23 +32,27 @@ class NvidiaDescriptor final : public Descriptor {
         return nvidia::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
-            return rf::run<false, T, W, nvidia::ComputeOf<T>>(call, info.rows, info.dim, multiprocessors_,
+            return rf::run<false, T, W, nvidia::ComputeOf<T>>(call, info.rows, info.dim, plan_,
                                                             static_cast<cudaStream_t>(stream));
         });
     }
 
   private:
-    int multiprocessors_;
+    rf::Plan plan_;
 };
 
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    int multiprocessors = 0;
-    const nvidia::DeviceScope device_scope(device_id);
-    INFINI_CHECK(device_scope.status());
-    INFINI_CHECK(nvidia::multiprocessorCount(device_id, &multiprocessors));
-    *desc = new NvidiaDescriptor(device_id, info, multiprocessors);
+    const bool packable_rows = rf::packableRows(info.x, infini::dtypeSize(info.dtype)) &&
+                               rf::packableRows(info.y, infini::dtypeSize(info.dtype));
+    rf::Plan plan;
+    INFINI_CHECK(nvidia::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
+        using T = decltype(data_tag);
+        using W = decltype(parameter_tag);
+        return rf::makePlan<false, T, W, nvidia::ComputeOf<T>>(info.rows, info.dim, packable_rows, device_id, &plan);
+    }));
+    *desc = new NvidiaDescriptor(device_id, info, plan);
     return INFINI_STATUS_SUCCESS;
 }
 
