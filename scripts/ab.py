@@ -17,7 +17,7 @@ package finds itself, each optionally followed by `:ISA` (INFINIOP_CPU_ISA), e.g
 case) instead of its backward. Each process reports the median of its calls.
 
 --device nvidia (GPU 0): the backward of `bench --device nvidia`'s case (BatchNorm: training, saved statistics, F32
-parameters, --layout), timed as that benchmark times it, in a CUDA graph of 10 calls (median of --calls replays, three
+parameters, --layout), or with --forward its training forward (`bench --device nvidia --forward`'s case), timed as that benchmark times it, in a CUDA graph of 10 calls (median of --calls replays, three
 times; the sample is their median): a kernel change measured in the library itself, against the build before it
 (scripts/prebuild_gpu_ab.sh packs builds for a GPU session; scripts/gpu_ab.sh runs this there).
 """
@@ -70,7 +70,7 @@ def _child(args):
 def _child_nvidia(args):
     """One process's sample on GPU 0: {median_s, min_s, copy_gbs, bits} of `bench --device nvidia`'s case."""
     import infiniop_py as ip
-    from infiniop_py.bench import nvidia
+    from infiniop_py.bench import nvidia, nvidia_forward
 
     torch = nvidia.require_cuda(0)
     device = "cuda:0"
@@ -79,12 +79,13 @@ def _child_nvidia(args):
     stream = torch.cuda.Stream(device)
     generator = torch.Generator(device=device).manual_seed(0)
     with ip.Handle("nvidia", 0) as handle, torch.cuda.stream(stream):
-        case = nvidia.GpuCase(torch, args.op, args.dtype, shape, handle, device, generator, args.layout, stream)
+        case_class = nvidia_forward.GpuForwardCase if args.forward else nvidia.GpuCase
+        case = case_class(torch, args.op, args.dtype, shape, handle, device, generator, args.layout, stream)
         try:
             runs = sorted(nvidia.graph_seconds(torch, case.ours, stream, replays=args.calls) for _ in range(3))
             case.outputs()
             stream.synchronize()
-            outputs = [t for t in case._tensors[:3] if t is not None]  # the gradients (RMSNorm: and grad_y)
+            outputs = [t for t in case._tensors[:3] if t is not None]  # the outputs (and an input: both sides alike)
             bits = hashlib.sha256(b"".join(t.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes()
                                            for t in outputs)).hexdigest()
         finally:
@@ -168,15 +169,13 @@ def main(argv=None):
     parser.add_argument("--calls", type=int, default=30, help="timed calls per process (default 30)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
     parser.add_argument("--after-copy", action="store_true", help="each timed call after a 256 MiB copy")
-    parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward (CPU)")
+    parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward")
     parser.add_argument("--device", choices=("cpu", "nvidia"), default="cpu")
     parser.add_argument("--layout", choices=("channels_first", "channels_last"), default="channels_first",
                         help="BatchNorm on nvidia: the data's layout")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.device == "nvidia" and args.forward:
-        parser.error("--forward: the CPU's only")
     if args.child:
         print(json.dumps((_child_nvidia if args.device == "nvidia" else _child)(args)))
         return 0
