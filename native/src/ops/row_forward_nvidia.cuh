@@ -19,7 +19,6 @@
 #include "ops/rows.h"
 
 #include <algorithm>
-#include <cfloat>
 #include <cmath>
 #include <initializer_list>
 
@@ -248,18 +247,12 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
 // the stores. A reduction: each warp's butterfly, the warps' sums through shared memory, one barrier, then every
 // warp adds all of them in one order (the same bits everywhere). RMSNorm makes one a row, LayerNorm two (the first
 // mean, then the sums of d = x - that mean and of d^2: the corrected two-pass moments, as the other kernels). The
-// sums and statistics are F32: every warp computes them, and the backwards' packed kernel (the same form, on an
-// H200 2-3.4x their one-pass kernel) lost a quarter of a row's time to F64 there. The mean is kept as its two parts
+// sums and statistics are F32 (rstdOfMeanSquare: F64 only where F32 cannot hold var + eps): every warp computes
+// them, and the backwards' packed kernel (the same form, on an H200 2-3.4x their one-pass kernel) lost a quarter of
+// a row's time to F64 there. The mean is kept as its two parts
 // (the first mean and the mean of d), so x - mean loses nothing to the mean's rounding.
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
 constexpr int kMaxPackedThreads = 1024;
-
-// 1 / sqrt(mean_square + epsilon) in F32, but where F32 cannot hold the sum (an all-zero row and an epsilon below
-// F32's normal range) in F64, as the other kernels compute it: 0 would make y 0 * inf.
-__device__ __forceinline__ float packedRstd(float mean_square, double epsilon) {
-    const float sum = mean_square + static_cast<float>(epsilon);
-    return sum >= FLT_MIN ? 1.0f / sqrtf(sum) : static_cast<float>(1.0 / sqrt(static_cast<double>(mean_square) + epsilon));
-}
 
 template <bool kCentres, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T, W, S> args, bool vectors) {
@@ -317,7 +310,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
             for (int e = 0; e < kPackedItems; ++e) squares += x[e] * x[e];
             variance = ctaSum(make_float2(squares, 0.f)).x / n;
         }
-        const float r = packedRstd(variance, args.epsilon);
+        const float r = nvidia::rstdOfMeanSquare(variance, args.epsilon);
         if (t == 0) {
             writeStats(args, row, RowStats{static_cast<double>(mean_first) + static_cast<double>(mean_rest),
                                            static_cast<double>(r)});

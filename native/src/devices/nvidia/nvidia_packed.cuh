@@ -7,6 +7,7 @@
 #include "nvidia_reduce.cuh"
 #include "nvidia_types.cuh"
 
+#include <cfloat>
 #include <cstddef>
 #include <cstdint>
 
@@ -80,6 +81,18 @@ __device__ __forceinline__ float2 warpAllSum(float2 value) {
         value.y += __shfl_xor_sync(kFullMask, value.y, mask);
     }
     return value;
+}
+
+// 1 / sqrt(mean_square + epsilon), in the type the kernel keeps its statistics in. In F32 (the packed kernels') an
+// epsilon below F32's normal range would vanish, so a row of zeros would get 1/sqrt(0) = inf and outputs of 0 * inf:
+// where F32 cannot hold the sum, it is taken in F64, as the other kernels take it.
+__device__ __forceinline__ float rstdOfMeanSquare(float mean_square, double epsilon) {
+    const float sum = mean_square + static_cast<float>(epsilon);
+    return sum >= FLT_MIN ? 1.0f / sqrtf(sum)
+                          : static_cast<float>(1.0 / sqrt(static_cast<double>(mean_square) + epsilon));
+}
+__device__ __forceinline__ double rstdOfMeanSquare(double mean_square, double epsilon) {
+    return 1.0 / sqrt(mean_square + epsilon);
 }
 
 } // namespace nvidia

@@ -33,7 +33,7 @@ struct RmsTerms {
     __device__ static Row<C> row(A sum_squares, A sum_gwx, size_t dim, double epsilon, bool has_rstd,
                                  double saved_rstd) {
         const A n = static_cast<A>(dim);
-        const A rstd = has_rstd ? static_cast<A>(saved_rstd) : A(1) / sqrt(sum_squares / n + static_cast<A>(epsilon));
+        const A rstd = has_rstd ? static_cast<A>(saved_rstd) : nvidia::rstdOfMeanSquare(sum_squares / n, epsilon);
         return Row<C>{static_cast<C>(rstd), static_cast<C>(rstd * (rstd * (rstd * (sum_gwx / n))))};
     }
 
