@@ -700,8 +700,7 @@ infiniStatus_t withWarpRowsKernel(int vectors, Body &&body) {
 
 // Threads a row of the packed plan: one per vector, in whole warps; kMaxPackedThreads past kMaxOneVectorDim.
 inline int packedThreadsOf(size_t dim) {
-    if (dim > kMaxOneVectorDim) return kMaxPackedThreads;
-    return static_cast<int>((dim + 32 * kPackedItems - 1) / (32 * kPackedItems) * 32);
+    return dim > kMaxOneVectorDim ? kMaxPackedThreads : nvidia::packedThreads(dim);
 }
 
 // packable_rows: the rows of out, a and b are one stride apart, a multiple of 16 bytes (the packed plan's rows).
@@ -840,17 +839,6 @@ infiniStatus_t launchSumPartials(const C *partials, size_t count, size_t dim, W 
     return nvidia::launchStatus();
 }
 
-// Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
-inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
-    const ptrdiff_t vec = static_cast<ptrdiff_t>(16 / element_size);
-    for (const RowLayout &layout : layouts) {
-        for (size_t i = 0; i < layout.depth; ++i) {
-            if (layout.strides[i] % vec != 0) return false;
-        }
-    }
-    return true;
-}
-
 // A row backward for one op (its Terms), planned at descriptor creation and run on each calculate.
 template <typename Terms>
 class Driver {
@@ -863,8 +851,6 @@ class Driver {
         driver->dtype_ = dtype;
         driver->parameter_dtype_ = parameter_dtype;
         driver->vector_ok_ = vectorStrides(infini::dtypeSize(dtype), row_layouts);
-        bool flat_rows = true; // rows one stride apart (at most one dim kept): the packed plan's offsets
-        for (const RowLayout &layout : row_layouts) flat_rows = flat_rows && layout.depth <= 1;
         int partial_arrays = 0;
         for (int p = 0; p < Terms::kPartials; ++p) {
             driver->wanted_[p] = wanted[p];
@@ -872,7 +858,7 @@ class Driver {
         }
         INFINI_CHECK(nvidia::withDataAndParameterTypes(dtype, parameter_dtype, [&](auto data_tag, auto parameter_tag) {
             return makePlanFor<Terms, decltype(data_tag), decltype(parameter_tag)>(
-                rows, dim, partial_arrays, driver->vector_ok_ && flat_rows, device_id, &driver->plan_);
+                rows, dim, partial_arrays, driver->vector_ok_ && flatRows(row_layouts), device_id, &driver->plan_);
         }));
         return driver->plan_.workspaceOverflows() ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
     }

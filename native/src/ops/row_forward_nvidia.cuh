@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
 // mean, then the sums of d = x - that mean and of d^2: the corrected two-pass moments, as the other kernels). The
 // sums and statistics are F32 (rstdOfMeanSquare: F64 only where F32 cannot hold var + eps): every warp computes
 // them, and the backwards' packed kernel (the same form, on an H200 2-3.4x their one-pass kernel) lost a quarter of
-// a row's time to F64 there. The mean is kept as its two parts
-// (the first mean and the mean of d), so x - mean loses nothing to the mean's rounding.
+// a row's time to F64 there. The mean is kept as its two parts (the first mean and the mean of d), so x - mean
+// loses nothing to the mean's rounding.
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
 constexpr int kMaxPackedThreads = 1024;
 
@@ -372,14 +372,7 @@ __global__ void emptyRowsKernel(Args<T, W, S> args) {
 
 // Whether every row of these tensors starts on a 16-byte boundary (vector loads and stores are then legal).
 inline bool rowsAligned16(const void *base, const RowLayout &rows, size_t element_size) {
-    if (base == nullptr) return true;
-    if (!nvidia::aligned16(base)) return false;
-    for (size_t i = 0; i < rows.depth; ++i) {
-        if ((static_cast<size_t>(rows.strides[i] < 0 ? -rows.strides[i] : rows.strides[i]) * element_size) % 16 != 0) {
-            return false;
-        }
-    }
-    return true;
+    return base == nullptr || (nvidia::aligned16(base) && vectorStrides(element_size, {rows}));
 }
 
 // Threads per row for a row of `dim`: the fewest (a power of two, at least a warp) that hold it in registers.
@@ -418,13 +411,7 @@ struct Plan {
     unsigned packed_ctas = 0;
 };
 
-// Whether rows of this layout start 16-byte vectors apart wherever the first does (uniform, stride a multiple of
-// 16 bytes): the packed kernel's layouts.
-inline bool packableRows(const RowLayout &rows, size_t element_size) {
-    return rows.uniform() && (static_cast<size_t>(rows.stride() < 0 ? -rows.stride() : rows.stride()) * element_size) % 16 == 0;
-}
-
-// packable_rows: x's, y's and xhat's rows are packableRows.
+// packable_rows: x's, y's and xhat's rows are one stride apart, a multiple of 16 bytes (flatRows, vectorStrides).
 template <bool kCentres, typename T, typename W, typename S>
 infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_id, Plan *plan) {
     Plan p;
@@ -433,7 +420,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
     if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
         if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0) {
-            p.packed_threads = static_cast<int>((dim + 32 * nvidia::kPackedItems - 1) / (32 * nvidia::kPackedItems) * 32);
+            p.packed_threads = nvidia::packedThreads(dim);
             int per_sm = 1;
             INFINI_CHECK(nvidia::residentCtas(packedRowsKernel<kCentres, T, W, S>, p.packed_threads, &per_sm));
             p.packed_ctas = static_cast<unsigned>(std::min(rows, static_cast<size_t>(p.multiprocessors) * per_sm));

@@ -6,6 +6,7 @@
 #include "common/tensor.h"
 
 #include <cstddef>
+#include <initializer_list>
 
 namespace op {
 
@@ -80,6 +81,25 @@ struct RowLayout {
         return {sizes[1], strides[0], strides[1]};
     }
 };
+
+// Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
+inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
+    const ptrdiff_t vec = static_cast<ptrdiff_t>(16 / element_size);
+    for (const RowLayout &layout : layouts) {
+        for (size_t i = 0; i < layout.depth; ++i) {
+            if (layout.strides[i] % vec != 0) return false;
+        }
+    }
+    return true;
+}
+
+// Whether each of these layouts has its rows one stride apart (uniform()): the packed CUDA kernels' offsets.
+inline bool flatRows(std::initializer_list<RowLayout> layouts) {
+    for (const RowLayout &layout : layouts) {
+        if (!layout.uniform()) return false;
+    }
+    return true;
+}
 
 // A row's offset where its layout has at most one dim (uniform(): the packed CUDA kernels' condition): no division,
 // which the general offset() does per kept dim (its 64-bit divisions cost a CUDA kernel 20 bytes of spills).

@@ -15,6 +15,11 @@ namespace nvidia {
 
 constexpr int kPackedItems = 8; // elements of one vector: 16 bytes of 16-bit values
 
+// Threads for a row of `dim` at one vector a thread, in whole warps.
+inline int packedThreads(size_t dim) {
+    return static_cast<int>((dim + 32 * kPackedItems - 1) / (32 * kPackedItems) * 32);
+}
+
 // A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
 // 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
 __device__ __forceinline__ uint32_t wordOf(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }

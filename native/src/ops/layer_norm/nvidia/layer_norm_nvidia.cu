@@ -60,9 +60,9 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    const size_t element_size = infini::dtypeSize(info.dtype);
-    const bool packable_rows = rf::packableRows(info.x, element_size) && rf::packableRows(info.y, element_size) &&
-                               (!info.has_xhat || rf::packableRows(info.xhat, element_size));
+    const RowLayout xhat = info.has_xhat ? info.xhat : RowLayout{};
+    const bool packable_rows = flatRows({info.x, info.y, xhat}) &&
+                               vectorStrides(infini::dtypeSize(info.dtype), {info.x, info.y, xhat});
     const bool xhat_form = info.form == Info::Form::xhat;
     rf::Plan plan;
     INFINI_CHECK(nvidia::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {

@@ -44,8 +44,8 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    const bool packable_rows = rf::packableRows(info.x, infini::dtypeSize(info.dtype)) &&
-                               rf::packableRows(info.y, infini::dtypeSize(info.dtype));
+    const bool packable_rows =
+        flatRows({info.x, info.y}) && vectorStrides(infini::dtypeSize(info.dtype), {info.x, info.y});
     rf::Plan plan;
     INFINI_CHECK(nvidia::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
         using T = decltype(data_tag);
