@@ -65,6 +65,16 @@ def _byte_span(array):
     return low, high - low + array.itemsize
 
 
+# Device copies start at their host array's address modulo this, so a host array off the 16-byte grid reaches the
+# kernels' element-wise paths for unaligned bases on the device too (their vector loads need 16-byte alignment).
+_VECTOR_BYTES = 16
+
+
+def _misalignment(host_address, device_address):
+    """Bytes after device_address (< _VECTOR_BYTES) where a copy has host_address's offset from the 16-byte grid."""
+    return (host_address - device_address) % _VECTOR_BYTES
+
+
 def _host_bytes(address, nbytes):
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(address)) if nbytes else np.empty(0, np.uint8)
 
@@ -103,17 +113,17 @@ def _place_emulated(array):
     from _dlpack import KDL_CUDA, DLPackView
 
     low, nbytes = _byte_span(array)
-    buffer = DeviceBuffer("nvidia", 0, nbytes)
+    buffer = DeviceBuffer("nvidia", 0, nbytes + _VECTOR_BYTES)
+    span = buffer.address + _misalignment(low, buffer.address)  # the span's copy, as (mis)aligned as the host's
     if nbytes:
-        _host_bytes(buffer.address, nbytes)[...] = _host_bytes(low, nbytes)  # the whole span, gaps included
+        _host_bytes(span, nbytes)[...] = _host_bytes(low, nbytes)  # the whole span, gaps included
     start = array.__array_interface__["data"][0] - low
     element_strides = [stride // array.itemsize for stride in array.strides] if array.size else None
-    device_array = DLPackView(buffer.address + start, array.shape, element_strides, array.dtype, KDL_CUDA,
-                              keep=buffer)
+    device_array = DLPackView(span + start, array.shape, element_strides, array.dtype, KDL_CUDA, keep=buffer)
 
     def write_back():
         if nbytes:
-            _host_bytes(low, nbytes)[...] = _host_bytes(buffer.address, nbytes)
+            _host_bytes(low, nbytes)[...] = _host_bytes(span, nbytes)
     return _Placed(array, device_array, write_back)
 
 
@@ -135,18 +145,23 @@ def _place(array, torch_device):
         return _Placed(array, packed, write_back)
 
     low, nbytes = _byte_span(array)
-    storage = torch.from_numpy(_host_bytes(low, nbytes).copy()).to(torch_device)  # the whole span, gaps included
-    start = array.__array_interface__["data"][0] - low
+    # The whole span, gaps included, after `pad` bytes that give its copy the host's misalignment (torch's buffers
+    # are aligned).
+    storage = torch.zeros(nbytes + 2 * _VECTOR_BYTES, dtype=torch.uint8, device=torch_device)
+    pad = _misalignment(low, storage.data_ptr())
+    if nbytes:
+        storage[pad:pad + nbytes] = torch.from_numpy(_host_bytes(low, nbytes).copy()).to(torch_device)
+    start = pad + array.__array_interface__["data"][0] - low
+    assert start % array.itemsize == 0, "a host array off its own element grid has no typed device view"
     if min(array.strides, default=0) < 0:
         device_array = CudaArrayView(storage, start, array.shape, array.strides, array.dtype)
     else:
-        typed = storage.view(torch_dtype) if nbytes else torch.empty(0, dtype=torch_dtype, device=storage.device)
-        device_array = typed.as_strided(array.shape, [s // array.itemsize for s in array.strides],
-                                        start // array.itemsize)
+        device_array = storage.view(torch_dtype).as_strided(
+            array.shape, [s // array.itemsize for s in array.strides], start // array.itemsize)
 
     def write_back():
         if nbytes:
-            _host_bytes(low, nbytes)[...] = storage.cpu().numpy()
+            _host_bytes(low, nbytes)[...] = storage[pad:pad + nbytes].cpu().numpy()
     return _Placed(array, device_array, write_back)
 
 

@@ -244,6 +244,18 @@ def rounded(values, dtype):
     return np.asarray(values, dtype=np.float64).astype(dtype)
 
 
+def off_the_vector_grid(values, offset):
+    """A C-contiguous copy of `values` whose first element sits `offset` bytes (0 < offset < 16) past a 16-byte
+    boundary: kernels load 16-byte vectors only from aligned bases, so this reaches their element-wise paths (on a
+    device too: _devices keeps the offset)."""
+    values = np.ascontiguousarray(values)
+    buffer = np.empty(values.nbytes + 32, np.uint8)
+    start = offset + (-buffer.ctypes.data) % 16
+    copy = buffer[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
+    copy[...] = values
+    return copy
+
+
 def rms_norm_inputs(rng, shape, dtype, positive=False):
     """(grad_y, x, w). positive=True: all-positive data so sums grow linearly (exposes dT accumulation)."""
     d = shape[-1]

@@ -40,6 +40,20 @@ def test_placed_arrays_keep_values_and_layout(dtype, name, make):
         assert tuple(placed.device_array.stride()) == tuple(s // array.itemsize for s in array.strides)
 
 
+@pytest.mark.parametrize("offset", [0, 2, 8, 14])
+def test_placed_arrays_keep_their_offset_from_the_16_byte_grid(offset):
+    """So a host array off the grid reaches the kernels' paths for unaligned bases on the device too."""
+    buffer = np.zeros(4 * 1040 + 64, np.uint8)
+    start = offset + (-buffer.ctypes.data) % 16
+    array = buffer[start:start + 4 * 1040].view(np.float16).reshape(4, 520)[:, :512]
+    array[...] = np.arange(512, dtype=np.float16)
+
+    placed = _place(array, "cpu")
+
+    assert placed.device_array.data_ptr() % 16 == offset
+    assert np.array_equal(placed.device_array.numpy(), array)
+
+
 @pytest.mark.parametrize("dtype", SUPPORTED_DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "padded", "reversed"])
 def test_write_back_copies_device_results_into_the_host_view_only(dtype, layout):

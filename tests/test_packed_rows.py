@@ -11,8 +11,8 @@ import pytest
 
 import infiniop_py
 from _devices import DEVICES, call_on
-from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_norm_reference, rms_reference,
-                      rounded)
+from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_norm_forward_reference,
+                      layer_norm_reference, off_the_vector_grid, rms_norm_forward_reference, rms_reference, rounded)
 
 # (leading dims, D): the warp rows' one vector a lane (300 rows: several rows a warp, each of the CTA's 8 warps with
 # its own count) and two (D = 264: lane 0's second vector is the row's last, the other lanes' second ones empty);
@@ -83,3 +83,64 @@ def test_layer_norm_forms(device, leading, dim, dtype):
     expected = layer_norm_reference(grad_output, weight32, xhat_exact, 1.0 / f64(rstd))
     for got, want, what in zip(outputs, expected, ("grad_input", "grad_weight", "grad_bias")):
         assert_close(got, want, dtype, f"{what} from the input")
+
+
+# Rows 16 bytes apart from a base off the 16-byte grid: the vectors' element-wise path (`vectors` false in the
+# packed kernels, forward and backward). (leading dims, D, padded row length): warp rows, a CTA a row (a row end
+# inside a vector), RMSNorm's two vectors a thread and LayerNorm's split plan.
+OFF_GRID_ROWS = [((300,), 64, 64), ((33,), 1001, 1008), ((20,), 12004, 12008)]
+
+
+def _off_grid_rows(rng, leading, dim, padded, dtype, spread):
+    full = rng.standard_normal(leading + (padded,)) * rng.uniform(0.5, 2.0, leading + (1,)) + spread
+    return off_the_vector_grid(rounded(full, dtype), offset=2)[..., :dim]
+
+
+def _off_grid_empty(leading, dim, padded, dtype):
+    return off_the_vector_grid(np.zeros(leading + (padded,), dtype), offset=2)[..., :dim]
+
+
+@pytest.mark.parametrize("leading, dim, padded", OFF_GRID_ROWS, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_rms_norm_rows_off_the_16_byte_grid(device, leading, dim, padded):
+    dtype, eps = BF16, 1e-6
+    rng = np.random.default_rng(dim + 2)
+    x, grad_y = (_off_grid_rows(rng, leading, dim, padded, dtype, 0.0) for _ in range(2))
+    w = rounded(rng.uniform(0.5, 1.5, dim), dtype)
+
+    y, rstd = call_on(device, infiniop_py.rms_norm, x, w, eps=eps, need_rstd=True,
+                      out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(leading, F32)))
+    expected_y, expected_rstd = rms_norm_forward_reference(x, w, eps)
+    assert_close(y, expected_y, dtype, "y")
+    assert_close(rstd, expected_rstd, F32, "rstd")
+
+    grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=eps,
+                             out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(dim, dtype)))
+    expected_x, expected_w, _ = rms_reference(grad_y, x, w, eps=eps)
+    assert_close(grad_x, expected_x, dtype, "grad_x")
+    assert_close(grad_w, expected_w, dtype, "grad_w")
+
+
+@pytest.mark.parametrize("leading, dim, padded", OFF_GRID_ROWS, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_rows_off_the_16_byte_grid(device, leading, dim, padded):
+    dtype = BF16
+    rng = np.random.default_rng(dim + 3)
+    x = _off_grid_rows(rng, leading, dim, padded, dtype, 3.0)
+    grad_output = _off_grid_rows(rng, leading, dim, padded, dtype, 0.0)
+    w, b = rounded(rng.uniform(0.5, 1.5, dim), dtype), rounded(rng.normal(0.0, 0.5, dim), dtype)
+
+    y, mean, rstd = call_on(device, infiniop_py.layer_norm, x, w, b, eps=LAYER_NORM_EPS, need_stats=True,
+                            out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(leading, F32),
+                                 np.empty(leading, F32)))
+    expected_y, expected_mean, expected_rstd, _, _ = layer_norm_forward_reference(x, w, b, 1, LAYER_NORM_EPS)
+    assert_close(y, expected_y, dtype, "y")
+    assert_close(mean, expected_mean, F32, "mean")
+    assert_close(rstd, expected_rstd, F32, "rstd")
+
+    outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, w, input=x, mean=mean, rstd=rstd,
+                      out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(dim, dtype), np.empty(dim, dtype)))
+    xhat_exact = (f64(x) - f64(mean)[..., None]) * f64(rstd)[..., None]
+    expected = layer_norm_reference(grad_output, w, xhat_exact, 1.0 / f64(rstd))
+    for got, want, what in zip(outputs, expected, ("grad_input", "grad_weight", "grad_bias")):
+        assert_close(got, want, dtype, what)
