@@ -244,10 +244,10 @@ def rounded(values, dtype):
     return np.asarray(values, dtype=np.float64).astype(dtype)
 
 
-def off_the_vector_grid(values, offset):
-    """A C-contiguous copy of `values` whose first element sits `offset` bytes (0 < offset < 16) past a 16-byte
-    boundary: kernels load 16-byte vectors only from aligned bases, so this reaches their element-wise paths (on a
-    device too: _devices keeps the offset)."""
+def at_vector_offset(values, offset):
+    """A C-contiguous copy of `values` whose first element sits `offset` bytes (0 <= offset < 16) past a 16-byte
+    boundary: kernels load 16-byte vectors only from aligned bases, so an offset reaches their element-wise paths (on
+    a device too: _devices keeps the offset)."""
     values = np.ascontiguousarray(values)
     buffer = np.empty(values.nbytes + 32, np.uint8)
     start = offset + (-buffer.ctypes.data) % 16

@@ -82,10 +82,11 @@ def forward_on(device, x, w, b, eps=EPS, out=None):
     return call_on(device, infiniop_py.layer_norm, x, w, b, eps=eps, need_stats=True, out=out)
 
 
-def seed_form_on(device, x, w, b, std_dtype, eps, with_statistics=True):
-    """(output, xhat, std) of the seed form (LayerNormXhat) on ``device``; xhat and std None unless wanted."""
-    output = np.empty_like(x)
-    xhat, std = (np.empty_like(x), np.empty(x.shape[:-1], std_dtype)) if with_statistics else (None, None)
+def seed_form_on(device, x, w, b, std_dtype, eps, with_statistics=True, empty_like=np.empty_like):
+    """(output, xhat, std) of the seed form (LayerNormXhat) on ``device``; xhat and std None unless wanted;
+    empty_like(x): where output and xhat go."""
+    output = empty_like(x)
+    xhat, std = (empty_like(x), np.empty(x.shape[:-1], std_dtype)) if with_statistics else (None, None)
     data = DeviceData(device)
     put = lambda array, output=False: None if array is None else data.put(array, output)  # noqa: E731
     arrays = (put(output, True), put(xhat, True), put(std, True), put(x), put(w), put(b))
@@ -185,16 +186,18 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_statistics_close(mean, rstd, x, 1, dtype)
 
 
-# 16-bit rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, a 16-byte vector a
-# thread, the CTA's next row loading through this one's two reductions). (leading dims, D, padded row length): from
-# its least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end inside a vector
-# (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
+# Rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, 8 elements a thread: one 16-byte
+# vector of 16-bit data, two of F32; the CTA's next row loading through this one's two reductions). (leading dims,
+# D, padded row length): from its least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows
+# that end inside a vector (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other
+# kernels.
 PACKED_ROWS = [((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
                ((24,), 8192, 8192), ((9,), 8200, 8200)]
+# (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
+PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 
 
-@pytest.mark.parametrize("parameter_dtype", ("data", F32), ids=str)
-@pytest.mark.parametrize("dtype", (F16, BF16), ids=str)
+@pytest.mark.parametrize("dtype, parameter_dtype", PACKED_DTYPES, ids=str)
 @pytest.mark.parametrize("leading, dim, padded", PACKED_ROWS, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_packed_rows_match_reference(device, leading, dim, padded, dtype, parameter_dtype):
@@ -207,11 +210,12 @@ def test_packed_rows_match_reference(device, leading, dim, padded, dtype, parame
     parameters = dtype if parameter_dtype == "data" else parameter_dtype
     w, b = rounded(rng.normal(1.0, 0.5, dim), parameters), rounded(rng.normal(0.0, 0.5, dim), parameters)
 
-    y, mean, rstd = forward_on(device, x, w, b)
+    rows_like_x = lambda _: np.empty(leading + (padded,), dtype)[..., :dim]  # noqa: E731  so D = 1001 stays packed
+    y, mean, rstd = forward_on(device, x, w, b, out=(rows_like_x(x), np.empty(leading, F32), np.empty(leading, F32)))
     assert_y_close(y, x, w, b, 1, dtype)
     assert_statistics_close(mean, rstd, x, 1, dtype)
 
-    output, xhat, std = seed_form_on(device, x, w, b, parameters, EPS)
+    output, xhat, std = seed_form_on(device, x, w, b, parameters, EPS, empty_like=rows_like_x)
     assert np.array_equal(output.view(np.uint8), y.view(np.uint8))  # the same kernel and y in both forms
     assert_y_close(xhat, x, None, None, 1, dtype)
     _, _, _, _, expected_std = reference(x, None, None, 1, EPS)

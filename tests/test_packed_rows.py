@@ -1,25 +1,28 @@
 """The row backwards on F16/BF16 rows laid one stride apart: on CUDA these take the packed plans
 (native/src/ops/row_backward_nvidia.cuh): rows of up to 512 elements a warp a row (packedWarpRowsKernel, one or two
 16-byte vectors of each input a lane, no CTA barrier per row), longer ones a CTA a row (packedRowsKernel, one
-16-byte vector of each input a thread, the next row loading through this one's single barrier). Every form that reaches it, against float64 references of
-the exact rounded inputs: RMSNorm from x alone, with F32 weights and a saved rstd, without grad_w; LayerNorm from xhat
-and std, and from the input with its mean and rstd; rows that end inside a vector (D = 1000 and 3000), several rows a
-CTA (the prefetch and the alternating sum slots), one or several leading dims. The CPU runs the same cases."""
+16-byte vector of each input a thread, the next row loading through this one's single barrier). Every form that
+reaches it, against float64 references of the exact rounded inputs: RMSNorm from x alone, with F32 weights and a
+saved rstd, without grad_w; LayerNorm from xhat and std, and from the input with its mean and rstd; rows that end
+inside a warp (D = 1000 and 3000), several rows a CTA (the prefetch and the alternating sum slots), one or several
+leading dims. Rows that end inside a vector need padded rows (contiguous 16-bit rows 16 bytes apart hold whole
+vectors): the padded-rows tests, which run the forwards' packed kernel too. The CPU runs the same cases."""
 
 import numpy as np
 import pytest
 
 import infiniop_py
 from _devices import DEVICES, call_on
-from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, f64, layer_norm_forward_reference,
-                      layer_norm_reference, off_the_vector_grid, rms_norm_forward_reference, rms_reference, rounded)
+from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_offset, f64,
+                      layer_norm_forward_reference, layer_norm_reference, rms_norm_forward_reference, rms_reference,
+                      rounded)
 
 # (leading dims, D): the warp rows' one vector a lane (300 rows: several rows a warp, each of the CTA's 8 warps with
 # its own count) and two (D = 264: lane 0's second vector is the row's last, the other lanes' second ones empty);
 # then the CTA-a-row plan's D from its least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
 # the packed plan needs for rows over 4096 (fewer take the split plan).
-# Past 8192 (a row end inside a vector, and 16384): RMSNorm's two vectors a thread (packedTwoVectorRowsKernel),
-# LayerNorm's split plan.
+# Past 8192: D = 12004 (contiguous rows 24008 bytes apart: not the packed plans), and 16384: RMSNorm's two vectors a
+# thread (packedTwoVectorRowsKernel), LayerNorm's split plan.
 SHAPES = [((300,), 64), ((9, 13), 264), ((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192),
           ((140,), 12004), ((140,), 16384)]
 DTYPES = (F16, BF16)
@@ -85,53 +88,58 @@ def test_layer_norm_forms(device, leading, dim, dtype):
         assert_close(got, want, dtype, f"{what} from the input")
 
 
-# Rows 16 bytes apart from a base off the 16-byte grid: the vectors' element-wise path (`vectors` false in the
-# packed kernels, forward and backward). (leading dims, D, padded row length): warp rows, a CTA a row (a row end
-# inside a vector), RMSNorm's two vectors a thread and LayerNorm's split plan.
-OFF_GRID_ROWS = [((300,), 64, 64), ((33,), 1001, 1008), ((20,), 12004, 12008)]
+# Padded rows, every tensor's 16 bytes apart, from an aligned base (the row ends inside a vector: its last vector
+# element by element) and from one off the 16-byte grid (`vectors` false: every vector element by element), in the
+# packed kernels of the forwards (F16/BF16/F32) and backwards (F16/BF16). (leading dims, D, padded row length): warp
+# rows, a CTA a row, RMSNorm's two vectors a thread and LayerNorm's split plan.
+PADDED_ROWS = [((300,), 60, 64), ((33,), 1001, 1008), ((20,), 12004, 12008)]
+BASES = {"aligned": 0, "off-grid": 1}  # elements past a 16-byte boundary
 
 
-def _off_grid_rows(rng, leading, dim, padded, dtype, spread):
+def _padded_rows(rng, leading, dim, padded, dtype, spread, base):
     full = rng.standard_normal(leading + (padded,)) * rng.uniform(0.5, 2.0, leading + (1,)) + spread
-    return off_the_vector_grid(rounded(full, dtype), offset=2)[..., :dim]
+    return at_vector_offset(rounded(full, dtype), BASES[base] * np.dtype(dtype).itemsize)[..., :dim]
 
 
-def _off_grid_empty(leading, dim, padded, dtype):
-    return off_the_vector_grid(np.zeros(leading + (padded,), dtype), offset=2)[..., :dim]
+def _padded_empty(leading, dim, padded, dtype, base):
+    return at_vector_offset(np.zeros(leading + (padded,), dtype), BASES[base] * np.dtype(dtype).itemsize)[..., :dim]
 
 
-@pytest.mark.parametrize("leading, dim, padded", OFF_GRID_ROWS, ids=str)
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("dtype", (BF16, F32), ids=str)
+@pytest.mark.parametrize("leading, dim, padded", PADDED_ROWS, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
-def test_rms_norm_rows_off_the_16_byte_grid(device, leading, dim, padded):
-    dtype, eps = BF16, 1e-6
+def test_rms_norm_padded_rows(device, leading, dim, padded, dtype, base):
+    eps = 1e-6
     rng = np.random.default_rng(dim + 2)
-    x, grad_y = (_off_grid_rows(rng, leading, dim, padded, dtype, 0.0) for _ in range(2))
+    x, grad_y = (_padded_rows(rng, leading, dim, padded, dtype, 0.0, base) for _ in range(2))
     w = rounded(rng.uniform(0.5, 1.5, dim), dtype)
 
     y, rstd = call_on(device, infiniop_py.rms_norm, x, w, eps=eps, need_rstd=True,
-                      out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(leading, F32)))
+                      out=(_padded_empty(leading, dim, padded, dtype, base), np.empty(leading, F32)))
     expected_y, expected_rstd = rms_norm_forward_reference(x, w, eps)
     assert_close(y, expected_y, dtype, "y")
     assert_close(rstd, expected_rstd, F32, "rstd")
 
     grad_x, grad_w = call_on(device, infiniop_py.rms_norm_backward, grad_y, x, w, eps=eps,
-                             out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(dim, dtype)))
+                             out=(_padded_empty(leading, dim, padded, dtype, base), np.empty(dim, dtype)))
     expected_x, expected_w, _ = rms_reference(grad_y, x, w, eps=eps)
     assert_close(grad_x, expected_x, dtype, "grad_x")
     assert_close(grad_w, expected_w, dtype, "grad_w")
 
 
-@pytest.mark.parametrize("leading, dim, padded", OFF_GRID_ROWS, ids=str)
+@pytest.mark.parametrize("base", BASES)
+@pytest.mark.parametrize("dtype", (BF16, F32), ids=str)
+@pytest.mark.parametrize("leading, dim, padded", PADDED_ROWS, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
-def test_layer_norm_rows_off_the_16_byte_grid(device, leading, dim, padded):
-    dtype = BF16
+def test_layer_norm_padded_rows(device, leading, dim, padded, dtype, base):
     rng = np.random.default_rng(dim + 3)
-    x = _off_grid_rows(rng, leading, dim, padded, dtype, 3.0)
-    grad_output = _off_grid_rows(rng, leading, dim, padded, dtype, 0.0)
+    x = _padded_rows(rng, leading, dim, padded, dtype, 3.0, base)
+    grad_output = _padded_rows(rng, leading, dim, padded, dtype, 0.0, base)
     w, b = rounded(rng.uniform(0.5, 1.5, dim), dtype), rounded(rng.normal(0.0, 0.5, dim), dtype)
 
     y, mean, rstd = call_on(device, infiniop_py.layer_norm, x, w, b, eps=LAYER_NORM_EPS, need_stats=True,
-                            out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(leading, F32),
+                            out=(_padded_empty(leading, dim, padded, dtype, base), np.empty(leading, F32),
                                  np.empty(leading, F32)))
     expected_y, expected_mean, expected_rstd, _, _ = layer_norm_forward_reference(x, w, b, 1, LAYER_NORM_EPS)
     assert_close(y, expected_y, dtype, "y")
@@ -139,7 +147,8 @@ def test_layer_norm_rows_off_the_16_byte_grid(device, leading, dim, padded):
     assert_close(rstd, expected_rstd, F32, "rstd")
 
     outputs = call_on(device, infiniop_py.layer_norm_backward, grad_output, w, input=x, mean=mean, rstd=rstd,
-                      out=(_off_grid_empty(leading, dim, padded, dtype), np.empty(dim, dtype), np.empty(dim, dtype)))
+                      out=(_padded_empty(leading, dim, padded, dtype, base), np.empty(dim, dtype),
+                           np.empty(dim, dtype)))
     xhat_exact = (f64(x) - f64(mean)[..., None]) * f64(rstd)[..., None]
     expected = layer_norm_reference(grad_output, w, xhat_exact, 1.0 / f64(rstd))
     for got, want, what in zip(outputs, expected, ("grad_input", "grad_weight", "grad_bias")):

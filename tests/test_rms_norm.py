@@ -145,12 +145,14 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_rstd_close(rstd, expected_rstd, dtype)
 
 
-# 16-bit rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, a 16-byte vector a
-# thread, the CTA's next row loading through this one's reduction). (leading dims, D, padded row length): from its
-# least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end inside a vector
-# (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
+# Rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, 8 elements a thread: one 16-byte
+# vector of 16-bit data, two of F32; the CTA's next row loading through this one's reduction). (leading dims, D, padded
+# row length): from its least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end
+# inside a vector (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
 PACKED_ROWS = [((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
                ((24,), 8192, 8192), ((9,), 8200, 8200)]
+# (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
+PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 
 
 def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
@@ -159,18 +161,18 @@ def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
     return full[..., :dim], w
 
 
-@pytest.mark.parametrize("weight_dtype", ("data", F32), ids=str)
-@pytest.mark.parametrize("dtype", (F16, BF16), ids=str)
+@pytest.mark.parametrize("dtype, weight_dtype", PACKED_DTYPES, ids=str)
 @pytest.mark.parametrize("leading, dim, padded", PACKED_ROWS, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 def test_packed_rows_match_reference(device, leading, dim, padded, dtype, weight_dtype):
     x, w = packed_rows_inputs(np.random.default_rng(dim), leading, dim, padded, dtype,
                               dtype if weight_dtype == "data" else weight_dtype)
-    y, rstd = forward_on(device, x, w)
+    rows_like_x = lambda: np.empty(leading + (padded,), dtype)[..., :dim]  # noqa: E731  so D = 1001 stays packed
+    y, rstd = forward_on(device, x, w, out=(rows_like_x(), np.empty(leading, F32)))
     expected_y, expected_rstd = reference(x, w, EPS)
     assert_y_close(y, expected_y, dtype)
     assert_rstd_close(rstd, expected_rstd, dtype)
-    y_only, _ = forward_on(device, x, w, out=(np.empty(x.shape, dtype), None))
+    y_only, _ = forward_on(device, x, w, out=(rows_like_x(), None))
     assert np.array_equal(y_only.view(np.uint8), y.view(np.uint8))  # the same y with or without rstd
 
 

@@ -3,8 +3,9 @@
 //  - Rows of D <= kMaxGroup * kItems: a group of G threads (a warp, or a whole CTA) holds the row in registers
 //    between its reductions and its output, so x is read from DRAM once and y written once. Each thread keeps the
 //    same columns for every row it takes, so it loads w (and b) once.
-//  - Packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
-//    row, each thread one 16-byte vector of it kept as raw 16-bit values, the CTA's next row already loading.
+//  - Packed (F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
+//    row, each thread 8 elements of it as loaded (one 16-byte vector of raw 16-bit values, or two of F32), the
+//    CTA's next row already loading.
 //  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
 //    the output.
 // Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
@@ -240,17 +241,18 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
     }
 }
 
-// Packed rows: F16/BF16 rows of kMinPackedDim..kMaxPackedDim elements whose rows start 16-byte vectors apart. A CTA
-// of ceil(D / 8) threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements [8t, 8t + 8)
-// of a row as one raw 16-byte vector and widens it where it computes, with its columns of w and b widened in
-// registers once. The CTA's next row is loaded before this row's reductions, so it is in flight through them and
-// the stores. A reduction: each warp's butterfly, the warps' sums through shared memory, one barrier, then every
-// warp adds all of them in one order (the same bits everywhere). RMSNorm makes one a row, LayerNorm two (the first
-// mean, then the sums of d = x - that mean and of d^2: the corrected two-pass moments, as the other kernels). The
-// sums and statistics are F32 (rstdOfMeanSquare: F64 only where F32 cannot hold var + eps): every warp computes
-// them, and the backwards' packed kernel (the same form, on an H200 2-3.4x their one-pass kernel) lost a quarter of
-// a row's time to F64 there. The mean is kept as its two parts (the first mean and the mean of d), so x - mean
-// loses nothing to the mean's rounding.
+// Packed rows: F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim elements whose rows start 16-byte vectors apart. A
+// CTA of ceil(D / 8) threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements
+// [8t, 8t + 8) of a row as loaded (nvidia::Packed: one raw 16-byte vector of 16-bit values, or two of F32) and
+// widens them where it computes, with its columns of w and b widened in registers once. The CTA's next row is
+// loaded before this row's reductions, so it is in flight through them and the stores. A reduction: each warp's
+// butterfly, the warps' sums through shared memory, one barrier, then every warp adds all of them in one order (the
+// same bits everywhere). RMSNorm makes one a row, LayerNorm two (the first mean, then the sums of d = x - that mean
+// and of d^2: the corrected two-pass moments, as the other kernels); the kernel for other rows made two and six
+// (F32 LayerNorm ran at 0.43-0.60 of copy on an H200). The sums and statistics are F32 (rstdOfMeanSquare: F64
+// only where F32 cannot hold var + eps): every warp computes them, and the backwards' packed kernel (the same form,
+// on an H200 2-3.4x their one-pass kernel) lost a quarter of a row's time to F64 there. The mean is kept as its two
+// parts (the first mean and the mean of d), so x - mean loses nothing to the mean's rounding.
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
 constexpr int kMaxPackedThreads = 1024;
 
@@ -279,11 +281,11 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         return total;
     };
     size_t row = blockIdx.x;
-    uint4 x_raw = {};
+    nvidia::Packed<T> x_raw = {};
     if (row < args.rows) x_raw = nvidia::loadPacked(args.x + flatOffset(args.x_rows, row), col, args.dim, vectors);
     for (; row < args.rows; row += gridDim.x) {
         const size_t next = row + gridDim.x;
-        uint4 x_next = {};
+        nvidia::Packed<T> x_next = {};
         if (next < args.rows) x_next = nvidia::loadPacked(args.x + flatOffset(args.x_rows, next), col, args.dim, vectors);
         float x[kPackedItems]; // past the row's end: 0 (loadPacked)
         nvidia::unpack<T>(x_raw, x);
@@ -418,7 +420,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
     const nvidia::DeviceScope device_scope(device_id);
     INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
-    if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
+    if constexpr (!std::is_same_v<T, double>) { // F64, the reference dtype, keeps the kernels of its sums
         if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0) {
             p.packed_threads = nvidia::packedThreads(dim);
             int per_sm = 1;
@@ -449,7 +451,7 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
         longRowsKernel<kCentres><<<gridFor(rows, 1, multiprocessors), kMaxGroup, 0, stream>>>(args);
         return nvidia::launchStatus();
     }
-    if constexpr (sizeof(T) == 2) {
+    if constexpr (!std::is_same_v<T, double>) {
         if (plan.packed_threads > 0) {
             const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
                                  (call.xhat == nullptr || nvidia::aligned16(call.xhat));

@@ -47,17 +47,21 @@ struct dim3 {
     unsigned x, y, z;
     constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
-struct uint4 {
+struct alignas(16) uint4 { // 16-byte vectors are 16-byte aligned, as in CUDA (UBSan checks their accesses)
     unsigned x, y, z, w;
 };
 struct float2 {
     float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
 };
 struct double2 {
     double x, y;
 };
 inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline double2 make_double2(double x, double y) { return {x, y}; }
 template <typename A, typename B>
 inline auto min(A a, B b) { // the device min() of the math API

@@ -1,6 +1,7 @@
 // F16/BF16 rows as raw 16-byte vectors (8 elements each), widened only where a kernel computes with them: what
 // the packed row kernels of the forwards and the backwards share. Raw words keep a thread's share of a row in 4
-// registers a vector where widened values took 8.
+// registers a vector where widened values took 8. F32 rows take the same 8 elements a thread as two 16-byte vectors
+// (PackedF32; nothing to widen), so one kernel serves both.
 #ifndef INFINI_DEVICES_NVIDIA_PACKED_CUH
 #define INFINI_DEVICES_NVIDIA_PACKED_CUH
 
@@ -10,10 +11,18 @@
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace nvidia {
 
 constexpr int kPackedItems = 8; // elements of one vector: 16 bytes of 16-bit values
+
+// A thread's kPackedItems elements as loaded: one uint4 of 16-bit values, or two float4 of F32 ones.
+struct PackedF32 {
+    float4 low, high;
+};
+template <typename T>
+using Packed = std::conditional_t<std::is_same_v<T, float>, PackedF32, uint4>;
 
 // Threads for a row of `dim` at one vector a thread, in whole warps.
 inline int packedThreads(size_t dim) {
@@ -38,43 +47,73 @@ __device__ __forceinline__ uint32_t narrowWord(float low, float high) {
 }
 
 template <typename T>
-__device__ __forceinline__ uint4 loadPacked(const T *row, size_t col, size_t dim, bool vectors) {
-    if (vectors && col + kPackedItems <= dim) return *reinterpret_cast<const uint4 *>(row + col);
-    uint32_t words[kPackedItems / 2];
+__device__ __forceinline__ Packed<T> loadPacked(const T *row, size_t col, size_t dim, bool vectors) {
+    if constexpr (std::is_same_v<T, float>) {
+        if (vectors && col + kPackedItems <= dim) {
+            const float4 *v = reinterpret_cast<const float4 *>(row + col);
+            return PackedF32{v[0], v[1]};
+        }
+        float e[kPackedItems];
 #pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const size_t c = col + 2 * i;
-        words[i] = (c < dim ? row[c].bits : 0u) | (c + 1 < dim ? static_cast<uint32_t>(row[c + 1].bits) << 16 : 0u);
+        for (int i = 0; i < kPackedItems; ++i) e[i] = col + i < dim ? row[col + i] : 0.f;
+        return PackedF32{make_float4(e[0], e[1], e[2], e[3]), make_float4(e[4], e[5], e[6], e[7])};
+    } else {
+        if (vectors && col + kPackedItems <= dim) return *reinterpret_cast<const uint4 *>(row + col);
+        uint32_t words[kPackedItems / 2];
+#pragma unroll
+        for (int i = 0; i < kPackedItems / 2; ++i) {
+            const size_t c = col + 2 * i;
+            words[i] = (c < dim ? row[c].bits : 0u) | (c + 1 < dim ? static_cast<uint32_t>(row[c + 1].bits) << 16 : 0u);
+        }
+        return make_uint4(words[0], words[1], words[2], words[3]);
     }
-    return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
 template <typename T>
-__device__ __forceinline__ void unpack(uint4 raw, ComputeOf<T> *out) {
+__device__ __forceinline__ void unpack(Packed<T> raw, ComputeOf<T> *out) {
+    if constexpr (std::is_same_v<T, float>) {
+        const float4 low = raw.low, high = raw.high;
+        out[0] = low.x, out[1] = low.y, out[2] = low.z, out[3] = low.w;
+        out[4] = high.x, out[5] = high.y, out[6] = high.z, out[7] = high.w;
+    } else {
 #pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const float2 pair = widenWord(T{}, wordOf(raw, i));
-        out[2 * i] = pair.x;
-        out[2 * i + 1] = pair.y;
+        for (int i = 0; i < kPackedItems / 2; ++i) {
+            const float2 pair = widenWord(T{}, wordOf(raw, i));
+            out[2 * i] = pair.x;
+            out[2 * i + 1] = pair.y;
+        }
     }
 }
 
 template <typename T>
 __device__ __forceinline__ void storePacked(T *row, size_t col, size_t dim, bool vectors, const ComputeOf<T> *in) {
-    uint32_t words[kPackedItems / 2];
+    if constexpr (std::is_same_v<T, float>) {
+        if (vectors && col + kPackedItems <= dim) {
+            float4 *v = reinterpret_cast<float4 *>(row + col);
+            v[0] = make_float4(in[0], in[1], in[2], in[3]);
+            v[1] = make_float4(in[4], in[5], in[6], in[7]);
+            return;
+        }
 #pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        words[i] = narrowWord<T>(in[2 * i], in[2 * i + 1]);
-    }
-    if (vectors && col + kPackedItems <= dim) {
-        *reinterpret_cast<uint4 *>(row + col) = make_uint4(words[0], words[1], words[2], words[3]);
-        return;
-    }
+        for (int i = 0; i < kPackedItems; ++i) {
+            if (col + i < dim) row[col + i] = in[i];
+        }
+    } else {
+        uint32_t words[kPackedItems / 2];
 #pragma unroll
-    for (int i = 0; i < kPackedItems / 2; ++i) {
-        const size_t c = col + 2 * i;
-        if (c < dim) row[c].bits = static_cast<uint16_t>(words[i] & 0xffffu);
-        if (c + 1 < dim) row[c + 1].bits = static_cast<uint16_t>(words[i] >> 16);
+        for (int i = 0; i < kPackedItems / 2; ++i) {
+            words[i] = narrowWord<T>(in[2 * i], in[2 * i + 1]);
+        }
+        if (vectors && col + kPackedItems <= dim) {
+            *reinterpret_cast<uint4 *>(row + col) = make_uint4(words[0], words[1], words[2], words[3]);
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < kPackedItems / 2; ++i) {
+            const size_t c = col + 2 * i;
+            if (c < dim) row[c].bits = static_cast<uint16_t>(words[i] & 0xffffu);
+            if (c + 1 < dim) row[c + 1].bits = static_cast<uint16_t>(words[i] >> 16);
+        }
     }
 }
 
