@@ -147,7 +147,7 @@ def _place(array, torch_device):
     low, nbytes = _byte_span(array)
     # The whole span, gaps included, after `pad` bytes that give its copy the host's misalignment (torch's buffers
     # are aligned).
-    storage = torch.zeros(nbytes + 2 * _VECTOR_BYTES, dtype=torch.uint8, device=torch_device)
+    storage = torch.zeros(nbytes + _VECTOR_BYTES, dtype=torch.uint8, device=torch_device)
     pad = _misalignment(low, storage.data_ptr())
     if nbytes:
         storage[pad:pad + nbytes] = torch.from_numpy(_host_bytes(low, nbytes).copy()).to(torch_device)
