@@ -256,6 +256,12 @@ def at_vector_offset(values, offset):
     return copy
 
 
+def empty_padded_rows(leading, dim, padded, dtype, offset=0):
+    """Rows of `dim` elements `padded` apart (zeros), starting `offset` bytes past a 16-byte boundary: an output
+    laid out as padded inputs are, so that every tensor of a call keeps 16-byte row strides."""
+    return at_vector_offset(np.zeros(leading + (padded,), dtype), offset)[..., :dim]
+
+
 def rms_norm_inputs(rng, shape, dtype, positive=False):
     """(grad_y, x, w). positive=True: all-positive data so sums grow linearly (exposes dT accumulation)."""
     d = shape[-1]

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from _devices import CudaArrayView, _dense_to_numpy, _place, _to_numpy
-from _helpers import F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, SUPPORTED_DTYPES, GuardedOutput, with_batch_layout, \
-    with_free_layout, with_row_layout
+from _helpers import F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, SUPPORTED_DTYPES, GuardedOutput, at_vector_offset, \
+    with_batch_layout, with_free_layout, with_row_layout
 
 torch = pytest.importorskip("torch")
 
@@ -43,10 +43,7 @@ def test_placed_arrays_keep_values_and_layout(dtype, name, make):
 @pytest.mark.parametrize("offset", [0, 2, 8, 14])
 def test_placed_arrays_keep_their_offset_from_the_16_byte_grid(offset):
     """So a host array off the grid reaches the kernels' paths for unaligned bases on the device too."""
-    buffer = np.zeros(4 * 1040 + 64, np.uint8)
-    start = offset + (-buffer.ctypes.data) % 16
-    array = buffer[start:start + 4 * 1040].view(np.float16).reshape(4, 520)[:, :512]
-    array[...] = np.arange(512, dtype=np.float16)
+    array = at_vector_offset(np.arange(4 * 520, dtype=np.float16).reshape(4, 520), offset)[:, :512]
 
     placed = _place(array, "cpu")
 

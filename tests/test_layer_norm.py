@@ -12,7 +12,7 @@ from infiniop_py import errors
 from _devices import DEVICES, DeviceData, call_on
 from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
-    rounded, with_free_layout, with_row_layout,
+    empty_padded_rows, rounded, with_free_layout, with_row_layout,
 )
 from _helpers import layer_norm_forward_reference as reference
 
@@ -210,7 +210,7 @@ def test_packed_rows_match_reference(device, leading, dim, padded, dtype, parame
     parameters = dtype if parameter_dtype == "data" else parameter_dtype
     w, b = rounded(rng.normal(1.0, 0.5, dim), parameters), rounded(rng.normal(0.0, 0.5, dim), parameters)
 
-    rows_like_x = lambda _: np.empty(leading + (padded,), dtype)[..., :dim]  # noqa: E731  so D = 1001 stays packed
+    rows_like_x = lambda _: empty_padded_rows(leading, dim, padded, dtype)  # noqa: E731  so D = 1001 stays packed
     y, mean, rstd = forward_on(device, x, w, b, out=(rows_like_x(x), np.empty(leading, F32), np.empty(leading, F32)))
     assert_y_close(y, x, w, b, 1, dtype)
     assert_statistics_close(mean, rstd, x, 1, dtype)

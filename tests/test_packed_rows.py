@@ -13,7 +13,7 @@ import pytest
 
 import infiniop_py
 from _devices import DEVICES, call_on
-from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_offset, f64,
+from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_offset, empty_padded_rows, f64,
                       layer_norm_forward_reference, layer_norm_reference, rms_norm_forward_reference, rms_reference,
                       rounded)
 
@@ -102,7 +102,7 @@ def _padded_rows(rng, leading, dim, padded, dtype, spread, base):
 
 
 def _padded_empty(leading, dim, padded, dtype, base):
-    return at_vector_offset(np.zeros(leading + (padded,), dtype), BASES[base] * np.dtype(dtype).itemsize)[..., :dim]
+    return empty_padded_rows(leading, dim, padded, dtype, BASES[base] * np.dtype(dtype).itemsize)
 
 
 @pytest.mark.parametrize("base", BASES)

@@ -11,7 +11,7 @@ from infiniop_py import errors
 from _devices import DEVICES, call_on
 from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
-    rounded, with_free_layout, with_row_layout,
+    empty_padded_rows, rounded, with_free_layout, with_row_layout,
 )
 from _helpers import rms_norm_forward_reference as reference
 
@@ -167,12 +167,11 @@ def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
 def test_packed_rows_match_reference(device, leading, dim, padded, dtype, weight_dtype):
     x, w = packed_rows_inputs(np.random.default_rng(dim), leading, dim, padded, dtype,
                               dtype if weight_dtype == "data" else weight_dtype)
-    rows_like_x = lambda: np.empty(leading + (padded,), dtype)[..., :dim]  # noqa: E731  so D = 1001 stays packed
-    y, rstd = forward_on(device, x, w, out=(rows_like_x(), np.empty(leading, F32)))
+    y, rstd = forward_on(device, x, w, out=(empty_padded_rows(leading, dim, padded, dtype), np.empty(leading, F32)))
     expected_y, expected_rstd = reference(x, w, EPS)
     assert_y_close(y, expected_y, dtype)
     assert_rstd_close(rstd, expected_rstd, dtype)
-    y_only, _ = forward_on(device, x, w, out=(rows_like_x(), None))
+    y_only, _ = forward_on(device, x, w, out=(empty_padded_rows(leading, dim, padded, dtype), None))
     assert np.array_equal(y_only.view(np.uint8), y.view(np.uint8))  # the same y with or without rstd
 
 
