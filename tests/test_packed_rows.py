@@ -91,7 +91,8 @@ def test_layer_norm_forms(device, leading, dim, dtype):
 # Padded rows, every tensor's 16 bytes apart, from an aligned base (the row ends inside a vector: its last vector
 # element by element) and from one off the 16-byte grid (`vectors` false: every vector element by element), in the
 # packed kernels of the forwards (F16/BF16/F32) and backwards (F16/BF16). (leading dims, D, padded row length): warp
-# rows, a CTA a row, RMSNorm's two vectors a thread and LayerNorm's split plan.
+# rows, a CTA a row, and two vectors a thread (both forwards, RMSNorm's backward; LayerNorm's backward: its split
+# plan).
 PADDED_ROWS = [((300,), 60, 64), ((33,), 1001, 1008), ((20,), 12004, 12008)]
 BASES = {"aligned": 0, "off-grid": 1}  # elements past a 16-byte boundary
 

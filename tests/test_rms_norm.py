@@ -145,12 +145,14 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_rstd_close(rstd, expected_rstd, dtype)
 
 
-# Rows one stride apart, 512 <= D <= 8192: on CUDA the packed kernel (a CTA a row, 8 elements a thread: one 16-byte
-# vector of 16-bit data, two of F32; the CTA's next row loading through this one's reduction). (leading dims, D, padded
-# row length): from its least D to its most, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end
-# inside a vector (D = 1001 in rows of 1008, so they still start 16 bytes apart). Past 8192: the other kernels.
+# Rows one stride apart, 512 <= D <= 16384: on CUDA the packed kernels (a CTA a row, 8 elements a thread up to
+# D = 8192: one 16-byte vector of 16-bit data, two of F32; past it two such vectors a thread; the CTA's next row
+# loading through this one's reduction). (leading dims, D, padded row length): from the least D to the most of each
+# kernel, several rows a CTA (the emulation's grid is 8 CTAs), and rows that end inside a vector (D = 1001 in rows of
+# 1008, so they still start 16 bytes apart; D = 8200: one thread's second vector alone in the row). Past 16384: the
+# long-row kernel.
 PACKED_ROWS = [((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
-               ((24,), 8192, 8192), ((9,), 8200, 8200)]
+               ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
 # (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
 PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 

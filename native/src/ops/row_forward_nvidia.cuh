@@ -4,8 +4,8 @@
 //    between its reductions and its output, so x is read from DRAM once and y written once. Each thread keeps the
 //    same columns for every row it takes, so it loads w (and b) once.
 //  - Packed (F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
-//    row, each thread 8 elements of it as loaded (one 16-byte vector of raw 16-bit values, or two of F32), the
-//    CTA's next row already loading.
+//    row, each thread 8 elements of it as loaded (one 16-byte vector of raw 16-bit values, or two of F32; past
+//    kMaxOneVectorDim twice that), the CTA's next row already loading.
 //  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
 //    the output.
 // Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
@@ -241,28 +241,87 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
     }
 }
 
-// Packed rows: F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim elements whose rows start 16-byte vectors apart. A
+// Packed rows: F16/BF16/F32 rows of kMinPackedDim..kMaxOneVectorDim elements whose rows start 16-byte vectors apart. A
 // CTA of ceil(D / 8) threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements
 // [8t, 8t + 8) of a row as loaded (nvidia::Packed: one raw 16-byte vector of 16-bit values, or two of F32) and
 // widens them where it computes, with its columns of w and b widened in registers once. The CTA's next row is
-// loaded before this row's reductions, so it is in flight through them and the stores. A reduction: each warp's
-// butterfly, the warps' sums through shared memory, one barrier, then every warp adds all of them in one order (the
-// same bits everywhere). RMSNorm makes one a row, LayerNorm two (the first mean, then the sums of d = x - that mean
+// loaded before this row's reductions, so it is in flight through them and the stores. A reduction (PackedCtaSum):
+// one barrier. RMSNorm makes one a row, LayerNorm two (the first mean, then the sums of d = x - that mean
 // and of d^2: the corrected two-pass moments, as the other kernels); the kernel for other rows made two and six
 // (F32 LayerNorm ran at 0.43-0.60 of copy on an H200). The sums and statistics are F32 (rstdOfMeanSquare: F64
 // only where F32 cannot hold var + eps): every warp computes them, and the backwards' packed kernel (the same form,
 // on an H200 2-3.4x their one-pass kernel) lost a quarter of a row's time to F64 there. The mean is kept as its two
 // parts (the first mean and the mean of d), so x - mean loses nothing to the mean's rounding.
-constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 8192;
+constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
 constexpr int kMaxPackedThreads = 1024;
+constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * nvidia::kPackedItems; // 8192: one vector a thread up to here
+
+// A packed kernel's sums over its CTA: each warp's butterfly, the warps' sums to slots[parity][warp], one barrier,
+// then every warp adds all slots in one order. A slot is rewritten two sums later, past the next barrier, which
+// every reader of it has passed.
+struct PackedCtaSum {
+    float2 (&slots)[2][32];
+    int parity = 0;
+    __device__ __forceinline__ float2 operator()(float2 part) {
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+        part = nvidia::warpAllSum(part);
+        if (lane == 0) slots[parity][warp] = part;
+        __syncthreads();
+        const float2 total = nvidia::warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
+        parity ^= 1;
+        return total;
+    }
+};
+
+// A packed row's statistics, F32: the mean as its two parts (0 where the op does not centre) and rstd.
+struct PackedStats {
+    float mean_first, mean_rest, rstd;
+    __device__ __forceinline__ float xhat(float x) const { return ((x - mean_first) - mean_rest) * rstd; }
+};
+
+// The statistics of a row from this thread's elements of it: for_each(f) calls f(value, in_row) for each (values
+// past the row's end are 0). Centred: the first mean, then the sums of d = x - that mean and of d^2; else the sum
+// of squares. The same bits in every thread.
+template <bool kCentres, typename ForEach>
+__device__ __forceinline__ PackedStats packedRowStats(ForEach &&for_each, size_t dim, double epsilon,
+                                                      PackedCtaSum &cta_sum) {
+    const float n = static_cast<float>(dim);
+    float mean_first = 0.f, mean_rest = 0.f, variance;
+    if constexpr (kCentres) {
+        float sum = 0.f;
+        for_each([&](float value, bool) { sum += value; });
+        mean_first = cta_sum(make_float2(sum, 0.f)).x / n;
+        float sum_d = 0.f, sum_d2 = 0.f;
+        for_each([&](float value, bool in_row) {
+            const float d = in_row ? value - mean_first : 0.f;
+            sum_d += d;
+            sum_d2 += d * d;
+        });
+        const float2 sums = cta_sum(make_float2(sum_d, sum_d2));
+        mean_rest = sums.x / n;
+        variance = sums.y / n - mean_rest * mean_rest;
+        variance = variance < 0.f ? 0.f : variance; // NaN stays NaN, as biasedVariance
+    } else {
+        float squares = 0.f;
+        for_each([&](float value, bool) { squares += value * value; });
+        variance = cta_sum(make_float2(squares, 0.f)).x / n;
+    }
+    return PackedStats{mean_first, mean_rest, nvidia::rstdOfMeanSquare(variance, epsilon)};
+}
+
+template <typename T, typename W, typename S>
+__device__ __forceinline__ void writePackedStats(const Args<T, W, S> &args, size_t row, const PackedStats &stats) {
+    writeStats(args, row, RowStats{static_cast<double>(stats.mean_first) + static_cast<double>(stats.mean_rest),
+                                   static_cast<double>(stats.rstd)});
+}
 
 template <bool kCentres, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
-    __shared__ float2 slots[2][32]; // [reduction parity][warp]: rewritten two reductions later, past a barrier
-    const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
+    __shared__ float2 slots[2][32];
+    PackedCtaSum cta_sum{slots};
+    const int t = threadIdx.x;
     const size_t col = static_cast<size_t>(t) * kPackedItems;
-    const float n = static_cast<float>(args.dim);
     float w[kPackedItems], b[kPackedItems]; // b: LayerNorm's only (RMSNorm never reads it)
 #pragma unroll
     for (int e = 0; e < kPackedItems; ++e) {
@@ -271,15 +330,6 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[c * args.w_stride]) : 1.0f;
         if constexpr (kCentres) b[e] = in_row && args.b != nullptr ? nvidia::widen(args.b[c * args.b_stride]) : 0.0f;
     }
-    int parity = 0;
-    auto ctaSum = [&](float2 part) {
-        part = nvidia::warpAllSum(part);
-        if (lane == 0) slots[parity][warp] = part;
-        __syncthreads();
-        const float2 total = nvidia::warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
-        parity ^= 1;
-        return total;
-    };
     size_t row = blockIdx.x;
     nvidia::Packed<T> x_raw = {};
     if (row < args.rows) x_raw = nvidia::loadPacked(args.x + flatOffset(args.x_rows, row), col, args.dim, vectors);
@@ -289,36 +339,15 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         if (next < args.rows) x_next = nvidia::loadPacked(args.x + flatOffset(args.x_rows, next), col, args.dim, vectors);
         float x[kPackedItems]; // past the row's end: 0 (loadPacked)
         nvidia::unpack<T>(x_raw, x);
-        float mean_first = 0.f, mean_rest = 0.f, variance;
-        if constexpr (kCentres) {
-            float sum = 0.f;
+        const PackedStats stats = packedRowStats<kCentres>(
+            [&](auto &&f) {
 #pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) sum += x[e];
-            mean_first = ctaSum(make_float2(sum, 0.f)).x / n;
-            float sum_d = 0.f, sum_d2 = 0.f;
+                for (int e = 0; e < kPackedItems; ++e) f(x[e], col + e < args.dim);
+            },
+            args.dim, args.epsilon, cta_sum);
+        if (t == 0) writePackedStats(args, row, stats);
 #pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) {
-                const float d = col + e < args.dim ? x[e] - mean_first : 0.f;
-                sum_d += d;
-                sum_d2 += d * d;
-            }
-            const float2 sums = ctaSum(make_float2(sum_d, sum_d2));
-            mean_rest = sums.x / n;
-            variance = sums.y / n - mean_rest * mean_rest;
-            variance = variance < 0.f ? 0.f : variance; // NaN stays NaN, as biasedVariance
-        } else {
-            float squares = 0.f;
-#pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) squares += x[e] * x[e];
-            variance = ctaSum(make_float2(squares, 0.f)).x / n;
-        }
-        const float r = nvidia::rstdOfMeanSquare(variance, args.epsilon);
-        if (t == 0) {
-            writeStats(args, row, RowStats{static_cast<double>(mean_first) + static_cast<double>(mean_rest),
-                                           static_cast<double>(r)});
-        }
-#pragma unroll
-        for (int e = 0; e < kPackedItems; ++e) x[e] = ((x[e] - mean_first) - mean_rest) * r; // xhat, in place
+        for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
         if (args.xhat != nullptr) nvidia::storePacked(args.xhat + flatOffset(args.xhat_rows, row), col, args.dim, vectors, x);
 #pragma unroll
         for (int e = 0; e < kPackedItems; ++e) {
@@ -330,6 +359,102 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         }
         nvidia::storePacked(args.y + flatOffset(args.y_rows, row), col, args.dim, vectors, x);
         x_raw = x_next;
+    }
+}
+
+// Rows of kMaxOneVectorDim < D <= kMaxPackedDim: the packed form with two vectors a thread, vector v of thread t at
+// columns 8 (v * 1024 + t) .. so that each warp's loads stay contiguous; always 1024 threads. Two vectors of x and
+// the next row's two fill the registers that the one-vector kernel gives w and b (1024 threads may hold 64 each),
+// so the thread's columns of w (and b) are in dynamic shared memory, F32, as float4 [v][half][thread]: a quarter
+// warp's 128-bit reads are 128 contiguous bytes, no bank conflicts. Each vector is widened where it is used, and
+// again after the barriers rather than kept live across them. The old kernel for these rows (rowsInRegistersKernel
+// with 1024 threads) spilled 48-144 bytes.
+constexpr int kTwoVectors = 2;
+
+template <bool kCentres>
+constexpr size_t packedTwoVectorSharedBytes() {
+    return static_cast<size_t>(kMaxPackedThreads) * kTwoVectors * nvidia::kPackedItems * sizeof(float) *
+           (kCentres ? 2 : 1);
+}
+
+template <bool kCentres, typename T, typename W, typename S>
+__global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKernel(Args<T, W, S> args, bool vectors) {
+    using nvidia::kPackedItems;
+    constexpr int kQuads = kTwoVectors * kPackedItems / 4; // float4s of w a thread
+    __shared__ float2 slots[2][32];
+    PackedCtaSum cta_sum{slots};
+    const int t = threadIdx.x;
+    // Columns and the row's length fit in 32 bits here (D <= kMaxPackedDim): fewer registers than size_t.
+    const unsigned dim = static_cast<unsigned>(args.dim);
+    auto colOf = [&](int v) { return static_cast<unsigned>(v * kMaxPackedThreads + t) * kPackedItems; };
+    float4 *w4 = nvidia::dynamicShared<float4>(), *b4 = w4 + kQuads * kMaxPackedThreads; // [quad][thread]
+#pragma unroll 1 // unrolled, the loads of 16-bit w and b ahead of the loop spilled 12 bytes (LayerNorm)
+    for (int q = 0; q < kQuads; ++q) {
+        float w[4], b[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const unsigned c = colOf(q / 2) + (q % 2) * 4 + i;
+            const bool in_row = c < dim;
+            w[i] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(c) * args.w_stride])
+                                               : 1.0f;
+            if constexpr (kCentres) {
+                b[i] = in_row && args.b != nullptr ? nvidia::widen(args.b[static_cast<ptrdiff_t>(c) * args.b_stride])
+                                                   : 0.0f;
+            }
+        }
+        w4[q * kMaxPackedThreads + t] = make_float4(w[0], w[1], w[2], w[3]);
+        if constexpr (kCentres) b4[q * kMaxPackedThreads + t] = make_float4(b[0], b[1], b[2], b[3]);
+    }
+    // Each thread reads only its own columns of w and b, so no barrier is needed before their first use.
+    auto load = [&](size_t row, nvidia::Packed<T> (&raw)[kTwoVectors]) {
+        const T *x_row = args.x + flatOffset(args.x_rows, row);
+#pragma unroll
+        for (int v = 0; v < kTwoVectors; ++v) raw[v] = nvidia::loadPacked(x_row, colOf(v), dim, vectors);
+    };
+    size_t row = blockIdx.x;
+    nvidia::Packed<T> x_raw[kTwoVectors] = {};
+    if (row < args.rows) load(row, x_raw);
+    for (; row < args.rows; row += gridDim.x) {
+        const size_t next = row + gridDim.x;
+        nvidia::Packed<T> x_next[kTwoVectors] = {};
+        if (next < args.rows) load(next, x_next);
+        const PackedStats stats = packedRowStats<kCentres>(
+            [&](auto &&f) {
+#pragma unroll
+                for (int v = 0; v < kTwoVectors; ++v) {
+                    float x[kPackedItems];
+                    nvidia::unpack<T>(x_raw[v], x);
+#pragma unroll
+                    for (int e = 0; e < kPackedItems; ++e) f(x[e], colOf(v) + e < dim);
+                }
+            },
+            args.dim, args.epsilon, cta_sum);
+        if (t == 0) writePackedStats(args, row, stats);
+        T *y_row = args.y + flatOffset(args.y_rows, row);
+        T *xhat_row = args.xhat != nullptr ? args.xhat + flatOffset(args.xhat_rows, row) : nullptr;
+#pragma unroll
+        for (int v = 0; v < kTwoVectors; ++v) {
+            float x[kPackedItems];
+            nvidia::unpack<T>(x_raw[v], x);
+#pragma unroll
+            for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
+            if (xhat_row != nullptr) nvidia::storePacked(xhat_row, colOf(v), dim, vectors, x);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float4 w = w4[(2 * v + h) * kMaxPackedThreads + t];
+                float *x4 = x + 4 * h;
+                if constexpr (kCentres) {
+                    const float4 b = b4[(2 * v + h) * kMaxPackedThreads + t];
+                    x4[0] = x4[0] * w.x + b.x, x4[1] = x4[1] * w.y + b.y;
+                    x4[2] = x4[2] * w.z + b.z, x4[3] = x4[3] * w.w + b.w;
+                } else {
+                    x4[0] *= w.x, x4[1] *= w.y, x4[2] *= w.z, x4[3] *= w.w;
+                }
+            }
+            nvidia::storePacked(y_row, colOf(v), dim, vectors, x);
+        }
+#pragma unroll
+        for (int v = 0; v < kTwoVectors; ++v) x_raw[v] = x_next[v];
     }
 }
 
@@ -422,9 +547,19 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
     if constexpr (!std::is_same_v<T, double>) { // F64, the reference dtype, keeps the kernels of its sums
         if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0) {
-            p.packed_threads = nvidia::packedThreads(dim);
             int per_sm = 1;
-            INFINI_CHECK(nvidia::residentCtas(packedRowsKernel<kCentres, T, W, S>, p.packed_threads, &per_sm));
+            if (dim > kMaxOneVectorDim) {
+                p.packed_threads = kMaxPackedThreads;
+                constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
+                // Over 48 KiB of dynamic shared memory a kernel must be allowed it (once; here, at planning).
+                const auto kernel = packedTwoVectorRowsKernel<kCentres, T, W, S>;
+                CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(shared)));
+                INFINI_CHECK(nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared));
+            } else {
+                p.packed_threads = nvidia::packedThreads(dim);
+                INFINI_CHECK(nvidia::residentCtas(packedRowsKernel<kCentres, T, W, S>, p.packed_threads, &per_sm));
+            }
             p.packed_ctas = static_cast<unsigned>(std::min(rows, static_cast<size_t>(p.multiprocessors) * per_sm));
         }
     }
@@ -455,7 +590,12 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
         if (plan.packed_threads > 0) {
             const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
                                  (call.xhat == nullptr || nvidia::aligned16(call.xhat));
-            packedRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads, 0, stream>>>(args, vectors);
+            if (dim > kMaxOneVectorDim) {
+                packedTwoVectorRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads,
+                                                      packedTwoVectorSharedBytes<kCentres>(), stream>>>(args, vectors);
+            } else {
+                packedRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads, 0, stream>>>(args, vectors);
+            }
             return nvidia::launchStatus();
         }
     }
