@@ -157,7 +157,7 @@ def format_report(report):
     return "\n".join(lines)
 
 
-def main(argv=None):
+def argument_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", nargs="?")
     parser.add_argument("b", nargs="?")
@@ -175,6 +175,11 @@ def main(argv=None):
                         help="BatchNorm on nvidia: the data's layout")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    parser = argument_parser()
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps((_child_nvidia if args.device == "nvidia" else _child)(args)))

@@ -33,7 +33,8 @@
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
 #
 # On this workplace's lent NVIDIA H200 (Python 3.12; torch, nvcc and compute-sanitizer are there, cffi,
-# pycparser, xmake-wheel and liger-kernel are not, and nothing can be downloaded there):
+# pycparser, xmake-wheel and liger-kernel are not, and nothing can be downloaded there); steps 1 and 2 and the A/B
+# builds are scripts/prepare_gpu_session.sh, in one command:
 #   1. once, here, in the repository root (.whl/ is ignored by .gitignore):
 #        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

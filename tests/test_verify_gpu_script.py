@@ -4,6 +4,7 @@ GPU step selected (VERIFY_GPU_STEPS names none), so that it runs anywhere in sec
 
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import sys
 import pytest
 
 import infiniop_py
+from _scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -119,3 +121,36 @@ def test_gpu_ab_unpacks_each_build_and_reports_every_case(tmp_path):
     if not torch_has_cuda:
         assert done.returncode == 1 and "cannot use CUDA" in report and "failed" in report
         assert (tree / "report" / "ab.json").read_text().strip() == "[]"
+
+
+def test_pending_gpu_ab_names_builds_of_main_and_cases_ab_accepts():
+    """scripts/gpu_ab_pending, what scripts/prepare_gpu_session.sh builds for a session lent a GPU: a base, every
+    variant a commit of this branch's history, every case's variants declared and its options accepted by
+    scripts/ab.py, so that a stale or mistyped line fails here rather than in a GPU session's few minutes."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("resolves the listed revisions: needs git and a checkout")
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    if shallow.stdout.strip() == "true":
+        pytest.skip("resolves the listed revisions: needs the whole history, and this clone is shallow")
+    parser = load_script("ab").argument_parser()
+    variants, cases = {}, []
+    for line in (ROOT / "scripts" / "gpu_ab_pending").read_text().splitlines():
+        kind, _, rest = line.strip().partition(" ")
+        if kind == "variant":
+            name, revision = rest.split()
+            variants[name] = revision
+        elif kind == "case":
+            cases.append(rest)
+        else:
+            assert kind == "" or kind.startswith("#"), f"unknown line: {line!r}"
+    assert "base" in variants and len(variants) >= 2, "a base and at least one variant to time against it"
+    for name, revision in variants.items():
+        ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", revision, "HEAD"], cwd=ROOT,
+                                  capture_output=True)
+        assert ancestor.returncode == 0, f"variant {name}: {revision} is not a commit of HEAD's history"
+    assert cases, "no case to time"
+    for case in cases:
+        match = re.fullmatch(r"\[([^]]*)\]\s*(.*)", case)
+        names, options = (match.group(1).split(","), match.group(2)) if match else (list(variants), case)
+        assert set(names) <= set(variants) - {"base"}, f"case {case!r} names an undeclared variant"
+        parser.parse_args(["a", "b", "--device", "nvidia", *options.split()])  # exits (SystemExit) on a bad option
