@@ -2,7 +2,8 @@
 # Prepares, here, everything a session lent a GPU carries to it, in one command (20-30 minutes on 2 cores), so
 # that its fifteen minutes of device time go to one call of scripts/verify_gpu.sh:
 #   - .whl/: the wheels the lent machine lacks and cannot download (cffi, pycparser, xmake-wheel, liger-kernel);
-#   - gpu-lib/: this checkout's libraries for sm_90 (scripts/prebuild_gpu.sh);
+#   - gpu-lib/: this checkout's libraries for sm_90 (scripts/prebuild_gpu.sh, which builds them in infiniop_py/lib:
+#     an editable install here then loads those);
 #   - gpu-ab/: a build per `variant` line of scripts/gpu_ab_pending (scripts/prebuild_gpu_ab.sh), and its `case`
 #     lines as gpu-ab/CASES (scripts/gpu_ab.sh).
 # Then, with the device tool:
