@@ -8,11 +8,13 @@ inside a warp (D = 1000 and 3000), several rows a CTA (the prefetch and the alte
 leading dims. Rows that end inside a vector need padded rows (contiguous 16-bit rows 16 bytes apart hold whole
 vectors): the padded-rows tests, which run the forwards' packed kernel too. The CPU runs the same cases."""
 
+import collections
+
 import numpy as np
 import pytest
 
 import infiniop_py
-from _devices import DEVICES, call_on
+from _devices import DEVICES, EMULATED_CUDA, call_on
 from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_offset, empty_padded_rows, f64,
                       layer_norm_forward_reference, layer_norm_reference, rms_norm_forward_reference, rms_reference,
                       rounded)
@@ -154,3 +156,19 @@ def test_layer_norm_padded_rows(device, leading, dim, padded, dtype, base):
     expected = layer_norm_reference(grad_output, w, xhat_exact, 1.0 / f64(rstd))
     for got, want, what in zip(outputs, expected, ("grad_input", "grad_weight", "grad_bias")):
         assert_close(got, want, dtype, what)
+
+
+# A device that gives a CTA less shared memory than the two-vector packed kernels keep w (and b) in: 64 KiB, the
+# LayerNorm forward's 128. An RTX 30xx/40xx gives 99 KiB, so there LayerNorm's forward, and on a device of 48 KiB
+# every two-vector plan, must take other kernels, with the same results. The CPU emulation of CUDA takes the limit
+# from INFINIOP_EMULATED_CUDA_SHARED_BYTES and fails a launch past it, as a GPU does.
+@pytest.mark.nvidia
+@pytest.mark.parametrize("shared_bytes", (101376, 49152))
+def test_two_vector_rows_on_a_device_with_less_shared_memory(monkeypatch, shared_bytes):
+    if not EMULATED_CUDA:
+        pytest.skip("sets the emulated device's shared memory per CTA; a GPU has its own")
+    monkeypatch.setenv("INFINIOP_EMULATED_CUDA_SHARED_BYTES", str(shared_bytes))
+    # The functional API's operators, planned for the device's limit at their creation: new ones for this limit.
+    monkeypatch.setattr(infiniop_py._functional, "_operators", collections.OrderedDict())
+    test_rms_norm_padded_rows("nvidia", (20,), 12004, 12008, BF16, "aligned")
+    test_layer_norm_padded_rows("nvidia", (20,), 12004, 12008, BF16, "aligned")

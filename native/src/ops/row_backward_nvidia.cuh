@@ -727,7 +727,13 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     const size_t chunks = ceilDiv(dim, kChunk);
     // The packed kernel exists for 16-bit data alone.
     // Two vectors a thread (past kMaxOneVectorDim) for one partial alone: LayerNorm's two spilled 100-250 bytes.
-    const size_t max_packed = Terms::kPartials == 1 ? kMaxPackedDim : kMaxOneVectorDim;
+    // And where the device gives a CTA the kernel's 64 KiB of w in shared memory.
+    bool two_vectors_fit = false;
+    if (Terms::kPartials == 1 && dim > kMaxOneVectorDim) {
+        INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<T>(), sizeof(float2[2][32]) /* slots */,
+                                        &two_vectors_fit));
+    }
+    const size_t max_packed = two_vectors_fit ? kMaxPackedDim : kMaxOneVectorDim;
     const bool packable = sizeof(T) == 2 && packable_rows;
     const bool warp_rows = packable && dim <= kMaxWarpRowDim;
     const bool packs = packable && !warp_rows && dim >= kMinPackedDim && dim <= max_packed;

@@ -546,7 +546,12 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
     INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
     if constexpr (!std::is_same_v<T, double>) { // F64, the reference dtype, keeps the kernels of its sums
-        if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0) {
+        bool two_vectors_fit = true; // the two-vector kernel's w and b: 64-128 KiB of shared memory
+        if (dim > kMaxOneVectorDim) {
+            INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<kCentres>(),
+                                            sizeof(float2[2][32]) /* slots */, &two_vectors_fit));
+        }
+        if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;
             if (dim > kMaxOneVectorDim) {
                 p.packed_threads = kMaxPackedThreads;

@@ -278,7 +278,7 @@ enum cudaMemcpyKind {
 };
 enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal };
 constexpr unsigned cudaStreamNonBlocking = 1;
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaLaunchAttributeID { cudaLaunchAttributeClusterDimension = 4 };
 struct cudaLaunchAttribute {
     cudaLaunchAttributeID id;
@@ -310,6 +310,15 @@ inline int sms() {
     const char *value = std::getenv("INFINIOP_EMULATED_CUDA_SMS");
     const int n = value != nullptr ? std::atoi(value) : 0;
     return n > 0 ? n : kSms;
+}
+// The dynamic shared memory a CTA may be given (cudaDevAttrMaxSharedMemoryPerBlockOptin): an H100/H200's 227 KiB,
+// or INFINIOP_EMULATED_CUDA_SHARED_BYTES=N (99 KiB: an RTX 30xx/40xx), so that a test can check that no plan
+// asks for more than its device has. A launch asking for more fails, as on a GPU.
+constexpr int kSharedOptin = 232448;
+inline int sharedOptin() {
+    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_SHARED_BYTES");
+    const int n = value != nullptr ? std::atoi(value) : 0;
+    return n > 0 ? n : kSharedOptin;
 }
 // INFINIOP_EMULATED_CUDA_DEVICES=N: N devices instead of one (all of them this process's memory), so that a test can
 // call on a device other than the current one.
@@ -457,7 +466,7 @@ inline bool launchable(dim3 grid, dim3 block, unsigned ranks) {
 // Runs `call` (the kernel call with its arguments) as a grid; enqueued on the (synchronous) stream.
 inline void launchCallOnClusters(unsigned ranks, std::function<void()> call, dim3 grid, dim3 block, size_t smem) {
     trace("launch");
-    if (!launchable(grid, block, ranks)) {
+    if (!launchable(grid, block, ranks) || smem > static_cast<size_t>(sharedOptin())) {
         last_error = cudaErrorInvalidConfiguration;
         return;
     }
@@ -520,6 +529,7 @@ inline cudaError_t cudaDeviceSynchronize() { emu::trace(__func__); return cudaSu
 inline cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attribute, int device) {
     emu::trace(__func__);
     if (device < 0 || device >= emu::devices()) return cudaErrorInvalidDevice;
+    if (attribute == cudaDevAttrMaxSharedMemoryPerBlockOptin) return *value = emu::sharedOptin(), cudaSuccess;
     if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
     return *value = emu::sms(), cudaSuccess;
 }

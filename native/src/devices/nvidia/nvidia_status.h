@@ -63,6 +63,16 @@ inline infiniStatus_t multiprocessorCount(int device_id, int *count) {
     return toStatus(cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device_id));
 }
 
+// Whether a CTA of the device may be given `bytes` of dynamic shared memory beside `static_bytes` of its own (an
+// H100/H200: 227 KiB; an A100: 163; an RTX 30xx/40xx: 99): plans that want more take other kernels there.
+inline infiniStatus_t sharedFits(int device_id, size_t bytes, size_t static_bytes, bool *fits) {
+    int optin = 0;
+    const infiniStatus_t status =
+        toStatus(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id));
+    *fits = status == INFINI_STATUS_SUCCESS && bytes + static_bytes <= static_cast<size_t>(optin);
+    return status;
+}
+
 // How many CTAs of `kernel` (with `threads` threads and `shared_bytes` of dynamic shared memory) one SM holds at
 // once; at least 1.
 template <typename Kernel>
