@@ -33,14 +33,12 @@
 # hypothesis; cffi and xmake-wheel (pip install cffi xmake-wheel, or carried in .whl/); liger-kernel optional.
 #
 # On this workplace's lent NVIDIA H200 (Python 3.12; torch, nvcc and compute-sanitizer are there, cffi,
-# pycparser, xmake-wheel and liger-kernel are not, and nothing can be downloaded there); steps 1 and 2 and the A/B
-# builds are scripts/prepare_gpu_session.sh, in one command:
-#   1. once, here, in the repository root (.whl/ is ignored by .gitignore):
-#        python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#          --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#          -d .whl cffi==2.1.1 pycparser==3.12 xmake-wheel==3.0.0 liger-kernel==0.8.5
-#   2. optionally, here: bash scripts/prebuild_gpu.sh (the libraries for sm_90, packed in gpu-lib/: the device
-#      then skips its two-minute build; add "gpu-lib" to carry below);
+# pycparser, xmake-wheel and liger-kernel are not, and nothing can be downloaded there), run here first
+#   XMAKE_ROOT=y bash scripts/prepare_gpu_session.sh
+# which does steps 1 and 2 and the A/B builds:
+#   1. the wheels into .whl/ (ignored by .gitignore; their pinned versions are in that script alone);
+#   2. scripts/prebuild_gpu.sh: the libraries for sm_90, packed in gpu-lib/ (the device then skips its two-minute
+#      build);
 #   3. one device call, carrying the A/B builds of gpu-ab/ too (scripts/prebuild_gpu_ab.sh; all of it about
 #      35 MB of the 64 MiB a call carries):
 #        run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=600).
