@@ -32,6 +32,7 @@
 namespace op::row_backward {
 
 using nvidia::ComputeOf;
+using nvidia::CtaSumSlots;
 using nvidia::kPackedItems;
 using nvidia::loadPacked;
 using nvidia::storePacked;
@@ -298,7 +299,8 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 // of w sit in shared memory (only the thread itself reads them: no barrier). The next row's vectors are loaded
 // before this row's barrier, so they are in flight through its reduction and stores. ONE barrier a row: each warp's
 // sums go to slots[row parity][warp], and after the barrier every warp adds all slots in one fixed order; a slot is
-// rewritten two rows later, after the next barrier, which every reader of it has passed. The row sums and
+// rewritten two rows later, after the next barrier, which every reader of it has passed. (The forwards'
+// PackedCtaSum, inline: through it the two-vector kernel spilled 16-40 bytes, ptxas sm_90.) The row sums and
 // coefficients are F32 here (F64 in the other plans): each of a CTA's 32 warps computes them, and in F64 their
 // divisions and square root took the FP64 pipe about a quarter of a row's time at D = 8192. Partials as in
 // the one-pass plan (a row per CTA, summed in fixed order). `vectors`: the base pointers are 16-byte aligned too;
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     packedRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
     using C = ComputeOf<T>;
     __shared__ C w_shared[kThreads * kPackedItems];
-    __shared__ float2 slots[2][32];
+    __shared__ CtaSumSlots slots;
     const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
     const size_t col = static_cast<size_t>(t) * kPackedItems;
     const size_t first = blockIdx.x * rows_per_cta;
@@ -451,7 +453,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
     packedTwoVectorRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
     using C = ComputeOf<T>;
     constexpr int kVecs = 2;
-    __shared__ float2 slots[2][32];
+    __shared__ CtaSumSlots slots;
     const int t = threadIdx.x, lane = t % 32, warp = t / 32, warps = blockDim.x / 32;
     auto colOf = [&](int v) { return static_cast<size_t>(v * kMaxPackedThreads + t) * kPackedItems; };
     const size_t first = blockIdx.x * rows_per_cta;
@@ -730,8 +732,8 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     // And where the device gives a CTA the kernel's 64 KiB of w in shared memory.
     bool two_vectors_fit = false;
     if (Terms::kPartials == 1 && dim > kMaxOneVectorDim) {
-        INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<T>(), sizeof(float2[2][32]) /* slots */,
-                                        &two_vectors_fit));
+        INFINI_CHECK(
+            nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<T>(), sizeof(CtaSumSlots), &two_vectors_fit));
     }
     const size_t max_packed = two_vectors_fit ? kMaxPackedDim : kMaxOneVectorDim;
     const bool packable = sizeof(T) == 2 && packable_rows;

@@ -26,6 +26,7 @@
 namespace op::row_forward {
 
 using nvidia::ComputeOf;
+using nvidia::CtaSumSlots;
 
 constexpr int kItems = 16;     // elements of a row held per thread
 constexpr int kMaxGroup = 1024; // threads per row, at most
@@ -57,6 +58,17 @@ struct Args {
     double epsilon;
     bool stat_is_std;
 };
+
+// w and b at column `col` as a kernel computing in C takes them: 1 and 0 where the op has none or col is past the
+// row's end (in_row false).
+template <typename C, typename T, typename W, typename S>
+__device__ __forceinline__ C weightAt(const Args<T, W, S> &args, ptrdiff_t col, bool in_row) {
+    return in_row && args.w != nullptr ? static_cast<C>(nvidia::widen(args.w[col * args.w_stride])) : C(1);
+}
+template <typename C, typename T, typename W, typename S>
+__device__ __forceinline__ C biasAt(const Args<T, W, S> &args, ptrdiff_t col, bool in_row) {
+    return in_row && args.b != nullptr ? static_cast<C>(nvidia::widen(args.b[col * args.b_stride])) : C(0);
+}
 
 template <typename S>
 __device__ __forceinline__ S storeAs(double value) {
@@ -191,11 +203,8 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
     for (int e = 0; e < kItems; ++e) { // this thread's columns, the same in every row
         const size_t col = static_cast<size_t>((e / V) * G + lane) * V + e % V;
         const bool in_row = col < args.dim;
-        w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : C(1);
-        if constexpr (kCentres) {
-            b[e] = in_row && args.b != nullptr ? nvidia::widen(args.b[static_cast<ptrdiff_t>(col) * args.b_stride])
-                                               : C(0);
-        }
+        w[e] = weightAt<C>(args, static_cast<ptrdiff_t>(col), in_row);
+        if constexpr (kCentres) b[e] = biasAt<C>(args, static_cast<ptrdiff_t>(col), in_row);
     }
     for (size_t row = static_cast<size_t>(blockIdx.x) * kGroups + group; row < args.rows;
          row += static_cast<size_t>(gridDim.x) * kGroups) {
@@ -256,11 +265,9 @@ constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
 constexpr int kMaxPackedThreads = 1024;
 constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * nvidia::kPackedItems; // 8192: one vector a thread up to here
 
-// A packed kernel's sums over its CTA: each warp's butterfly, the warps' sums to slots[parity][warp], one barrier,
-// then every warp adds all slots in one order. A slot is rewritten two sums later, past the next barrier, which
-// every reader of it has passed.
+// A packed kernel's sums over its CTA (nvidia::CtaSumSlots says how), keeping the slots' parity.
 struct PackedCtaSum {
-    float2 (&slots)[2][32];
+    CtaSumSlots &slots;
     int parity = 0;
     __device__ __forceinline__ float2 operator()(float2 part) {
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -318,7 +325,7 @@ __device__ __forceinline__ void writePackedStats(const Args<T, W, S> &args, size
 template <bool kCentres, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
-    __shared__ float2 slots[2][32];
+    __shared__ CtaSumSlots slots;
     PackedCtaSum cta_sum{slots};
     const int t = threadIdx.x;
     const size_t col = static_cast<size_t>(t) * kPackedItems;
@@ -327,8 +334,8 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
     for (int e = 0; e < kPackedItems; ++e) {
         const bool in_row = col + e < args.dim;
         const ptrdiff_t c = static_cast<ptrdiff_t>(col + e);
-        w[e] = in_row && args.w != nullptr ? nvidia::widen(args.w[c * args.w_stride]) : 1.0f;
-        if constexpr (kCentres) b[e] = in_row && args.b != nullptr ? nvidia::widen(args.b[c * args.b_stride]) : 0.0f;
+        w[e] = weightAt<float>(args, c, in_row);
+        if constexpr (kCentres) b[e] = biasAt<float>(args, c, in_row);
     }
     size_t row = blockIdx.x;
     nvidia::Packed<T> x_raw = {};
@@ -381,7 +388,7 @@ template <bool kCentres, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
     constexpr int kQuads = kTwoVectors * kPackedItems / 4; // float4s of w a thread
-    __shared__ float2 slots[2][32];
+    __shared__ CtaSumSlots slots;
     PackedCtaSum cta_sum{slots};
     const int t = threadIdx.x;
     // Columns and the row's length fit in 32 bits here (D <= kMaxPackedDim): fewer registers than size_t.
@@ -395,12 +402,8 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKerne
         for (int i = 0; i < 4; ++i) {
             const unsigned c = colOf(q / 2) + (q % 2) * 4 + i;
             const bool in_row = c < dim;
-            w[i] = in_row && args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(c) * args.w_stride])
-                                               : 1.0f;
-            if constexpr (kCentres) {
-                b[i] = in_row && args.b != nullptr ? nvidia::widen(args.b[static_cast<ptrdiff_t>(c) * args.b_stride])
-                                                   : 0.0f;
-            }
+            w[i] = weightAt<float>(args, static_cast<ptrdiff_t>(c), in_row);
+            if constexpr (kCentres) b[i] = biasAt<float>(args, static_cast<ptrdiff_t>(c), in_row);
         }
         w4[q * kMaxPackedThreads + t] = make_float4(w[0], w[1], w[2], w[3]);
         if constexpr (kCentres) b4[q * kMaxPackedThreads + t] = make_float4(b[0], b[1], b[2], b[3]);
@@ -478,9 +481,8 @@ __global__ void __launch_bounds__(kMaxGroup) longRowsKernel(Args<T, W, S> args) 
         T *xhat_row = args.xhat != nullptr ? args.xhat + args.xhat_rows.offset(row) : nullptr;
         for (size_t col = threadIdx.x; col < args.dim; col += kMaxGroup) {
             const C xhat = mean.centre(nvidia::widen(x_row[col])) * r;
-            const C w = args.w != nullptr ? nvidia::widen(args.w[static_cast<ptrdiff_t>(col) * args.w_stride]) : C(1);
-            const C b = kCentres && args.b != nullptr
-                            ? nvidia::widen(args.b[static_cast<ptrdiff_t>(col) * args.b_stride]) : C(0);
+            const C w = weightAt<C>(args, static_cast<ptrdiff_t>(col), true);
+            const C b = kCentres ? biasAt<C>(args, static_cast<ptrdiff_t>(col), true) : C(0);
             y_row[col] = nvidia::narrow<T>(xhat * w + b);
             if (xhat_row != nullptr) xhat_row[col] = nvidia::narrow<T>(xhat);
         }
@@ -549,7 +551,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
         bool two_vectors_fit = true; // the two-vector kernel's w and b: 64-128 KiB of shared memory
         if (dim > kMaxOneVectorDim) {
             INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<kCentres>(),
-                                            sizeof(float2[2][32]) /* slots */, &two_vectors_fit));
+                                            sizeof(CtaSumSlots), &two_vectors_fit));
         }
         if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;

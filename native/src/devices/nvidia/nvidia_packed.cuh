@@ -127,6 +127,11 @@ __device__ __forceinline__ float2 warpAllSum(float2 value) {
     return value;
 }
 
+// The shared slots of a packed kernel's CTA sums, [parity][warp]: each warp's sum goes to its slot, then after one
+// barrier every warp adds all of them in one order; consecutive sums alternate the parity, so a slot is rewritten
+// only past the next barrier, which every reader of it has passed.
+using CtaSumSlots = float2[2][32];
+
 // 1 / sqrt(mean_square + epsilon), in the type the kernel keeps its statistics in. In F32 (the packed kernels') an
 // epsilon below F32's normal range would vanish, so a row of zeros would get 1/sqrt(0) = inf and outputs of 0 * inf:
 // where F32 cannot hold the sum, it is taken in F64, as the other kernels take it.
