@@ -304,29 +304,24 @@ struct cudaDeviceProp {
 namespace emu {
 inline EmuGraph *capturing = nullptr;
 constexpr int kSms = 4, kResidentPerSm = 2, kResidentClusters = 3; // few, so that a grid loops over rows
-// INFINIOP_EMULATED_CUDA_SMS=N in the environment: report N multiprocessors instead of kSms, so that a test can
-// see the grids and workspaces the library plans for a GPU of a real one's width (without running them there).
-inline int sms() {
-    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_SMS");
+// A positive integer from the environment, else `otherwise`: the knobs below, which let a test stand for a GPU
+// other than the default one.
+inline int envInt(const char *variable, int otherwise) {
+    const char *value = std::getenv(variable);
     const int n = value != nullptr ? std::atoi(value) : 0;
-    return n > 0 ? n : kSms;
+    return n > 0 ? n : otherwise;
 }
+// INFINIOP_EMULATED_CUDA_SMS=N: report N multiprocessors instead of kSms, so that a test can see the grids and
+// workspaces the library plans for a GPU of a real one's width (without running them there).
+inline int sms() { return envInt("INFINIOP_EMULATED_CUDA_SMS", kSms); }
 // The dynamic shared memory a CTA may be given (cudaDevAttrMaxSharedMemoryPerBlockOptin): an H100/H200's 227 KiB,
 // or INFINIOP_EMULATED_CUDA_SHARED_BYTES=N (99 KiB: an RTX 30xx/40xx), so that a test can check that no plan
 // asks for more than its device has. A launch asking for more fails, as on a GPU.
 constexpr int kSharedOptin = 232448;
-inline int sharedOptin() {
-    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_SHARED_BYTES");
-    const int n = value != nullptr ? std::atoi(value) : 0;
-    return n > 0 ? n : kSharedOptin;
-}
+inline int sharedOptin() { return envInt("INFINIOP_EMULATED_CUDA_SHARED_BYTES", kSharedOptin); }
 // INFINIOP_EMULATED_CUDA_DEVICES=N: N devices instead of one (all of them this process's memory), so that a test can
 // call on a device other than the current one.
-inline int devices() {
-    const char *value = std::getenv("INFINIOP_EMULATED_CUDA_DEVICES");
-    const int n = value != nullptr ? std::atoi(value) : 0;
-    return n > 0 ? n : 1;
-}
+inline int devices() { return envInt("INFINIOP_EMULATED_CUDA_DEVICES", 1); }
 inline thread_local cudaError_t last_error = cudaSuccess;
 inline thread_local int current_device = 0;
 
