@@ -21,11 +21,11 @@ from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_of
 
 # (leading dims, D): the warp rows' one vector a lane (300 rows: several rows a warp, each of the CTA's 8 warps with
 # its own count) and two (D = 264: lane 0's second vector is the row's last, the other lanes' second ones empty);
-# then the CTA-a-row plan's D from its least to its most; 140 rows of 8192 are more than an H200's 132 SMs, which
-# the packed plan needs for rows over 4096 (fewer take the split plan).
+# then the CTA-a-row plan's D from its least to its most; 141 rows of 4104 and 140 of 8192 are more than an H200's
+# 132 SMs, which the packed plan needs for rows over 4096 (fewer take the split plan).
 # Past 8192: D = 12004 (contiguous rows 24008 bytes apart: not the packed plans), and 16384: RMSNorm's two vectors a
 # thread (packedTwoVectorRowsKernel), LayerNorm's split plan.
-SHAPES = [((300,), 64), ((9, 13), 264), ((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 5), 4104), ((140,), 8192),
+SHAPES = [((300,), 64), ((9, 13), 264), ((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 47), 4104), ((140,), 8192),
           ((140,), 12004), ((140,), 16384)]
 DTYPES = (F16, BF16)
 
