@@ -15,6 +15,7 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "ops/batch_norm_tiles_nvidia.cuh"
 #include "common/checked.h"
 
 #include <algorithm>
@@ -24,18 +25,8 @@ namespace {
 
 using nvidia::ComputeOf;
 
-constexpr int kThreads = 256;
-constexpr size_t kMinTile = 4096; // elements per CTA, so a tile is worth launching
-constexpr size_t kTileAlign = 8;  // channels-first tile starts are whole vectors of any width used
-constexpr int kFlushRows = 64;    // rows-of-channels: rows a thread sums in C before adding into F64
-// Rows of channels: a CTA's threads span at most a warp of channel groups (512 bytes of a row with 16-byte
-// vectors, as coalesced as wider) and take the rest as row lanes; wide C gets more channel blocks instead, so
-// that row tiles can stay long.
-constexpr unsigned kChannelGroups = 32;
-// Rows of channels: a row tile covers at least this many bytes of each channel in each big tensor. Its F64
-// partials (16 bytes per channel, written once and read once) then stay under 1/8 of what the sums pass reads:
-// with tiles of 4 rows (128 x 2048 channels, 7x7, BF16, 1568 CTAs on an H200) they had outweighed the data.
-constexpr size_t kMinTileBytesPerChannel = 64;
+using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
+
 constexpr size_t kAlign = 256;
 
 template <typename C>
@@ -69,40 +60,13 @@ struct ChannelStatistics {
 
 // The big tensors and their tiling.
 template <typename T>
-struct Args {
+struct Args : Tiling {
     T *grad_input;
     const T *input, *grad_output;
-    size_t batch, channels, length;
-    size_t tiles;         // channels-first: tiles per channel; rows of channels: row tiles
-    size_t tile_elements; // channels-first: elements of a channel per tile; rows of channels: rows per tile
     bool training;
 };
 
 // ---------------------------------------------------------------- channels-first (N, C, L), L > 1
-
-// Walks this thread's vectors of one tile of channel c: the tile covers [begin, end) of the channel's
-// (n, l) elements in row-major order; thread t takes vectors t, t + kThreads, ... Calls body(offset in
-// elements of the vector's first element). No division inside the loop.
-template <int V, typename T, typename Body>
-__device__ __forceinline__ void forTileVectors(const Args<T> &args, size_t c, size_t tile, Body &&body) {
-    const size_t units_per_row = args.length / V;
-    const size_t units = args.batch * units_per_row;
-    const size_t begin = tile * (args.tile_elements / V);
-    const size_t end = min(begin + args.tile_elements / V, units);
-    size_t unit = begin + threadIdx.x;
-    if (unit >= end) return;
-    size_t n = unit / units_per_row, l = unit % units_per_row;
-    const size_t step_n = kThreads / units_per_row, step_l = kThreads % units_per_row;
-    for (; unit < end; unit += kThreads) {
-        body(static_cast<ptrdiff_t>(((n * args.channels + c) * units_per_row + l) * V));
-        l += step_l;
-        n += step_n;
-        if (l >= units_per_row) {
-            l -= units_per_row;
-            ++n;
-        }
-    }
-}
 
 // CTA c * tiles + tile: the channel's two sums over the tile into partials[c * tiles + tile].
 template <typename T, typename W, int V>
@@ -150,36 +114,6 @@ __global__ void __launch_bounds__(kThreads) gradInputKernel(Args<T> args,
 }
 
 // ---------------------------------------------------------------- rows of channels (N*L rows of C)
-
-// A CTA of kThreads threads as (groups, row lanes): thread (g, y) takes channels [g*V, g*V + V) of CTA channel
-// block `block` and rows first + y, first + y + row_lanes, ... of its row tile.
-struct RowsShape {
-    unsigned groups, row_lanes, channel_blocks;
-
-    static RowsShape of(size_t channels, int V) {
-        const size_t channel_groups = (channels + V - 1) / V;
-        const unsigned groups = static_cast<unsigned>(std::min<size_t>(channel_groups, kChannelGroups));
-        return RowsShape{groups, kThreads / groups, static_cast<unsigned>((channel_groups + groups - 1) / groups)};
-    }
-};
-
-// This thread's first channel (of V), whether it has any, and its row tile's rows [first, last).
-struct RowsThread {
-    size_t channel, first, last;
-    bool active;
-};
-
-template <int V, typename T>
-__device__ __forceinline__ RowsThread rowsThread(const Args<T> &args, const RowsShape &shape) {
-    const size_t tile = blockIdx.x / shape.channel_blocks, block = blockIdx.x % shape.channel_blocks;
-    const size_t rows = args.batch * args.length;
-    RowsThread t;
-    t.channel = (block * shape.groups + threadIdx.x) * V;
-    t.active = t.channel < args.channels; // V > 1 only when V divides C: a group is all in or all out
-    t.first = min(tile * args.tile_elements, rows);
-    t.last = min(t.first + args.tile_elements, rows);
-    return t;
-}
 
 // Partials of every channel of the CTA's block for its row tile: per thread, F32 sums (F64 for F64) flushed into
 // F64 every kFlushRows rows; then the row lanes are added in lane order.
@@ -313,7 +247,6 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const 
 }
 
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
 bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
@@ -370,14 +303,10 @@ class NvidiaDescriptor final : public Descriptor {
                                                   info.save_mean_stride,
                                                   info.save_invstd_stride,
                                                   info.epsilon};
-            const Args<T> args{static_cast<T *>(grad_input),
+            const Args<T> args{{info.batch, info.channels, info.length, tiles_, tile_elements_},
+                               static_cast<T *>(grad_input),
                                static_cast<const T *>(input),
                                static_cast<const T *>(grad_output),
-                               info.batch,
-                               info.channels,
-                               info.length,
-                               tiles_,
-                               tile_elements_,
                                info.training};
             const bool sums = any_elements && needsSums(info) && phase.kind != Phase::elementwise;
 
@@ -425,11 +354,11 @@ class NvidiaDescriptor final : public Descriptor {
         if (rowsOfChannels(info)) {
             if (vectors(args)) {
                 const RowsShape shape = RowsShape::of(info.channels, V);
-                rowsSumsKernel<T, W, V><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                rowsSumsKernel<T, W, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
                     args, shape, statistics, partials);
             } else {
                 const RowsShape shape = RowsShape::of(info.channels, 1);
-                rowsSumsKernel<T, W, 1><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                rowsSumsKernel<T, W, 1><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
                     args, shape, statistics, partials);
             }
         } else {
@@ -450,11 +379,11 @@ class NvidiaDescriptor final : public Descriptor {
         if (rowsOfChannels(info)) {
             if (vectors(args)) {
                 const RowsShape shape = RowsShape::of(info.channels, V);
-                rowsGradInputKernel<T, V><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                rowsGradInputKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
                     args, shape, coefficients);
             } else {
                 const RowsShape shape = RowsShape::of(info.channels, 1);
-                rowsGradInputKernel<T, 1><<<gridOf(shape), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
+                rowsGradInputKernel<T, 1><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
                     args, shape, coefficients);
             }
         } else {
@@ -468,50 +397,17 @@ class NvidiaDescriptor final : public Descriptor {
         return nvidia::launchStatus();
     }
 
-    unsigned gridOf(const RowsShape &shape) const { return static_cast<unsigned>(tiles_ * shape.channel_blocks); }
-
     size_t tiles_, tile_elements_;
     infini::CheckedSize workspace_;
 };
 
-// Tiles for about two waves of CTAs, each at least kMinTile elements (rows of channels: and at least
-// kMinTileBytesPerChannel of each channel); *tiles * ctas_per_tile must fit a grid.
-infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t *tile_elements) {
-    const size_t rows = info.batch * info.length;
-    *tiles = 1;
-    *tile_elements = rowsOfChannels(info) ? std::max<size_t>(rows, 1) : kTileAlign;
-    if (info.channels == 0 || rows == 0) return INFINI_STATUS_SUCCESS;
-    const nvidia::DeviceScope device_scope(device_id);
-    INFINI_CHECK(device_scope.status());
-    int sms = 1, per_sm = 1;
-    INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
-    INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float, float, 4>, kThreads, &per_sm));
-    const size_t waves = 2 * static_cast<size_t>(sms) * per_sm;
-    if (rowsOfChannels(info)) {
-        // Channel blocks as with vectors of the widest kind that divides C; rows split so the CTAs fill `waves`.
-        const int vec = static_cast<int>(16 / infini::dtypeSize(info.dtype));
-        const size_t blocks = RowsShape::of(info.channels, info.channels % vec == 0 ? vec : 1).channel_blocks;
-        const size_t wanted = std::max<size_t>(1, ceilDiv(waves, blocks));
-        const size_t min_rows = ceilDiv(kMinTileBytesPerChannel, infini::dtypeSize(info.dtype));
-        *tiles = std::max<size_t>(1, std::min({wanted, ceilDiv(rows * info.channels, kMinTile), rows / min_rows}));
-        *tile_elements = ceilDiv(rows, *tiles); // rows per tile
-        *tiles = ceilDiv(rows, *tile_elements);
-        return *tiles * RowsShape::of(info.channels, 1).channel_blocks > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE
-                                                                                      : INFINI_STATUS_SUCCESS;
-    }
-    const size_t wanted = ceilDiv(waves, info.channels);
-    *tiles = std::max<size_t>(1, std::min(wanted, ceilDiv(rows, kMinTile)));
-    *tile_elements = ceilDiv(ceilDiv(rows, *tiles), kTileAlign) * kTileAlign;
-    *tiles = ceilDiv(rows, *tile_elements);
-    return info.channels * *tiles > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
-}
-
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    size_t tiles = 1, tile_elements = 1;
-    INFINI_CHECK(planTiles(info, device_id, &tiles, &tile_elements));
-    *desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
+    Tiling tiling{};
+    INFINI_CHECK(planTiles(info.batch, info.channels, info.length, infini::dtypeSize(info.dtype), rowsOfChannels(info),
+                           device_id, tileSumsKernel<float, float, 4>, &tiling));
+    *desc = new NvidiaDescriptor(device_id, info, tiling.tiles, tiling.tile_elements);
     return INFINI_STATUS_SUCCESS;
 }
 
