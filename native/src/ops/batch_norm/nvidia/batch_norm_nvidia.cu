@@ -1,8 +1,10 @@
-// BatchNorm forward on NVIDIA GPUs, in up to three launches on the caller's stream:
-//  1. (training) sums: each CTA takes one fixed tile of one channel's elements (channels-first) or of the rows of
-//     a block of 32 channels (rows of channels: channels-last, or L == 1) and adds the shifted sums
-//     sum(x - r), sum((x - r)^2) into an F64 partial per channel, r the channel's first element, so a channel
-//     whose mean is large against its spread loses nothing to cancellation (the CPU backend's method);
+// BatchNorm forward on NVIDIA GPUs, in up to three launches on the caller's stream, over the backward's tiles
+// (ops/batch_norm_tiles_nvidia.cuh: channels-first tiles of a channel, or row tiles of rows of channels; 16-byte
+// vectors where the tensors allow them):
+//  1. (training) sums: each CTA adds the shifted sums sum(x - r), sum((x - r)^2) of its tile into an F64 partial
+//     per channel, r the channel's first element, so a channel whose mean is large against its spread loses
+//     nothing to cancellation (the CPU backend's method). A thread sums in the compute type for at most
+//     kFlushRows steps of V elements, then adds into F64;
 //  2. a warp per channel adds its tiles' partials in a fixed order, writes save_mean / save_invstd, updates the
 //     running statistics as PyTorch does (unbiased running variance) and the channel's terms; eval takes the
 //     running statistics instead;
@@ -15,18 +17,16 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "ops/batch_norm_tiles_nvidia.cuh"
 
 #include <algorithm>
 
 namespace op::batch_norm {
 namespace {
 
+using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
 using nvidia::ComputeOf;
 
-constexpr int kThreads = 256;
-constexpr int kChannelLanes = 32;                         // rows of channels: channels per CTA
-constexpr int kRowLanes = kThreads / kChannelLanes;       // rows of channels: rows a CTA takes at once
-constexpr size_t kMinTile = 4096;                         // elements per CTA, so a tile is worth launching
 constexpr size_t kAlign = 256;
 
 // y = (x - reference) * scale + shift, per channel, in the compute type.
@@ -37,12 +37,9 @@ struct ChannelTerms {
 
 // The big tensors and their tiling.
 template <typename T>
-struct Args {
+struct Args : Tiling {
     T *y;
     const T *x;
-    size_t batch, channels, length;
-    size_t tiles;         // channels-first: tiles per channel; rows of channels: row tiles
-    size_t tile_elements; // channels-first: elements of a channel per tile; rows of channels: rows per tile
 };
 
 // The channel's first element: the reference its shifted sums are taken about.
@@ -51,111 +48,127 @@ __device__ __forceinline__ ComputeOf<T> referenceOf(const Args<T> &args, size_t 
     return nvidia::widen(args.x[rows_of_channels ? c : c * args.length]);
 }
 
-// ---------------------------------------------------------------- channels-first (N, C, L), L > 1
+// A thread's shifted sums of one channel, in the compute type for at most kFlushRows steps of the thread (its
+// caller counts them), then added into F64: F32 sums of up to 64 * 8 values lose about 1e-5 of their value at worst,
+// and the F64 total nothing more.
+template <typename C>
+struct ShiftedSums {
+    C sum = 0, squares = 0;
+    double2 total = make_double2(0.0, 0.0);
 
-// Calls body(offset) for this thread's elements of tile `tile` of channel c: the tile covers [begin, end) of the
-// channel's (n, l) elements in row-major order, thread t takes t, t + kThreads, ... No division in the loop.
-template <typename T, typename Body>
-__device__ __forceinline__ void forTileElements(const Args<T> &args, size_t c, size_t tile, Body &&body) {
-    const size_t units = args.batch * args.length;
-    const size_t begin = tile * args.tile_elements, end = min(begin + args.tile_elements, units);
-    size_t unit = begin + threadIdx.x;
-    if (unit >= end) return;
-    size_t n = unit / args.length, l = unit % args.length;
-    const size_t step_n = kThreads / args.length, step_l = kThreads % args.length;
-    for (; unit < end; unit += kThreads) {
-        body(static_cast<ptrdiff_t>((n * args.channels + c) * args.length + l));
-        l += step_l;
-        n += step_n;
-        if (l >= args.length) {
-            l -= args.length;
-            ++n;
-        }
+    __device__ __forceinline__ void add(C d) {
+        sum += d;
+        squares += d * d;
     }
+    __device__ __forceinline__ void flush() {
+        total = nvidia::add(total, make_double2(sum, squares));
+        sum = squares = 0;
+    }
+};
+
+template <typename C>
+__device__ __forceinline__ C outputOf(const ChannelTerms<C> &k, C x) {
+    return (x - k.reference) * k.scale + k.shift;
 }
 
-template <typename T>
+// ---------------------------------------------------------------- channels-first (N, C, L), L > 1
+
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) tileSumsKernel(Args<T> args, double2 *partials) {
     using C = ComputeOf<T>;
     __shared__ double2 scratch[33];
     const size_t c = blockIdx.x / args.tiles, tile = blockIdx.x % args.tiles;
     const C reference = referenceOf(args, c, false);
-    double sum = 0, sum_squares = 0;
-    forTileElements(args, c, tile, [&](ptrdiff_t offset) {
-        const C d = nvidia::widen(args.x[offset]) - reference;
-        sum += d;
-        sum_squares += static_cast<double>(d) * d;
+    ShiftedSums<C> sums;
+    int pending = 0;
+    forTileVectors<V>(args, c, tile, [&](ptrdiff_t offset) {
+        C x[V];
+        nvidia::loadValues<V>(args.x + offset, x);
+#pragma unroll
+        for (int v = 0; v < V; ++v) sums.add(x[v] - reference);
+        if (++pending == kFlushRows) {
+            sums.flush();
+            pending = 0;
+        }
     });
-    const double2 sums = nvidia::blockSum(make_double2(sum, sum_squares), scratch);
-    if (threadIdx.x == 0) partials[blockIdx.x] = sums;
+    sums.flush();
+    const double2 total = nvidia::blockSum(sums.total, scratch);
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
 // y may be x itself: each element is read before it is written, by the same thread.
-template <typename T>
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) tileOutputKernel(Args<T> args, const ChannelTerms<ComputeOf<T>> *terms) {
     using C = ComputeOf<T>;
     const size_t c = blockIdx.x / args.tiles, tile = blockIdx.x % args.tiles;
     const ChannelTerms<C> k = terms[c];
-    forTileElements(args, c, tile, [&](ptrdiff_t offset) {
-        args.y[offset] = nvidia::narrow<T>((nvidia::widen(args.x[offset]) - k.reference) * k.scale + k.shift);
+    forTileVectors<V>(args, c, tile, [&](ptrdiff_t offset) {
+        C x[V];
+        nvidia::loadValues<V>(args.x + offset, x);
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = outputOf(k, x[v]);
+        nvidia::storeValues<V>(args.y + offset, x);
     });
 }
 
 // ---------------------------------------------------------------- rows of channels (N*L rows of C)
 
-// CTA (tile, block): thread (x, y) takes channel block * 32 + x and rows first + y, first + y + kRowLanes, ... of
-// its row tile.
-struct RowsThread {
-    size_t channel, first, last;
-    bool active;
-};
-
-template <typename T>
-__device__ __forceinline__ RowsThread rowsThread(const Args<T> &args) {
-    const size_t blocks = (args.channels + kChannelLanes - 1) / kChannelLanes;
-    const size_t tile = blockIdx.x / blocks, block = blockIdx.x % blocks;
-    const size_t rows = args.batch * args.length;
-    RowsThread t;
-    t.channel = block * kChannelLanes + threadIdx.x;
-    t.active = t.channel < args.channels;
-    t.first = min(tile * args.tile_elements, rows);
-    t.last = min(t.first + args.tile_elements, rows);
-    return t;
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads) rowsSumsKernel(Args<T> args, double2 *partials) {
+// Partials of every channel of the CTA's block for its row tile; the row lanes are added in lane order.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) rowsSumsKernel(Args<T> args, RowsShape shape, double2 *partials) {
     using C = ComputeOf<T>;
-    __shared__ double2 lanes[kRowLanes][kChannelLanes];
-    const RowsThread t = rowsThread(args);
-    double sum = 0, sum_squares = 0;
+    __shared__ double2 lanes[kThreads];
+    const RowsThread t = rowsThread<V>(args, shape);
+    ShiftedSums<C> sums[V];
     if (t.active) {
-        const C reference = referenceOf(args, t.channel, true);
-        for (size_t row = t.first + threadIdx.y; row < t.last; row += kRowLanes) {
-            const C d = nvidia::widen(args.x[row * args.channels + t.channel]) - reference;
-            sum += d;
-            sum_squares += static_cast<double>(d) * d;
+        C reference[V];
+#pragma unroll
+        for (int v = 0; v < V; ++v) reference[v] = referenceOf(args, t.channel + v, true);
+        int pending = 0;
+        for (size_t row = t.first + threadIdx.y; row < t.last; row += shape.row_lanes) {
+            C x[V];
+            nvidia::loadValues<V>(args.x + row * args.channels + t.channel, x);
+#pragma unroll
+            for (int v = 0; v < V; ++v) sums[v].add(x[v] - reference[v]);
+            if (++pending == kFlushRows) {
+#pragma unroll
+                for (int v = 0; v < V; ++v) sums[v].flush();
+                pending = 0;
+            }
         }
+#pragma unroll
+        for (int v = 0; v < V; ++v) sums[v].flush();
     }
-    lanes[threadIdx.y][threadIdx.x] = make_double2(sum, sum_squares);
-    __syncthreads();
-    if (threadIdx.y == 0 && t.active) {
-        double2 total = make_double2(0.0, 0.0);
-        for (int y = 0; y < kRowLanes; ++y) total = nvidia::add(total, lanes[y][threadIdx.x]); // lane order
-        const size_t blocks = (args.channels + kChannelLanes - 1) / kChannelLanes;
-        partials[t.channel * args.tiles + blockIdx.x / blocks] = total;
+    const size_t tile = blockIdx.x / shape.channel_blocks;
+    for (int v = 0; v < V; ++v) { // every thread takes part: the barriers are the CTA's
+        lanes[threadIdx.y * shape.groups + threadIdx.x] = sums[v].total;
+        __syncthreads();
+        if (threadIdx.y == 0 && t.active) {
+            double2 total = make_double2(0.0, 0.0);
+            for (unsigned y = 0; y < shape.row_lanes; ++y) total = nvidia::add(total, lanes[y * shape.groups + threadIdx.x]);
+            partials[(t.channel + v) * args.tiles + tile] = total;
+        }
+        __syncthreads();
     }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) rowsOutputKernel(Args<T> args, const ChannelTerms<ComputeOf<T>> *terms) {
+// y may be x itself: each element is read before it is written, by the same thread.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) rowsOutputKernel(Args<T> args, RowsShape shape,
+                                                            const ChannelTerms<ComputeOf<T>> *terms) {
     using C = ComputeOf<T>;
-    const RowsThread t = rowsThread(args);
+    const RowsThread t = rowsThread<V>(args, shape);
     if (!t.active) return;
-    const ChannelTerms<C> k = terms[t.channel];
-    for (size_t row = t.first + threadIdx.y; row < t.last; row += kRowLanes) {
+    ChannelTerms<C> k[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) k[v] = terms[t.channel + v];
+    for (size_t row = t.first + threadIdx.y; row < t.last; row += shape.row_lanes) {
         const size_t offset = row * args.channels + t.channel;
-        args.y[offset] = nvidia::narrow<T>((nvidia::widen(args.x[offset]) - k.reference) * k.scale + k.shift);
+        C x[V];
+        nvidia::loadValues<V>(args.x + offset, x);
+#pragma unroll
+        for (int v = 0; v < V; ++v) x[v] = outputOf(k[v], x[v]);
+        nvidia::storeValues<V>(args.y + offset, x);
     }
 }
 
@@ -237,21 +250,19 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
 }
 
 size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
 bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
-size_t channelBlocks(const Info &info) { return ceilDiv(info.channels, kChannelLanes); }
 
 class NvidiaDescriptor final : public Descriptor {
   public:
-    NvidiaDescriptor(int device_id, const Info &info, size_t tiles, size_t tile_elements)
-        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiles_(tiles), tile_elements_(tile_elements) {
+    NvidiaDescriptor(int device_id, const Info &info, const Tiling &tiling)
+        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiling_(tiling) {
         if (info.channels == 0) return;
         const size_t term_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelTerms<double>) : sizeof(ChannelTerms<float>);
         // + kAlign: the caller's pointer is aligned up before use.
         workspace_ = infini::CheckedSize(kAlign) +
-                     (info.training ? infini::CheckedSize(info.channels) * tiles_ * sizeof(double2) + kAlign : 0) +
+                     (info.training ? infini::CheckedSize(info.channels) * tiling_.tiles * sizeof(double2) + kAlign : 0) +
                      infini::CheckedSize(info.channels) * term_size;
     }
 
@@ -266,29 +277,18 @@ class NvidiaDescriptor final : public Descriptor {
         const nvidia::DeviceScope device_scope(device_id);
         INFINI_CHECK(device_scope.status());
         char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
-        const size_t partial_bytes = info.training ? alignUp(info.channels * tiles_ * sizeof(double2)) : 0;
+        const size_t partial_bytes = info.training ? alignUp(info.channels * tiling_.tiles * sizeof(double2)) : 0;
         auto *partials = reinterpret_cast<double2 *>(base);
         const auto cuda_stream = static_cast<cudaStream_t>(stream);
         const bool any_elements = info.batch * info.length > 0;
-        const bool rows = rowsOfChannels(info);
 
         return nvidia::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
             using T = decltype(data_tag);
             using W = decltype(parameter_tag);
             using C = ComputeOf<T>;
             auto *terms = reinterpret_cast<ChannelTerms<C> *>(base + partial_bytes);
-            const Args<T> args{static_cast<T *>(y), static_cast<const T *>(x), info.batch, info.channels, info.length,
-                               tiles_, tile_elements_};
-            const unsigned grid = static_cast<unsigned>(rows ? tiles_ * channelBlocks(info) : info.channels * tiles_);
-            const dim3 block = rows ? dim3(kChannelLanes, kRowLanes) : dim3(kThreads);
-            if (info.training && any_elements) {
-                if (rows) {
-                    rowsSumsKernel<T><<<grid, block, 0, cuda_stream>>>(args, partials);
-                } else {
-                    tileSumsKernel<T><<<grid, block, 0, cuda_stream>>>(args, partials);
-                }
-                INFINI_CHECK(nvidia::launchStatus());
-            }
+            const Args<T> args{tiling_, static_cast<T *>(y), static_cast<const T *>(x)};
+            if (info.training && any_elements) INFINI_CHECK(this->template launchSums<T>(args, partials, cuda_stream));
             const ChannelArgs<W, C> channel_args{static_cast<C *>(save_mean),
                                                  static_cast<C *>(save_invstd),
                                                  static_cast<W *>(running_mean),
@@ -302,58 +302,76 @@ class NvidiaDescriptor final : public Descriptor {
                                                  info.weight_stride,
                                                  info.bias_stride,
                                                  info.channels,
-                                                 tiles_,
+                                                 tiling_.tiles,
                                                  static_cast<double>(info.batch * info.length),
                                                  info.momentum,
                                                  info.epsilon,
                                                  info.training};
             channelKernel<T, W, C><<<static_cast<unsigned>(ceilDiv(info.channels, 8)), 256, 0, cuda_stream>>>(
-                channel_args, args, partials, terms, rows);
+                channel_args, args, partials, terms, rowsOfChannels(info));
             INFINI_CHECK(nvidia::launchStatus());
             if (!any_elements) return INFINI_STATUS_SUCCESS;
-            if (rows) {
-                rowsOutputKernel<T><<<grid, block, 0, cuda_stream>>>(args, terms);
-            } else {
-                tileOutputKernel<T><<<grid, block, 0, cuda_stream>>>(args, terms);
-            }
-            return nvidia::launchStatus();
+            return this->template launchOutput<T>(args, terms, cuda_stream);
         });
     }
 
   private:
-    size_t tiles_, tile_elements_;
+    // 16-byte vectors where both tensors allow them: channels-first along L, rows of channels along C.
+    template <typename T>
+    bool vectors(const Args<T> &args) const {
+        const size_t run = rowsOfChannels(info) ? info.channels : info.length;
+        return run % nvidia::kVec<T> == 0 && nvidia::aligned16(args.y) && nvidia::aligned16(args.x);
+    }
+
+    template <typename T>
+    infiniStatus_t launchSums(const Args<T> &args, double2 *partials, cudaStream_t stream) const {
+        if (vectors(args)) return launchSumsOf<T, nvidia::kVec<T>>(args, partials, stream);
+        return launchSumsOf<T, 1>(args, partials, stream);
+    }
+    template <typename T, int V>
+    infiniStatus_t launchSumsOf(const Args<T> &args, double2 *partials, cudaStream_t stream) const {
+        if (rowsOfChannels(info)) {
+            const RowsShape shape = RowsShape::of(info.channels, V);
+            rowsSumsKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(args, shape,
+                                                                                                        partials);
+        } else {
+            tileSumsKernel<T, V><<<static_cast<unsigned>(info.channels * args.tiles), kThreads, 0, stream>>>(args,
+                                                                                                          partials);
+        }
+        return nvidia::launchStatus();
+    }
+
+    template <typename T>
+    infiniStatus_t launchOutput(const Args<T> &args, const ChannelTerms<ComputeOf<T>> *terms,
+                                cudaStream_t stream) const {
+        if (vectors(args)) return launchOutputOf<T, nvidia::kVec<T>>(args, terms, stream);
+        return launchOutputOf<T, 1>(args, terms, stream);
+    }
+    template <typename T, int V>
+    infiniStatus_t launchOutputOf(const Args<T> &args, const ChannelTerms<ComputeOf<T>> *terms,
+                                  cudaStream_t stream) const {
+        if (rowsOfChannels(info)) {
+            const RowsShape shape = RowsShape::of(info.channels, V);
+            rowsOutputKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(args, shape,
+                                                                                                          terms);
+        } else {
+            tileOutputKernel<T, V><<<static_cast<unsigned>(info.channels * args.tiles), kThreads, 0, stream>>>(args,
+                                                                                                            terms);
+        }
+        return nvidia::launchStatus();
+    }
+
+    Tiling tiling_;
     infini::CheckedSize workspace_;
 };
-
-// Tiles for about two waves of CTAs, each at least kMinTile elements; the grid must fit.
-infiniStatus_t planTiles(const Info &info, int device_id, size_t *tiles, size_t *tile_elements) {
-    const size_t elements_per_channel = info.batch * info.length;
-    *tiles = 1;
-    *tile_elements = std::max<size_t>(elements_per_channel, 1);
-    if (info.channels == 0 || elements_per_channel == 0) return INFINI_STATUS_SUCCESS;
-    const nvidia::DeviceScope device_scope(device_id);
-    INFINI_CHECK(device_scope.status());
-    int sms = 1, per_sm = 1;
-    INFINI_CHECK(nvidia::multiprocessorCount(device_id, &sms));
-    INFINI_CHECK(nvidia::residentCtas(tileSumsKernel<float>, kThreads, &per_sm));
-    const size_t waves = 2 * static_cast<size_t>(sms) * per_sm;
-    // Channels-first: CTAs per channel; rows of channels: row tiles per channel block (rows per tile >= kRowLanes).
-    const size_t ctas_per_tile = rowsOfChannels(info) ? channelBlocks(info) : info.channels;
-    const size_t per_cta = rowsOfChannels(info) ? std::max<size_t>(1, kMinTile / std::min<size_t>(info.channels, kChannelLanes))
-                                                : kMinTile;
-    const size_t wanted = std::max<size_t>(1, ceilDiv(waves, ctas_per_tile));
-    *tiles = std::max<size_t>(1, std::min(wanted, ceilDiv(elements_per_channel, per_cta)));
-    *tile_elements = ceilDiv(elements_per_channel, *tiles);
-    *tiles = ceilDiv(elements_per_channel, *tile_elements);
-    return *tiles * ctas_per_tile > 0x7fffffffu ? INFINI_STATUS_BAD_TENSOR_SHAPE : INFINI_STATUS_SUCCESS;
-}
 
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    size_t tiles = 1, tile_elements = 1;
-    INFINI_CHECK(planTiles(info, device_id, &tiles, &tile_elements));
-    *desc = new NvidiaDescriptor(device_id, info, tiles, tile_elements);
+    Tiling tiling{};
+    INFINI_CHECK(planTiles(info.batch, info.channels, info.length, infini::dtypeSize(info.dtype), rowsOfChannels(info),
+                           device_id, tileSumsKernel<float, 4>, &tiling));
+    *desc = new NvidiaDescriptor(device_id, info, tiling);
     return INFINI_STATUS_SUCCESS;
 }
 
