@@ -8,6 +8,7 @@
 #define INFINI_OPS_BATCH_NORM_TILES_NVIDIA_CUH
 
 #include "common/status.h"
+#include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 
 #include <algorithm>
@@ -91,6 +92,25 @@ __device__ __forceinline__ RowsThread rowsThread(const Tiling &tiling, const Row
     t.first = min(tile * tiling.tile_elements, rows);
     t.last = min(t.first + tiling.tile_elements, rows);
     return t;
+}
+
+// Rows of channels: the CTA's partial of each of its channels over its row tile, from each thread's totals of its V
+// channels, the row lanes added in lane order through `lanes` (kThreads entries of shared memory), into
+// partials[channel * tiles + tile]. Every thread of the CTA calls it: the barriers are the CTA's.
+template <int V>
+__device__ __forceinline__ void writeRowsPartials(const Tiling &tiling, const RowsShape &shape, const RowsThread &t,
+                                                  const double2 (&totals)[V], double2 *lanes, double2 *partials) {
+    const size_t tile = blockIdx.x / shape.channel_blocks;
+    for (int v = 0; v < V; ++v) {
+        lanes[threadIdx.y * shape.groups + threadIdx.x] = totals[v];
+        __syncthreads();
+        if (threadIdx.y == 0 && t.active) {
+            double2 sum = make_double2(0.0, 0.0);
+            for (unsigned y = 0; y < shape.row_lanes; ++y) sum = nvidia::add(sum, lanes[y * shape.groups + threadIdx.x]);
+            partials[(t.channel + v) * tiling.tiles + tile] = sum;
+        }
+        __syncthreads();
+    }
 }
 
 // Tiles for about two waves of CTAs of `sums_kernel` (kThreads threads), each at least kMinTile elements (rows of

@@ -139,17 +139,10 @@ __global__ void __launch_bounds__(kThreads) rowsSumsKernel(Args<T> args, RowsSha
 #pragma unroll
         for (int v = 0; v < V; ++v) sums[v].flush();
     }
-    const size_t tile = blockIdx.x / shape.channel_blocks;
-    for (int v = 0; v < V; ++v) { // every thread takes part: the barriers are the CTA's
-        lanes[threadIdx.y * shape.groups + threadIdx.x] = sums[v].total;
-        __syncthreads();
-        if (threadIdx.y == 0 && t.active) {
-            double2 total = make_double2(0.0, 0.0);
-            for (unsigned y = 0; y < shape.row_lanes; ++y) total = nvidia::add(total, lanes[y * shape.groups + threadIdx.x]);
-            partials[(t.channel + v) * args.tiles + tile] = total;
-        }
-        __syncthreads();
-    }
+    double2 totals[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) totals[v] = sums[v].total;
+    writeRowsPartials<V>(args, shape, t, totals, lanes, partials);
 }
 
 // y may be x itself: each element is read before it is written, by the same thread.

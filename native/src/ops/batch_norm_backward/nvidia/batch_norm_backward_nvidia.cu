@@ -153,17 +153,7 @@ __global__ void __launch_bounds__(kThreads) rowsSumsKernel(Args<T> args, RowsSha
             }
         }
     }
-    const size_t tile = blockIdx.x / shape.channel_blocks;
-    for (int v = 0; v < V; ++v) { // every thread takes part: the barriers are the CTA's
-        lanes[threadIdx.y * shape.groups + threadIdx.x] = total[v];
-        __syncthreads();
-        if (threadIdx.y == 0 && t.active) {
-            double2 sum = make_double2(0.0, 0.0);
-            for (unsigned y = 0; y < shape.row_lanes; ++y) sum = nvidia::add(sum, lanes[y * shape.groups + threadIdx.x]);
-            partials[(t.channel + v) * args.tiles + tile] = sum;
-        }
-        __syncthreads();
-    }
+    writeRowsPartials<V>(args, shape, t, total, lanes, partials);
 }
 
 // grad_input may be grad_output itself: each element is read before it is written, by the same thread.
