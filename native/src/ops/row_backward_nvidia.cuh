@@ -23,6 +23,7 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "devices/nvidia/nvidia_workspace.h"
 #include "ops/rows.h"
 
 #include <algorithm>
@@ -45,7 +46,6 @@ constexpr size_t kMaxRegisterDim = kMaxGroup * kItems;
 constexpr int kSplitThreads = 256;
 constexpr size_t kChunk = kSplitThreads * kItems; // columns per CTA in the split plan
 constexpr int kFinalizeWidth = 32, kFinalizeDepth = 8;
-constexpr size_t kAlign = 256; // of every workspace region
 constexpr int kMaxPartials = 2; // per-column outputs of an op (LayerNorm: grad_weight, grad_bias)
 
 // Threads per CTA for a group (threads per row) of G: small groups share a CTA of 128.
@@ -620,7 +620,6 @@ __global__ void __launch_bounds__(kFinalizeWidth *kFinalizeDepth)
     }
 }
 
-inline size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
 // Fixed at descriptor creation from the shape, the wanted outputs and the device, so the partial layout (and
@@ -641,13 +640,13 @@ struct Plan {
     size_t compute_size = 4;     // bytes of a partial
 
     size_t partialCount() const { return split ? row_blocks : ctas; }
-    size_t partialBytes() const { return alignUp(partial_arrays * partialCount() * dim * compute_size); }
-    size_t chunkSumBytes() const { return split ? alignUp(rows * chunks * sizeof(double2)) : 0; }
-    size_t rowSumBytes() const { return split ? alignUp(rows * sizeof(double2)) : 0; }
-    // + kAlign: the caller's workspace pointer is aligned up before use. None when nothing is kept.
+    size_t partialBytes() const { return nvidia::alignUp(partial_arrays * partialCount() * dim * compute_size); }
+    size_t chunkSumBytes() const { return split ? nvidia::alignUp(rows * chunks * sizeof(double2)) : 0; }
+    size_t rowSumBytes() const { return split ? nvidia::alignUp(rows * sizeof(double2)) : 0; }
+    // + kWorkspaceAlign: the caller's workspace pointer is aligned up before use. None when nothing is kept.
     size_t workspaceBytes() const {
         const size_t used = partialBytes() + chunkSumBytes() + rowSumBytes();
-        return dim == 0 || used == 0 ? 0 : kAlign + used;
+        return dim == 0 || used == 0 ? 0 : nvidia::kWorkspaceAlign + used;
     }
     // Whether those sums overflow size_t (a shape too large for any workspace): the descriptor is refused.
     bool workspaceOverflows() const {
@@ -655,7 +654,7 @@ struct Plan {
         const CheckedSize used = CheckedSize(partial_arrays) * partialCount() * dim * compute_size +
                                  (split ? CheckedSize(rows) * chunks * sizeof(double2) : CheckedSize(0)) +
                                  (split ? CheckedSize(rows) * sizeof(double2) : CheckedSize(0)) +
-                                 CheckedSize(4) * kAlign;
+                                 CheckedSize(4) * nvidia::kWorkspaceAlign;
         return used.overflowed();
     }
 };
@@ -902,7 +901,7 @@ class Driver {
                            static_cast<const S *>(call.b_mean),
                            call.b_mean_rows};
         // Workspace regions, in order: the wanted partial arrays, then (split) chunk sums and row sums.
-        char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+        char *base = nvidia::alignedBase(workspace);
         const size_t partial_elements = plan_.partialCount() * plan_.dim;
         size_t next = 0;
         for (int p = 0; p < Terms::kPartials; ++p) {

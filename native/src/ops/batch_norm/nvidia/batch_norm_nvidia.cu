@@ -17,6 +17,7 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "devices/nvidia/nvidia_workspace.h"
 #include "ops/batch_norm_tiles_nvidia.cuh"
 
 #include <algorithm>
@@ -26,8 +27,8 @@ namespace {
 
 using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
 using nvidia::ComputeOf;
-
-constexpr size_t kAlign = 256;
+using nvidia::alignUp;
+using nvidia::kWorkspaceAlign;
 
 // y = (x - reference) * scale + shift, per channel, in the compute type.
 template <typename C>
@@ -242,8 +243,6 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
     terms[c] = ChannelTerms<C>{reference, static_cast<C>(scale), static_cast<C>(bias - offset * scale)};
 }
 
-size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
 // Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
 bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
 
@@ -253,10 +252,10 @@ class NvidiaDescriptor final : public Descriptor {
         : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiling_(tiling) {
         if (info.channels == 0) return;
         const size_t term_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelTerms<double>) : sizeof(ChannelTerms<float>);
-        // + kAlign: the caller's pointer is aligned up before use.
-        workspace_ = infini::CheckedSize(kAlign) +
-                     (info.training ? infini::CheckedSize(info.channels) * tiling_.tiles * sizeof(double2) + kAlign : 0) +
-                     infini::CheckedSize(info.channels) * term_size;
+        // + kWorkspaceAlign: the caller's pointer is aligned up before use.
+        const infini::CheckedSize partials =
+            info.training ? infini::CheckedSize(info.channels) * tiling_.tiles * sizeof(double2) + kWorkspaceAlign : 0;
+        workspace_ = infini::CheckedSize(kWorkspaceAlign) + partials + infini::CheckedSize(info.channels) * term_size;
     }
 
     size_t workspaceSize() const override { return workspace_.value(); }
@@ -269,7 +268,7 @@ class NvidiaDescriptor final : public Descriptor {
         if (ceilDiv(info.channels, 8) > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // channelKernel's grid
         const nvidia::DeviceScope device_scope(device_id);
         INFINI_CHECK(device_scope.status());
-        char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+        char *base = nvidia::alignedBase(workspace);
         const size_t partial_bytes = info.training ? alignUp(info.channels * tiling_.tiles * sizeof(double2)) : 0;
         auto *partials = reinterpret_cast<double2 *>(base);
         const auto cuda_stream = static_cast<cudaStream_t>(stream);

@@ -15,6 +15,7 @@
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
 #include "devices/nvidia/nvidia_types.cuh"
+#include "devices/nvidia/nvidia_workspace.h"
 #include "ops/batch_norm_tiles_nvidia.cuh"
 #include "common/checked.h"
 
@@ -26,8 +27,8 @@ namespace {
 using nvidia::ComputeOf;
 
 using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
-
-constexpr size_t kAlign = 256;
+using nvidia::alignUp;
+using nvidia::kWorkspaceAlign;
 
 template <typename C>
 struct ChannelCoefficients {
@@ -236,8 +237,6 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const 
     if (coefficients != nullptr) coefficients[c] = k; // NULL: an empty batch has no grad_input to write
 }
 
-size_t alignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
-
 // Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
 bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
 // training's grad_input needs the sums; eval only for grad_weight / grad_bias.
@@ -247,13 +246,14 @@ class NvidiaDescriptor final : public Descriptor {
   public:
     NvidiaDescriptor(int device_id, const Info &info, size_t tiles, size_t tile_elements)
         : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiles_(tiles), tile_elements_(tile_elements) {
-        // + kAlign: the caller's pointer is aligned up before use. An empty batch needs none.
+        // + kWorkspaceAlign: the caller's pointer is aligned up before use. An empty batch needs none.
         if (info.channels == 0 || info.batch * info.length == 0) return;
         const size_t coefficient_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelCoefficients<double>)
                                                                        : sizeof(ChannelCoefficients<float>);
         const infini::CheckedSize partials =
-            needsSums(info) ? infini::CheckedSize(info.channels) * tiles_ * sizeof(double2) + kAlign : 0;
-        workspace_ = infini::CheckedSize(kAlign) + partials + infini::CheckedSize(info.channels) * coefficient_size + kAlign;
+            needsSums(info) ? infini::CheckedSize(info.channels) * tiles_ * sizeof(double2) + kWorkspaceAlign : 0;
+        workspace_ = infini::CheckedSize(kWorkspaceAlign) + partials +
+                     infini::CheckedSize(info.channels) * coefficient_size + kWorkspaceAlign;
     }
 
     size_t workspaceSize() const override { return workspace_.value(); }
@@ -271,7 +271,7 @@ class NvidiaDescriptor final : public Descriptor {
         if (ceilDiv(info.channels, 8) > 0x7fffffffu) return INFINI_STATUS_BAD_TENSOR_SHAPE; // channelKernel's grid
         const nvidia::DeviceScope device_scope(device_id);
         INFINI_CHECK(device_scope.status());
-        char *base = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(workspace) + kAlign - 1) / kAlign * kAlign);
+        char *base = nvidia::alignedBase(workspace);
         auto *partials = reinterpret_cast<double2 *>(base);
         auto cuda_stream = static_cast<cudaStream_t>(stream);
 
