@@ -8,8 +8,10 @@
 #define INFINI_OPS_BATCH_NORM_TILES_NVIDIA_CUH
 
 #include "common/status.h"
+#include "common/tensor.h"
 #include "devices/nvidia/nvidia_reduce.cuh"
 #include "devices/nvidia/nvidia_status.h"
+#include "ops/batch_norm_layout.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -37,6 +39,7 @@ struct Tiling {
     size_t tiles;         // channels-first: tiles per channel; rows of channels: row tiles
     size_t tile_elements; // channels-first: elements of a channel per tile (a multiple of kTileAlign); rows of
                           // channels: rows per tile
+    bool rows_of_channels; // N*L rows of C channels (channels-last, or L == 1, as the CPU backend decides)
 };
 
 // Channels-first: walks this thread's vectors of one tile of channel c. The tile covers [begin, end) of the
@@ -113,13 +116,31 @@ __device__ __forceinline__ void writeRowsPartials(const Tiling &tiling, const Ro
     }
 }
 
-// Tiles for about two waves of CTAs of `sums_kernel` (kThreads threads), each at least kMinTile elements (rows of
-// channels: and at least kMinTileBytesPerChannel of each channel); the grid must fit.
-template <typename Kernel>
-infiniStatus_t planTiles(size_t batch, size_t channels, size_t length, size_t element_size, bool rows_of_channels,
-                         int device_id, Kernel sums_kernel, Tiling *tiling) {
-    const size_t rows = batch * length;
-    *tiling = Tiling{batch, channels, length, 1, rows_of_channels ? std::max<size_t>(rows, 1) : kTileAlign};
+// Launches one pass over the big tensors with V-element vectors: rows_kernel(args, shape, rest...) on a CTA of
+// (groups, row lanes) per (row tile, channel block) for rows of channels, else tile_kernel(args, rest...) on a CTA
+// of kThreads per (channel, tile).
+template <int V, typename Args, typename RowsKernel, typename TileKernel, typename... Rest>
+infiniStatus_t launchTiles(const Args &args, RowsKernel rows_kernel, TileKernel tile_kernel, cudaStream_t stream,
+                           const Rest &...rest) {
+    if (args.rows_of_channels) {
+        const RowsShape shape = RowsShape::of(args.channels, V);
+        rows_kernel<<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(args, shape, rest...);
+    } else {
+        tile_kernel<<<static_cast<unsigned>(args.channels * args.tiles), kThreads, 0, stream>>>(args, rest...);
+    }
+    return nvidia::launchStatus();
+}
+
+// The tiling of info's (N, C, L) tensors: tiles for about two waves of CTAs of `sums_kernel` (kThreads threads),
+// each at least kMinTile elements (rows of channels: and at least kMinTileBytesPerChannel of each channel); the
+// grid must fit. Info is the forward's or the backward's.
+template <typename Info, typename Kernel>
+infiniStatus_t planTiles(const Info &info, int device_id, Kernel sums_kernel, Tiling *tiling) {
+    const size_t batch = info.batch, channels = info.channels, length = info.length;
+    const size_t rows = batch * length, element_size = infini::dtypeSize(info.dtype);
+    const bool rows_of_channels = info.layout == BatchNormLayout::channels_last || length == 1;
+    *tiling = Tiling{batch, channels, length, 1, rows_of_channels ? std::max<size_t>(rows, 1) : kTileAlign,
+                     rows_of_channels};
     if (channels == 0 || rows == 0) return INFINI_STATUS_SUCCESS;
     const nvidia::DeviceScope device_scope(device_id);
     INFINI_CHECK(device_scope.status());

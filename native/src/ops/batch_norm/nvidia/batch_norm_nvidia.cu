@@ -25,7 +25,7 @@
 namespace op::batch_norm {
 namespace {
 
-using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
+using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, launchTiles ...
 using nvidia::ComputeOf;
 using nvidia::alignUp;
 using nvidia::kWorkspaceAlign;
@@ -200,7 +200,7 @@ __device__ __forceinline__ void storeAt(V *vector, ptrdiff_t stride, size_t c, d
 // A warp per channel. references: the channels' reference values (training), read from x by the sums' CTAs' rule.
 template <typename T, typename W, typename S>
 __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Args<T> data, const double2 *partials,
-                                                     ChannelTerms<ComputeOf<T>> *terms, bool rows_of_channels) {
+                                                     ChannelTerms<ComputeOf<T>> *terms) {
     using C = ComputeOf<T>;
     const int lane = threadIdx.x % 32;
     const size_t c = static_cast<size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
         storeAt(args.save_invstd, args.save_invstd_stride, c, 1.0 / sqrt(args.epsilon));
         return;
     }
-    const C reference = referenceOf(data, c, rows_of_channels);
+    const C reference = referenceOf(data, c, data.rows_of_channels);
     const double offset = sums.x / args.count; // mean - reference
     const double mean = static_cast<double>(reference) + offset;
     const double var = biasedVariance(sums.y / args.count, offset);
@@ -242,9 +242,6 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W, S> args, Arg
     const double scale = weight * invstd;
     terms[c] = ChannelTerms<C>{reference, static_cast<C>(scale), static_cast<C>(bias - offset * scale)};
 }
-
-// Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
-bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
 
 class NvidiaDescriptor final : public Descriptor {
   public:
@@ -300,7 +297,7 @@ class NvidiaDescriptor final : public Descriptor {
                                                  info.epsilon,
                                                  info.training};
             channelKernel<T, W, C><<<static_cast<unsigned>(ceilDiv(info.channels, 8)), 256, 0, cuda_stream>>>(
-                channel_args, args, partials, terms, rowsOfChannels(info));
+                channel_args, args, partials, terms);
             INFINI_CHECK(nvidia::launchStatus());
             if (!any_elements) return INFINI_STATUS_SUCCESS;
             return this->template launchOutput<T>(args, terms, cuda_stream);
@@ -311,46 +308,23 @@ class NvidiaDescriptor final : public Descriptor {
     // 16-byte vectors where both tensors allow them: channels-first along L, rows of channels along C.
     template <typename T>
     bool vectors(const Args<T> &args) const {
-        const size_t run = rowsOfChannels(info) ? info.channels : info.length;
+        const size_t run = tiling_.rows_of_channels ? info.channels : info.length;
         return run % nvidia::kVec<T> == 0 && nvidia::aligned16(args.y) && nvidia::aligned16(args.x);
     }
 
     template <typename T>
     infiniStatus_t launchSums(const Args<T> &args, double2 *partials, cudaStream_t stream) const {
-        if (vectors(args)) return launchSumsOf<T, nvidia::kVec<T>>(args, partials, stream);
-        return launchSumsOf<T, 1>(args, partials, stream);
-    }
-    template <typename T, int V>
-    infiniStatus_t launchSumsOf(const Args<T> &args, double2 *partials, cudaStream_t stream) const {
-        if (rowsOfChannels(info)) {
-            const RowsShape shape = RowsShape::of(info.channels, V);
-            rowsSumsKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(args, shape,
-                                                                                                        partials);
-        } else {
-            tileSumsKernel<T, V><<<static_cast<unsigned>(info.channels * args.tiles), kThreads, 0, stream>>>(args,
-                                                                                                          partials);
-        }
-        return nvidia::launchStatus();
+        constexpr int V = nvidia::kVec<T>;
+        if (vectors(args)) return launchTiles<V>(args, rowsSumsKernel<T, V>, tileSumsKernel<T, V>, stream, partials);
+        return launchTiles<1>(args, rowsSumsKernel<T, 1>, tileSumsKernel<T, 1>, stream, partials);
     }
 
     template <typename T>
     infiniStatus_t launchOutput(const Args<T> &args, const ChannelTerms<ComputeOf<T>> *terms,
                                 cudaStream_t stream) const {
-        if (vectors(args)) return launchOutputOf<T, nvidia::kVec<T>>(args, terms, stream);
-        return launchOutputOf<T, 1>(args, terms, stream);
-    }
-    template <typename T, int V>
-    infiniStatus_t launchOutputOf(const Args<T> &args, const ChannelTerms<ComputeOf<T>> *terms,
-                                  cudaStream_t stream) const {
-        if (rowsOfChannels(info)) {
-            const RowsShape shape = RowsShape::of(info.channels, V);
-            rowsOutputKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(args, shape,
-                                                                                                          terms);
-        } else {
-            tileOutputKernel<T, V><<<static_cast<unsigned>(info.channels * args.tiles), kThreads, 0, stream>>>(args,
-                                                                                                            terms);
-        }
-        return nvidia::launchStatus();
+        constexpr int V = nvidia::kVec<T>;
+        if (vectors(args)) return launchTiles<V>(args, rowsOutputKernel<T, V>, tileOutputKernel<T, V>, stream, terms);
+        return launchTiles<1>(args, rowsOutputKernel<T, 1>, tileOutputKernel<T, 1>, stream, terms);
     }
 
     Tiling tiling_;
@@ -361,8 +335,7 @@ class NvidiaDescriptor final : public Descriptor {
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     Tiling tiling{};
-    INFINI_CHECK(planTiles(info.batch, info.channels, info.length, infini::dtypeSize(info.dtype), rowsOfChannels(info),
-                           device_id, tileSumsKernel<float, 4>, &tiling));
+    INFINI_CHECK(planTiles(info, device_id, tileSumsKernel<float, 4>, &tiling));
     *desc = new NvidiaDescriptor(device_id, info, tiling);
     return INFINI_STATUS_SUCCESS;
 }

@@ -26,7 +26,7 @@ namespace {
 
 using nvidia::ComputeOf;
 
-using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, planTiles ...
+using namespace batch_norm_tiles; // kThreads, Tiling, forTileVectors, RowsShape, rowsThread, launchTiles ...
 using nvidia::alignUp;
 using nvidia::kWorkspaceAlign;
 
@@ -237,21 +237,20 @@ __global__ void __launch_bounds__(256) channelKernel(ChannelArgs<W> args, const 
     if (coefficients != nullptr) coefficients[c] = k; // NULL: an empty batch has no grad_input to write
 }
 
-// Whether the big tensors are N*L rows of C channels (channels-last, or L == 1), as the CPU backend decides.
-bool rowsOfChannels(const Info &info) { return info.layout == Layout::channels_last || info.length == 1; }
 // training's grad_input needs the sums; eval only for grad_weight / grad_bias.
 bool needsSums(const Info &info) { return info.training || info.has_grad_weight || info.has_grad_bias; }
 
 class NvidiaDescriptor final : public Descriptor {
   public:
-    NvidiaDescriptor(int device_id, const Info &info, size_t tiles, size_t tile_elements)
-        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiles_(tiles), tile_elements_(tile_elements) {
+    NvidiaDescriptor(int device_id, const Info &info, const Tiling &tiling)
+        : Descriptor(INFINI_DEVICE_NVIDIA, device_id, info), tiling_(tiling) {
         // + kWorkspaceAlign: the caller's pointer is aligned up before use. An empty batch needs none.
         if (info.channels == 0 || info.batch * info.length == 0) return;
         const size_t coefficient_size = info.dtype == INFINI_DTYPE_F64 ? sizeof(ChannelCoefficients<double>)
                                                                        : sizeof(ChannelCoefficients<float>);
-        const infini::CheckedSize partials =
-            needsSums(info) ? infini::CheckedSize(info.channels) * tiles_ * sizeof(double2) + kWorkspaceAlign : 0;
+        const infini::CheckedSize partials = needsSums(info) ? infini::CheckedSize(info.channels) * tiling_.tiles *
+                                                                       sizeof(double2) + kWorkspaceAlign
+                                                                 : 0;
         workspace_ = infini::CheckedSize(kWorkspaceAlign) + partials +
                      infini::CheckedSize(info.channels) * coefficient_size + kWorkspaceAlign;
     }
@@ -293,7 +292,7 @@ class NvidiaDescriptor final : public Descriptor {
                                                   info.save_mean_stride,
                                                   info.save_invstd_stride,
                                                   info.epsilon};
-            const Args<T> args{{info.batch, info.channels, info.length, tiles_, tile_elements_},
+            const Args<T> args{tiling_,
                                static_cast<T *>(grad_input),
                                static_cast<const T *>(input),
                                static_cast<const T *>(grad_output),
@@ -307,7 +306,7 @@ class NvidiaDescriptor final : public Descriptor {
                                               info.grad_bias_stride,
                                               statistics,
                                               info.channels,
-                                              sums ? tiles_ : 0,
+                                              sums ? tiling_.tiles : 0,
                                               static_cast<double>(info.batch * info.length),
                                               phase.count,
                                               info.training,
@@ -326,13 +325,15 @@ class NvidiaDescriptor final : public Descriptor {
     }
 
   private:
-    size_t partialBytes() const { return needsSums(info) ? alignUp(info.channels * tiles_ * sizeof(double2)) : 0; }
+    size_t partialBytes() const {
+        return needsSums(info) ? alignUp(info.channels * tiling_.tiles * sizeof(double2)) : 0;
+    }
 
     // 16-byte vectors when every tensor allows them: channels-first along L, rows of channels along C.
     template <typename T>
     bool vectors(const Args<T> &args) const {
         constexpr size_t V = nvidia::kVec<T>;
-        const size_t run = rowsOfChannels(info) ? info.channels : info.length;
+        const size_t run = tiling_.rows_of_channels ? info.channels : info.length;
         return run % V == 0 && nvidia::aligned16(args.grad_input) && nvidia::aligned16(args.input) &&
                nvidia::aligned16(args.grad_output);
     }
@@ -341,53 +342,24 @@ class NvidiaDescriptor final : public Descriptor {
     infiniStatus_t launchSums(const Args<T> &args, const ChannelStatistics<W> &statistics, double2 *partials,
                               cudaStream_t stream) const {
         constexpr int V = nvidia::kVec<T>;
-        if (rowsOfChannels(info)) {
-            if (vectors(args)) {
-                const RowsShape shape = RowsShape::of(info.channels, V);
-                rowsSumsKernel<T, W, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
-                    args, shape, statistics, partials);
-            } else {
-                const RowsShape shape = RowsShape::of(info.channels, 1);
-                rowsSumsKernel<T, W, 1><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
-                    args, shape, statistics, partials);
-            }
-        } else {
-            const unsigned grid = static_cast<unsigned>(info.channels * tiles_);
-            if (vectors(args)) {
-                tileSumsKernel<T, W, V><<<grid, kThreads, 0, stream>>>(args, statistics, partials);
-            } else {
-                tileSumsKernel<T, W, 1><<<grid, kThreads, 0, stream>>>(args, statistics, partials);
-            }
+        if (vectors(args)) {
+            return launchTiles<V>(args, rowsSumsKernel<T, W, V>, tileSumsKernel<T, W, V>, stream, statistics,
+                                  partials);
         }
-        return nvidia::launchStatus();
+        return launchTiles<1>(args, rowsSumsKernel<T, W, 1>, tileSumsKernel<T, W, 1>, stream, statistics, partials);
     }
 
     template <typename T>
     infiniStatus_t launchGradInput(const Args<T> &args, const ChannelCoefficients<ComputeOf<T>> *coefficients,
                                    cudaStream_t stream) const {
         constexpr int V = nvidia::kVec<T>;
-        if (rowsOfChannels(info)) {
-            if (vectors(args)) {
-                const RowsShape shape = RowsShape::of(info.channels, V);
-                rowsGradInputKernel<T, V><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
-                    args, shape, coefficients);
-            } else {
-                const RowsShape shape = RowsShape::of(info.channels, 1);
-                rowsGradInputKernel<T, 1><<<shape.grid(args), dim3(shape.groups, shape.row_lanes), 0, stream>>>(
-                    args, shape, coefficients);
-            }
-        } else {
-            const unsigned grid = static_cast<unsigned>(info.channels * tiles_);
-            if (vectors(args)) {
-                gradInputKernel<T, V><<<grid, kThreads, 0, stream>>>(args, coefficients);
-            } else {
-                gradInputKernel<T, 1><<<grid, kThreads, 0, stream>>>(args, coefficients);
-            }
+        if (vectors(args)) {
+            return launchTiles<V>(args, rowsGradInputKernel<T, V>, gradInputKernel<T, V>, stream, coefficients);
         }
-        return nvidia::launchStatus();
+        return launchTiles<1>(args, rowsGradInputKernel<T, 1>, gradInputKernel<T, 1>, stream, coefficients);
     }
 
-    size_t tiles_, tile_elements_;
+    Tiling tiling_;
     infini::CheckedSize workspace_;
 };
 
@@ -395,9 +367,8 @@ class NvidiaDescriptor final : public Descriptor {
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     Tiling tiling{};
-    INFINI_CHECK(planTiles(info.batch, info.channels, info.length, infini::dtypeSize(info.dtype), rowsOfChannels(info),
-                           device_id, tileSumsKernel<float, float, 4>, &tiling));
-    *desc = new NvidiaDescriptor(device_id, info, tiling.tiles, tiling.tile_elements);
+    INFINI_CHECK(planTiles(info, device_id, tileSumsKernel<float, float, 4>, &tiling));
+    *desc = new NvidiaDescriptor(device_id, info, tiling);
     return INFINI_STATUS_SUCCESS;
 }
 
