@@ -5,7 +5,8 @@
 //    same columns for every row it takes, so it loads w (and b) once.
 //  - Packed (F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
 //    row, each thread 8 elements of it as loaded (one 16-byte vector of raw 16-bit values, or two of F32; past
-//    kMaxOneVectorDim twice that), the CTA's next row already loading.
+//    kMaxOneVectorDim twice that), the CTA's next row already loading. Shorter rows laid out so: 4-32 lanes of a
+//    warp a row, in the same vectors (packedShortRowsKernel).
 //  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
 //    the output.
 // Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
@@ -287,31 +288,32 @@ struct PackedStats {
 };
 
 // The statistics of a row from this thread's elements of it: for_each(f) calls f(value, in_row) for each (values
-// past the row's end are 0). Centred: the first mean, then the sums of d = x - that mean and of d^2; else the sum
-// of squares. The same bits in every thread.
-template <bool kCentres, typename ForEach>
+// past the row's end are 0); row_sum(part) sums a float2 over the row's threads (PackedCtaSum, or a warp's
+// butterfly). Centred: the first mean, then the sums of d = x - that mean and of d^2; else the sum of squares. The
+// same bits in every thread.
+template <bool kCentres, typename ForEach, typename RowSum>
 __device__ __forceinline__ PackedStats packedRowStats(ForEach &&for_each, size_t dim, double epsilon,
-                                                      PackedCtaSum &cta_sum) {
+                                                      RowSum &&row_sum) {
     const float n = static_cast<float>(dim);
     float mean_first = 0.f, mean_rest = 0.f, variance;
     if constexpr (kCentres) {
         float sum = 0.f;
         for_each([&](float value, bool) { sum += value; });
-        mean_first = cta_sum(make_float2(sum, 0.f)).x / n;
+        mean_first = row_sum(make_float2(sum, 0.f)).x / n;
         float sum_d = 0.f, sum_d2 = 0.f;
         for_each([&](float value, bool in_row) {
             const float d = in_row ? value - mean_first : 0.f;
             sum_d += d;
             sum_d2 += d * d;
         });
-        const float2 sums = cta_sum(make_float2(sum_d, sum_d2));
+        const float2 sums = row_sum(make_float2(sum_d, sum_d2));
         mean_rest = sums.x / n;
         variance = sums.y / n - mean_rest * mean_rest;
         variance = variance < 0.f ? 0.f : variance; // NaN stays NaN, as biasedVariance
     } else {
         float squares = 0.f;
         for_each([&](float value, bool) { squares += value * value; });
-        variance = cta_sum(make_float2(squares, 0.f)).x / n;
+        variance = row_sum(make_float2(squares, 0.f)).x / n;
     }
     return PackedStats{mean_first, mean_rest, nvidia::rstdOfMeanSquare(variance, epsilon)};
 }
@@ -499,6 +501,109 @@ __global__ void emptyRowsKernel(Args<T, W, S> args) {
     }
 }
 
+// Short rows: F16/BF16/F32 rows of D < kMinPackedDim one stride apart, a multiple of 16 bytes. A group of G lanes
+// of a warp takes a row (G = 4..32, the fewest whose vectors hold it: a warp for D > 128): lane l holds vectors l,
+// l + G, .. (K of them) of it as loaded, with its columns of w and b widened in registers once. The CTA's groups take
+// neighbouring rows, and each group's next row is loading while it works on this one. A row's sums are a butterfly
+// within its group: no shared memory, no barrier. Statistics in F32, as packedRowsKernel. These rows had the
+// in-registers kernel, which gives a row a whole warp of 16 widened elements a lane and asks for the next row only
+// after this one: a BF16 row of 128 left half its warp idle, and an SM's 64 warps kept at most 64 rows in flight.
+constexpr int kShortRowThreads = 256;
+
+template <bool kCentres, typename T, typename W, typename S, int G, int K>
+__global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T, W, S> args, bool vectors) {
+    using nvidia::kPackedItems;
+    constexpr int kGroups = kShortRowThreads / G; // rows a CTA takes at a time
+    const int lane = threadIdx.x % G, group = threadIdx.x / G;
+    const unsigned dim = static_cast<unsigned>(args.dim); // < kMinPackedDim
+    auto colOf = [&](int v) { return static_cast<unsigned>(v * G + lane) * kPackedItems; };
+    float w[K][kPackedItems], b[K][kPackedItems]; // b: LayerNorm's only (RMSNorm never reads it)
+#pragma unroll
+    for (int v = 0; v < K; ++v) {
+#pragma unroll
+        for (int e = 0; e < kPackedItems; ++e) {
+            const unsigned c = colOf(v) + e;
+            w[v][e] = weightAt<float>(args, static_cast<ptrdiff_t>(c), c < dim);
+            if constexpr (kCentres) b[v][e] = biasAt<float>(args, static_cast<ptrdiff_t>(c), c < dim);
+        }
+    }
+    auto load = [&](size_t row, nvidia::Packed<T> (&raw)[K]) {
+        const T *x_row = args.x + flatOffset(args.x_rows, row);
+#pragma unroll
+        for (int v = 0; v < K; ++v) raw[v] = nvidia::loadPacked(x_row, colOf(v), dim, vectors);
+    };
+    const size_t step = static_cast<size_t>(gridDim.x) * kGroups;
+    size_t row = static_cast<size_t>(blockIdx.x) * kGroups + group;
+    // The loop runs while the warp's first group has a row, so every lane of the warp meets each butterfly's
+    // shuffles (full-warp masks); a group past the last row sums zeros and writes nothing.
+    size_t warp_row = row - group % (32 / G);
+    nvidia::Packed<T> x_raw[K] = {};
+    if (row < args.rows) load(row, x_raw);
+    for (; warp_row < args.rows; row += step, warp_row += step) {
+        nvidia::Packed<T> x_next[K] = {};
+        if (row + step < args.rows) load(row + step, x_next);
+        const PackedStats stats = packedRowStats<kCentres>(
+            [&](auto &&f) {
+#pragma unroll
+                for (int v = 0; v < K; ++v) {
+                    float x[kPackedItems];
+                    nvidia::unpack<T>(x_raw[v], x);
+#pragma unroll
+                    for (int e = 0; e < kPackedItems; ++e) f(x[e], colOf(v) + e < dim);
+                }
+            },
+            args.dim, args.epsilon, [](float2 part) { return nvidia::warpAllSum<G>(part); });
+        if (row < args.rows) {
+            if (lane == 0) writePackedStats(args, row, stats);
+            T *y_row = args.y + flatOffset(args.y_rows, row);
+            T *xhat_row = args.xhat != nullptr ? args.xhat + flatOffset(args.xhat_rows, row) : nullptr;
+#pragma unroll
+            for (int v = 0; v < K; ++v) {
+                float x[kPackedItems];
+                nvidia::unpack<T>(x_raw[v], x);
+#pragma unroll
+                for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
+                if (xhat_row != nullptr) nvidia::storePacked(xhat_row, colOf(v), dim, vectors, x);
+#pragma unroll
+                for (int e = 0; e < kPackedItems; ++e) {
+                    if constexpr (kCentres) {
+                        x[e] = x[e] * w[v][e] + b[v][e];
+                    } else {
+                        x[e] = x[e] * w[v][e];
+                    }
+                }
+                nvidia::storePacked(y_row, colOf(v), dim, vectors, x);
+            }
+        }
+#pragma unroll
+        for (int v = 0; v < K; ++v) x_raw[v] = x_next[v];
+    }
+}
+
+// The short-rows kernel for a row of `dim` (< kMinPackedDim): lanes a row and vectors a lane as its comment says.
+struct ShortRowsShape {
+    int lanes = 0, vectors = 0;
+    static ShortRowsShape of(size_t dim) {
+        const size_t needed = (dim + nvidia::kPackedItems - 1) / nvidia::kPackedItems; // vectors of the row
+        if (needed > 32) return ShortRowsShape{32, static_cast<int>((needed + 31) / 32)};
+        int lanes = 4;
+        while (static_cast<size_t>(lanes) < needed) lanes *= 2;
+        return ShortRowsShape{lanes, 1};
+    }
+};
+
+// Calls body(kernel) with the instantiation of packedShortRowsKernel for `shape`.
+template <bool kCentres, typename T, typename W, typename S, typename Body>
+infiniStatus_t withShortRowsKernel(ShortRowsShape shape, Body &&body) {
+    if (shape.vectors > 1) return body(packedShortRowsKernel<kCentres, T, W, S, 32, 2>);
+    switch (shape.lanes) {
+    case 4: return body(packedShortRowsKernel<kCentres, T, W, S, 4, 1>);
+    case 8: return body(packedShortRowsKernel<kCentres, T, W, S, 8, 1>);
+    case 16: return body(packedShortRowsKernel<kCentres, T, W, S, 16, 1>);
+    default: return body(packedShortRowsKernel<kCentres, T, W, S, 32, 1>);
+    }
+}
+
 // Whether every row of these tensors starts on a 16-byte boundary (vector loads and stores are then legal).
 inline bool rowsAligned16(const void *base, const RowLayout &rows, size_t element_size) {
     return base == nullptr || (nvidia::aligned16(base) && vectorStrides(element_size, {rows}));
@@ -532,11 +637,12 @@ void launchInRegisters(const Args<T, W, S> &args, int group, int multiprocessors
     }
 }
 
-// What a descriptor decides once, at its creation: the device's SMs, and for rows the packed kernel takes, its
-// threads and grid (the CTAs its SMs hold at once).
+// What a descriptor decides once, at its creation: the device's SMs, and for rows a packed kernel takes, its
+// threads (or the short rows' shape) and grid (the CTAs its SMs hold at once).
 struct Plan {
     int multiprocessors = 1;
-    int packed_threads = 0; // 0: not the packed kernel
+    int packed_threads = 0;   // 0: not packedRowsKernel or packedTwoVectorRowsKernel
+    ShortRowsShape short_rows; // lanes 0: not packedShortRowsKernel
     unsigned packed_ctas = 0;
 };
 
@@ -552,6 +658,16 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
         if (dim > kMaxOneVectorDim) {
             INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<kCentres>(),
                                             sizeof(CtaSumSlots), &two_vectors_fit));
+        }
+        if (packable_rows && dim > 0 && dim < kMinPackedDim && rows > 0) {
+            int per_sm = 1;
+            p.short_rows = ShortRowsShape::of(dim);
+            INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, [&](auto kernel) {
+                return nvidia::residentCtas(kernel, kShortRowThreads, &per_sm);
+            })));
+            const size_t groups = kShortRowThreads / p.short_rows.lanes; // rows a CTA takes at a time
+            const size_t ctas = (rows + groups - 1) / groups;
+            p.packed_ctas = static_cast<unsigned>(std::min(ctas, static_cast<size_t>(p.multiprocessors) * per_sm));
         }
         if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;
@@ -594,9 +710,15 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
         return nvidia::launchStatus();
     }
     if constexpr (!std::is_same_v<T, double>) {
+        const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
+                             (call.xhat == nullptr || nvidia::aligned16(call.xhat));
+        if (plan.short_rows.lanes > 0) {
+            return withShortRowsKernel<kCentres, T, W, S>(plan.short_rows, [&](auto kernel) {
+                kernel<<<plan.packed_ctas, kShortRowThreads, 0, stream>>>(args, vectors);
+                return nvidia::launchStatus();
+            });
+        }
         if (plan.packed_threads > 0) {
-            const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
-                                 (call.xhat == nullptr || nvidia::aligned16(call.xhat));
             if (dim > kMaxOneVectorDim) {
                 packedTwoVectorRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads,
                                                       packedTwoVectorSharedBytes<kCentres>(), stream>>>(args, vectors);

@@ -117,10 +117,13 @@ __device__ __forceinline__ void storePacked(T *row, size_t col, size_t dim, bool
     }
 }
 
-// Sum over the warp by a xor butterfly, in F32: every lane ends with the same bits (IEEE addition commutes).
+// Sum over each aligned group of Lanes lanes of the warp (the whole warp by default) by a xor butterfly, in F32: every
+// lane of a group ends with the same bits (IEEE addition commutes). Every lane of the warp must call it.
+template <int Lanes = 32>
 __device__ __forceinline__ float2 warpAllSum(float2 value) {
+    static_assert(Lanes >= 1 && Lanes <= 32 && (Lanes & (Lanes - 1)) == 0, "a power of two up to a warp");
 #pragma unroll
-    for (int mask = 16; mask > 0; mask /= 2) {
+    for (int mask = Lanes / 2; mask > 0; mask /= 2) {
         value.x += __shfl_xor_sync(kFullMask, value.x, mask);
         value.y += __shfl_xor_sync(kFullMask, value.y, mask);
     }
