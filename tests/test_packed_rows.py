@@ -1,6 +1,6 @@
 """The row backwards on F16/BF16 rows laid one stride apart: on CUDA these take the packed plans
-(native/src/ops/row_backward_nvidia.cuh): rows of up to 512 elements a warp a row (packedWarpRowsKernel, one or two
-16-byte vectors of each input a lane, no CTA barrier per row), longer ones a CTA a row (packedRowsKernel, one
+(native/src/ops/row_backward_nvidia.cuh): rows of up to 512 elements 4-32 lanes of a warp a row (packedWarpRowsKernel,
+one or two 16-byte vectors of each input a lane, no CTA barrier per row), longer ones a CTA a row (packedRowsKernel, one
 16-byte vector of each input a thread, the next row loading through this one's single barrier). Every form that
 reaches it, against float64 references of the exact rounded inputs: RMSNorm from x alone, with F32 weights and a
 saved rstd, without grad_w; LayerNorm from xhat and std, and from the input with its mean and rstd; rows that end
@@ -19,14 +19,15 @@ from _helpers import (BF16, F16, F32, LAYER_NORM_EPS, assert_close, at_vector_of
                       layer_norm_forward_reference, layer_norm_reference, rms_norm_forward_reference, rms_reference,
                       rounded)
 
-# (leading dims, D): the warp rows' one vector a lane (300 rows: several rows a warp, each of the CTA's 8 warps with
-# its own count) and two (D = 264: lane 0's second vector is the row's last, the other lanes' second ones empty);
-# then the CTA-a-row plan's D from its least to its most; 141 rows of 4104 and 140 of 8192 are more than an H200's
-# 132 SMs, which the packed plan needs for rows over 4096 (fewer take the split plan).
+# (leading dims, D): the warp rows' groups of 4, 8, 16 and 32 lanes a row with one vector a lane (D = 24, 64, 128,
+# 256; more rows than a CTA's groups take at once, the last ones leaving part of a warp idle, which must still meet
+# its butterflies) and a warp with two (D = 264: lane 0's second vector is the row's last, the other lanes' second
+# ones empty); then the CTA-a-row plan's D from its least to its most; 141 rows of 4104 and 140 of 8192 are more
+# than an H200's 132 SMs, which the packed plan needs for rows over 4096 (fewer take the split plan).
 # Past 8192: D = 12004 (contiguous rows 24008 bytes apart: not the packed plans), and 16384: RMSNorm's two vectors a
 # thread (packedTwoVectorRowsKernel), LayerNorm's split plan.
-SHAPES = [((300,), 64), ((9, 13), 264), ((67,), 512), ((4, 10), 1000), ((33,), 3000), ((3, 47), 4104), ((140,), 8192),
-          ((140,), 12004), ((140,), 16384)]
+SHAPES = [((1100,), 24), ((300,), 64), ((5, 31), 128), ((70,), 256), ((9, 13), 264), ((67,), 512), ((4, 10), 1000),
+          ((33,), 3000), ((3, 47), 4104), ((140,), 8192), ((140,), 12004), ((140,), 16384)]
 DTYPES = (F16, BF16)
 
 

@@ -481,45 +481,69 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
 }
 
 // Warp rows: F16/BF16 rows of at most kMaxWarpRowDim elements whose rows start 16-byte vectors apart. A CTA of
-// kWarpRowThreads threads takes a contiguous range of rows, each warp every kWarps-th of them, a whole row at a
-// time: lane l holds vectors l, l + 32, .. (K of them) of a and b as raw 16-bit values and w's columns of those
-// vectors widened in registers, so a row needs no CTA barrier (the warp's butterfly is its whole reduction). The
-// row sums and coefficients are F32, as in packedRowsKernel. At the end the warps' partials are added in warp
-// order through shared memory (the CTA's one barrier) and written as one partial row. On an H200 this form
-// (scripts/gpu_variants `warp16`, `warp32`) took 0.78-0.91 of copy at D 512 and 1024, 0.031 ms against the CTA-a-row
-// form's 0.035 at 32768x512; shorter rows had the one-pass kernel (a warp a row too, but 16 widened elements a lane
-// and F64 sums). At D 1024 the two forms were level, and K = 4 holds 64 partials a lane for LayerNorm: D 1024
-// stays with the packed plan.
+// kWarpRowThreads threads takes a contiguous range of rows, a group of G lanes of a warp a row at a time (G = 4..32,
+// the fewest whose vectors hold the row: a warp past 128 elements), each group every kGroups-th row: lane l holds
+// vectors l, l + G, .. (K of them) of a and b as raw 16-bit values and w's columns of those vectors widened in
+// registers, so a row needs no CTA barrier (the group's butterfly is its whole reduction). The row sums and
+// coefficients are F32, as in packedRowsKernel. At the end a warp's groups add their partials by a butterfly across
+// groups, the warps add theirs in warp order through shared memory (the CTA's one barrier), and the CTA writes one
+// partial row. On an H200 the warp-a-row form (scripts/gpu_variants `warp16`, `warp32`) took 0.78-0.91 of copy at
+// D 512 and 1024, 0.031 ms against the CTA-a-row form's 0.035 at 32768x512; shorter rows had the one-pass kernel (a
+// warp a row too, but 16 widened elements a lane and F64 sums). At D 1024 the two forms were level, and K = 4 holds
+// 64 partials a lane for LayerNorm: D 1024 stays with the packed plan. Groups under a warp (rows of 128 and less,
+// where a warp a row left lanes idle) are not yet timed on a GPU.
 constexpr size_t kMaxWarpRowDim = 512;
 constexpr int kWarpRowThreads = 256;
 
-template <typename Terms, typename T, typename W, typename S, int K>
+template <typename Terms, typename T, typename W, typename S, int G, int K>
 __global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowThreads)
     packedWarpRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
     using C = ComputeOf<T>;
-    constexpr int kWarps = kWarpRowThreads / 32;
-    __shared__ C warp_acc[kWarps - 1][K][Terms::kPartials][kPackedItems][32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    auto colOf = [&](int v) { return static_cast<size_t>(v * 32 + lane) * kPackedItems; };
+    constexpr int kWarps = kWarpRowThreads / 32, kGroupsPerWarp = 32 / G, kGroups = kWarpRowThreads / G;
+    __shared__ C warp_acc[kWarps - 1][K][Terms::kPartials][kPackedItems][G];
+    const int lane = threadIdx.x % G, warp = threadIdx.x / 32;
+    auto colOf = [&](int v) { return static_cast<size_t>(v * G + lane) * kPackedItems; };
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
     C w[K * kPackedItems]; // w[8v + e]: column colOf(v) + e
-    loadWeights<32, kPackedItems, K * kPackedItems>(args, 0, lane, w);
+    loadWeights<G, kPackedItems, K * kPackedItems>(args, 0, lane, w);
     C acc[K][Terms::kPartials][kPackedItems] = {};
-    for (size_t row = first + warp; row < last; row += kWarps) {
-        uint4 a_raw[K], b_raw[K];
-        loadPackedVectors(args.a + flatOffset(args.a_rows, row), args.b + flatOffset(args.b_rows, row), colOf, args.dim,
-                          vectors, a_raw, b_raw);
-        const Pair<C> centering = centeringOf<Terms>(args, row);
+    // The loop runs while the warp's first group has a row, so every lane of the warp meets each butterfly's
+    // shuffles (full-warp masks); a group past the CTA's last row sums zeros and writes nothing.
+    const size_t group_in_warp = (threadIdx.x / G) % kGroupsPerWarp;
+    for (size_t warp_row = first + static_cast<size_t>(warp) * kGroupsPerWarp; warp_row < last; warp_row += kGroups) {
+        const size_t row = warp_row + group_in_warp;
+        const bool in_range = row < last;
+        uint4 a_raw[K] = {}, b_raw[K] = {};
+        Pair<C> centering{C(0), C(1)};
+        if (in_range) {
+            loadPackedVectors(args.a + flatOffset(args.a_rows, row), args.b + flatOffset(args.b_rows, row), colOf,
+                              args.dim, vectors, a_raw, b_raw);
+            centering = centeringOf<Terms>(args, row);
+        }
         const Pair<C> thread_sums = packedVectorSums<Terms, T>(a_raw, b_raw, centering, w);
-        const float2 sums = warpAllSum(make_float2(thread_sums.first, thread_sums.second));
-        const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
-        packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw, b_raw,
-                                   centering, w, k, acc);
+        const float2 sums = nvidia::warpAllSum<G>(make_float2(thread_sums.first, thread_sums.second));
+        if (in_range) {
+            const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
+            packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw,
+                                       b_raw, centering, w, k, acc);
+        }
     }
     if (!anyPartials<Terms>(args)) return; // the same for every thread of the CTA
 
-    if (warp > 0) {
+#pragma unroll
+    for (int mask = 16; mask >= G; mask /= 2) { // the warp's groups, the same columns each: none where G == 32
+#pragma unroll
+        for (int v = 0; v < K; ++v) {
+#pragma unroll
+            for (int p = 0; p < Terms::kPartials; ++p) {
+#pragma unroll
+                for (int e = 0; e < kPackedItems; ++e) acc[v][p][e] += __shfl_xor_sync(0xffffffffu, acc[v][p][e], mask);
+            }
+        }
+    }
+    const bool first_group = threadIdx.x % 32 < G; // holds its warp's sums (as does every group of the warp)
+    if (warp > 0 && first_group) {
 #pragma unroll
         for (int v = 0; v < K; ++v) {
 #pragma unroll
@@ -530,7 +554,7 @@ __global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowTh
         }
     }
     __syncthreads();
-    if (warp != 0) return;
+    if (warp != 0 || !first_group) return;
     for (int g = 0; g < kWarps - 1; ++g) {
 #pragma unroll
         for (int v = 0; v < K; ++v) {
@@ -628,6 +652,7 @@ struct Plan {
     bool split = false;
     int packed_threads = 0;      // packed plan: threads per CTA (a row each); 0: another plan
     int warp_row_vectors = 0;    // warp rows plan: vectors a lane (K of packedWarpRowsKernel); 0: another plan
+    int warp_row_lanes = 32;     // warp rows plan: lanes a row (G of packedWarpRowsKernel)
     int group = 32;              // one pass: threads per row
     size_t ctas = 0;             // one pass and packed: CTAs = partial rows
     size_t rows_per_cta = 1;     // one pass and packed
@@ -691,12 +716,17 @@ infiniStatus_t withPackedKernel(size_t dim, int threads, Body &&body) {
     return body(packedRowsKernel<Terms, T, W, S, 1024>, size_t(0));
 }
 
-// The warp rows kernel for `vectors` vectors a lane: body(kernel).
+// The warp rows kernel for `lanes` lanes a row and `vectors` vectors a lane: body(kernel).
 template <typename Terms, typename T, typename W, typename Body>
-infiniStatus_t withWarpRowsKernel(int vectors, Body &&body) {
+infiniStatus_t withWarpRowsKernel(int lanes, int vectors, Body &&body) {
     using S = ScalarOf<Terms, T, W>;
-    if (vectors == 1) return body(packedWarpRowsKernel<Terms, T, W, S, 1>);
-    return body(packedWarpRowsKernel<Terms, T, W, S, 2>);
+    if (vectors > 1) return body(packedWarpRowsKernel<Terms, T, W, S, 32, 2>);
+    switch (lanes) {
+    case 4: return body(packedWarpRowsKernel<Terms, T, W, S, 4, 1>);
+    case 8: return body(packedWarpRowsKernel<Terms, T, W, S, 8, 1>);
+    case 16: return body(packedWarpRowsKernel<Terms, T, W, S, 16, 1>);
+    default: return body(packedWarpRowsKernel<Terms, T, W, S, 32, 1>);
+    }
 }
 
 // Threads a row of the packed plan: one per vector, in whole warps; kMaxPackedThreads past kMaxOneVectorDim.
@@ -747,9 +777,12 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
         size_t rows_at_once = groups_per_cta; // rows a CTA holds at a time
         if constexpr (sizeof(T) == 2) {
             if (warp_rows) {
-                p.warp_row_vectors = static_cast<int>(ceilDiv(dim, 32 * kPackedItems));
-                rows_at_once = kWarpRowThreads / 32;
-                INFINI_CHECK((withWarpRowsKernel<Terms, T, W>(p.warp_row_vectors, [&](auto kernel) {
+                const size_t row_vectors = ceilDiv(dim, kPackedItems);
+                p.warp_row_vectors = static_cast<int>(ceilDiv(row_vectors, 32));
+                p.warp_row_lanes = 4;
+                while (static_cast<size_t>(p.warp_row_lanes) < std::min<size_t>(row_vectors, 32)) p.warp_row_lanes *= 2;
+                rows_at_once = kWarpRowThreads / p.warp_row_lanes;
+                INFINI_CHECK((withWarpRowsKernel<Terms, T, W>(p.warp_row_lanes, p.warp_row_vectors, [&](auto kernel) {
                     return nvidia::residentCtas(kernel, kWarpRowThreads, &per_sm);
                 })));
             }
@@ -817,7 +850,7 @@ template <typename Terms, typename T, typename W, typename S>
 infiniStatus_t launchWarpRows(const Plan &plan, const Args<T, W, S> &args, bool vectors, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(plan.ctas));
     const size_t rows_per_cta = plan.rows_per_cta;
-    return withWarpRowsKernel<Terms, T, W>(plan.warp_row_vectors, [&](auto kernel) {
+    return withWarpRowsKernel<Terms, T, W>(plan.warp_row_lanes, plan.warp_row_vectors, [&](auto kernel) {
         kernel<<<grid, kWarpRowThreads, 0, stream>>>(args, rows_per_cta, vectors);
         return nvidia::launchStatus();
     });
