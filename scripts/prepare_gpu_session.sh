@@ -8,7 +8,7 @@
 #     lines as gpu-ab/CASES (scripts/gpu_ab.sh).
 # Then, with the device tool:
 #   run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=600)
-# (or VERIFY_GPU_STEPS=ab first, timeout_s=480, where the A/Bs decide what the rest should time). All three are
+# (or VERIFY_GPU_STEPS=ab first, timeout_s=520, where the A/Bs decide what the rest should time). All three are
 # ignored by git; together they stay well under the 64 MiB a call carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
