@@ -318,6 +318,28 @@ __device__ __forceinline__ PackedStats packedRowStats(ForEach &&for_each, size_t
     return PackedStats{mean_first, mean_rest, nvidia::rstdOfMeanSquare(variance, epsilon)};
 }
 
+// Calls f(value, in_row) for each element of a thread's K vectors of a row as loaded (raw[v]: columns colOf(v) ..).
+template <typename T, int K, typename ColOf, typename F>
+__device__ __forceinline__ void forEachPacked(const nvidia::Packed<T> (&raw)[K], ColOf colOf, unsigned dim, F &&f) {
+#pragma unroll
+    for (int v = 0; v < K; ++v) {
+        float x[nvidia::kPackedItems];
+        nvidia::unpack<T>(raw[v], x);
+#pragma unroll
+        for (int e = 0; e < nvidia::kPackedItems; ++e) f(x[e], colOf(v) + e < dim);
+    }
+}
+
+// x = a vector's xhat (raw: as loaded, at columns col ..), also stored into xhat_row where that is wanted.
+template <typename T>
+__device__ __forceinline__ void packedXhat(nvidia::Packed<T> raw, const PackedStats &stats, T *xhat_row, unsigned col,
+                                           unsigned dim, bool vectors, float (&x)[nvidia::kPackedItems]) {
+    nvidia::unpack<T>(raw, x);
+#pragma unroll
+    for (int e = 0; e < nvidia::kPackedItems; ++e) x[e] = stats.xhat(x[e]);
+    if (xhat_row != nullptr) nvidia::storePacked(xhat_row, col, dim, vectors, x);
+}
+
 template <typename T, typename W, typename S>
 __device__ __forceinline__ void writePackedStats(const Args<T, W, S> &args, size_t row, const PackedStats &stats) {
     writeStats(args, row, RowStats{static_cast<double>(stats.mean_first) + static_cast<double>(stats.mean_rest),
@@ -424,26 +446,14 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKerne
         nvidia::Packed<T> x_next[kTwoVectors] = {};
         if (next < args.rows) load(next, x_next);
         const PackedStats stats = packedRowStats<kCentres>(
-            [&](auto &&f) {
-#pragma unroll
-                for (int v = 0; v < kTwoVectors; ++v) {
-                    float x[kPackedItems];
-                    nvidia::unpack<T>(x_raw[v], x);
-#pragma unroll
-                    for (int e = 0; e < kPackedItems; ++e) f(x[e], colOf(v) + e < dim);
-                }
-            },
-            args.dim, args.epsilon, cta_sum);
+            [&](auto &&f) { forEachPacked<T>(x_raw, colOf, dim, f); }, args.dim, args.epsilon, cta_sum);
         if (t == 0) writePackedStats(args, row, stats);
         T *y_row = args.y + flatOffset(args.y_rows, row);
         T *xhat_row = args.xhat != nullptr ? args.xhat + flatOffset(args.xhat_rows, row) : nullptr;
 #pragma unroll
         for (int v = 0; v < kTwoVectors; ++v) {
             float x[kPackedItems];
-            nvidia::unpack<T>(x_raw[v], x);
-#pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
-            if (xhat_row != nullptr) nvidia::storePacked(xhat_row, colOf(v), dim, vectors, x);
+            packedXhat(x_raw[v], stats, xhat_row, colOf(v), dim, vectors, x);
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float4 w = w4[(2 * v + h) * kMaxPackedThreads + t];
@@ -542,17 +552,9 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
     for (; warp_row < args.rows; row += step, warp_row += step) {
         nvidia::Packed<T> x_next[K] = {};
         if (row + step < args.rows) load(row + step, x_next);
-        const PackedStats stats = packedRowStats<kCentres>(
-            [&](auto &&f) {
-#pragma unroll
-                for (int v = 0; v < K; ++v) {
-                    float x[kPackedItems];
-                    nvidia::unpack<T>(x_raw[v], x);
-#pragma unroll
-                    for (int e = 0; e < kPackedItems; ++e) f(x[e], colOf(v) + e < dim);
-                }
-            },
-            args.dim, args.epsilon, [](float2 part) { return nvidia::warpAllSum<G>(part); });
+        const PackedStats stats = packedRowStats<kCentres>([&](auto &&f) { forEachPacked<T>(x_raw, colOf, dim, f); },
+                                                           args.dim, args.epsilon,
+                                                           [](float2 part) { return nvidia::warpAllSum<G>(part); });
         if (row < args.rows) {
             if (lane == 0) writePackedStats(args, row, stats);
             T *y_row = args.y + flatOffset(args.y_rows, row);
@@ -560,10 +562,7 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
 #pragma unroll
             for (int v = 0; v < K; ++v) {
                 float x[kPackedItems];
-                nvidia::unpack<T>(x_raw[v], x);
-#pragma unroll
-                for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
-                if (xhat_row != nullptr) nvidia::storePacked(xhat_row, colOf(v), dim, vectors, x);
+                packedXhat(x_raw[v], stats, xhat_row, colOf(v), dim, vectors, x);
 #pragma unroll
                 for (int e = 0; e < kPackedItems; ++e) {
                     if constexpr (kCentres) {
