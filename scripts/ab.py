@@ -9,6 +9,11 @@ both sides' gradients have the same bits.
                          [--calls 30] [--threads 2] [--after-copy] [--json]
     python scripts/ab.py A B --device nvidia --op batch_norm --dtype float16 --shape 128x512x7x7
                          [--layout channels_last] [--processes 2]
+    python scripts/ab.py A B --device nvidia --cases FILE [--processes 2] [--json]
+
+--cases FILE: one case a line (the case options above: --op, --dtype, --shape, --forward, --layout), all of them
+timed in each process, so that a GPU session pays a process's start (torch, CUDA) once per side, not once per case;
+the report is then one per case, in the file's order.
 
 A and B: a directory holding libinfiniop.so (set as INFINIOP_PY_LIBRARY_DIR), or `installed` for the library the
 package finds itself, each optionally followed by `:ISA` (INFINIOP_CPU_ISA), e.g. `installed:avx2`. Without
@@ -72,7 +77,7 @@ def _child_nvidia(args):
     import infiniop_py as ip
     from infiniop_py.bench import nvidia, nvidia_forward
 
-    torch = nvidia.require_cuda(0)
+    torch = nvidia.require_cuda(0)  # cached by torch: each case after the first pays nothing here
     device = "cuda:0"
     torch.cuda.set_device(device)
     shape = tuple(int(size) for size in args.shape.split("x"))
@@ -94,6 +99,42 @@ def _child_nvidia(args):
     return {"median_s": runs[1], "min_s": runs[0], "copy_gbs": copy / 1e9, "bits": bits[:16]}
 
 
+def _child_cases(args):
+    """One process's samples of every case of --cases, in order; a case that raises gets {"error": ...} and the rest
+    still run. A machine that cannot run any case (no GPU, no torch) fails the process as one case would."""
+    cases = _read_cases(args.cases)
+    if args.device == "nvidia":
+        from infiniop_py.bench import nvidia
+
+        nvidia.require_cuda(0)
+    samples = []
+    for case in cases:
+        case_args = argparse.Namespace(**{**vars(args), **vars(case)})
+        try:
+            samples.append((_child_nvidia if args.device == "nvidia" else _child)(case_args))
+        except Exception as error:  # noqa: BLE001: the error is the case's report
+            samples.append({"error": f"{type(error).__name__}: {error}"})
+    return samples
+
+
+def _case_parser():
+    parser = argparse.ArgumentParser(prog="a line of --cases", add_help=False)
+    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"),
+                        required=True)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), required=True)
+    parser.add_argument("--shape", required=True)
+    parser.add_argument("--forward", action="store_true")
+    parser.add_argument("--layout", choices=("channels_first", "channels_last"), default="channels_first")
+    return parser
+
+
+def _read_cases(path):
+    """The cases of a --cases file: a Namespace of the case options a line (blank lines and # comments skipped)."""
+    with open(path) as file:
+        lines = [line.strip() for line in file]
+    return [_case_parser().parse_args(line.split()) for line in lines if line and not line.startswith("#")]
+
+
 def _environment(side, threads):
     directory, _, isa = side.partition(":")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
@@ -109,10 +150,15 @@ def _environment(side, threads):
 
 
 def _sample(side, args):
-    command = [sys.executable, os.path.abspath(__file__), "--child", "--op", args.op, "--dtype", args.dtype,
-               "--shape", args.shape, "--calls", str(args.calls), "--threads", str(args.threads)]
-    command += [flag for flag, wanted in (("--after-copy", args.after_copy), ("--forward", args.forward)) if wanted]
-    command += ["--device", args.device, "--layout", args.layout]
+    """One process's sample (with --cases: its list of samples, a case each)."""
+    command = [sys.executable, os.path.abspath(__file__), "--child", "--calls", str(args.calls),
+               "--threads", str(args.threads), "--device", args.device]
+    if args.cases:
+        command += ["--cases", os.path.abspath(args.cases)]
+    else:
+        command += ["--op", args.op, "--dtype", args.dtype, "--shape", args.shape, "--layout", args.layout]
+        command += ["--forward"] * args.forward
+    command += ["--after-copy"] * args.after_copy
     result = subprocess.run(command, env=_environment(side, args.threads), capture_output=True, text=True,
                             timeout=600)
     if result.returncode != 0:
@@ -121,16 +167,29 @@ def _sample(side, args):
 
 
 def compare(args):
-    """{side: [samples]} in ABBA order, and the summary."""
+    """{side: [samples]} in ABBA order, and the summary (with --cases: a list of them, a case each)."""
     sides = {"A": args.a, "B": args.b}
     samples = {"A": [], "B": []}
     for process in range(args.processes):
         for name in ("AB" if process % 2 == 0 else "BA"):
             samples[name].append(_sample(sides[name], args))
+    if not args.cases:
+        return _summary(args, sides, samples)
+    return [_summary(argparse.Namespace(**{**vars(args), **vars(case)}), sides,
+                     {name: [process[index] for process in own] for name, own in samples.items()})
+            for index, case in enumerate(_read_cases(args.cases))]
+
+
+def _summary(args, sides, samples):
+    """One case's report from its samples, {side: [sample a process]}."""
+    errors = sorted({s["error"] for own in samples.values() for s in own if "error" in s})
+    if errors:
+        return {"case": _case_name(args), "device": args.device, "forward": args.forward, "sides": sides,
+                "error": "; ".join(errors)}
     a, b = ([s["median_s"] for s in samples[name]] for name in "AB")
     every = samples["A"] + samples["B"]
     return {
-        "case": f"{args.op} {args.dtype} {args.shape}" + (f" {args.layout}" if args.op == "batch_norm" else ""),
+        "case": _case_name(args),
         "device": args.device, "forward": args.forward, "threads": args.threads,
         "after_copy": args.after_copy,
         "sides": sides, "samples": samples,
@@ -141,7 +200,13 @@ def compare(args):
     }
 
 
+def _case_name(args):
+    return f"{args.op} {args.dtype} {args.shape}" + (f" {args.layout}" if args.op == "batch_norm" else "")
+
+
 def format_report(report):
+    if "error" in report:
+        return f"{report['case']}{' forward' if report['forward'] else ''}: failed: {report['error']}"
     if report["device"] == "nvidia":
         lines = [f"{report['case']} on the GPU, CUDA graphs of 10 calls"]
     else:
@@ -161,10 +226,10 @@ def argument_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", nargs="?")
     parser.add_argument("b", nargs="?")
-    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"),
-                        required=True)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), required=True)
-    parser.add_argument("--shape", required=True, help="e.g. 4096x4096, or 256x64x4096 for batch_norm")
+    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"))
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--shape", help="e.g. 4096x4096, or 256x64x4096 for batch_norm")
+    parser.add_argument("--cases", help="a file of cases, one a line, instead of --op, --dtype and --shape")
     parser.add_argument("--processes", type=int, default=6, help="processes per side (default 6)")
     parser.add_argument("--calls", type=int, default=30, help="timed calls per process (default 30)")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 2)))
@@ -181,14 +246,25 @@ def argument_parser():
 def main(argv=None):
     parser = argument_parser()
     args = parser.parse_args(argv)
+    if args.cases and any(getattr(args, name) not in (None, False) for name in ("op", "dtype", "shape", "forward")):
+        parser.error("--cases replaces --op, --dtype, --shape and --forward")
+    if not args.cases and None in (args.op, args.dtype, args.shape):
+        parser.error("--op, --dtype and --shape are required (or --cases)")
     if args.child:
-        print(json.dumps((_child_nvidia if args.device == "nvidia" else _child)(args)))
+        child = _child_cases if args.cases else _child_nvidia if args.device == "nvidia" else _child
+        print(json.dumps(child(args)))
         return 0
     if args.a is None or args.b is None:
         parser.error("A and B are required")
+    if args.cases:
+        _read_cases(args.cases)  # a bad line fails here, before any process starts
     report = compare(args)
-    print(json.dumps(report, indent=1) if args.json else format_report(report))
-    return 0
+    reports = report if args.cases else [report]
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print("\n\n".join(format_report(one) for one in reports))
+    return 1 if any("error" in one for one in reports) else 0
 
 
 if __name__ == "__main__":

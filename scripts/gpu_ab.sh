@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 53's A/B of library builds on an NVIDIA GPU: each gpu-ab/NAME.tar.xz (scripts/prebuild_gpu_ab.sh) timed
-# against gpu-ab/base.tar.xz by scripts/ab.py --device nvidia (a process a side, each case timed as
-# `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line of ab.py options each,
+# against gpu-ab/base.tar.xz by scripts/ab.py --device nvidia --cases (two processes a side, ABBA, each timing every
+# case of the variant as `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line of ab.py options each,
 # optionally after "[NAME,NAME2] ": then for those variants only; without that file, the cases below: issue 53's
 # losing BatchNorm shapes, ResNet-50's channels-last layers, and one row norm of each kind). From the repository root, the package importable with its Python dependencies (the `ab`
 # step of scripts/verify_gpu.sh runs it so):
@@ -34,10 +34,11 @@ for archive in gpu-ab/*.tar.xz; do
     echo "$name: $(cat "$libs/$name/REVISION")" | tee -a "$out/ab.txt"
 done
 status=0
-reports=()
 for variant in "$libs"/*; do
+    [[ -d "$variant" ]] || continue
     name="$(basename "$variant")"
     [[ "$name" == base ]] && continue
+    : >"$libs/$name.cases"
     for line in "${cases[@]}"; do
         case="$line"
         if [[ "$line" =~ ^\[([^]]*)\][[:space:]]*(.*)$ ]]; then  # [variants] options: those variants only
@@ -45,17 +46,23 @@ for variant in "$libs"/*; do
             case="${BASH_REMATCH[2]}"
         fi
         echo "== $name against base: $case" | tee -a "$out/ab.txt"
-        # shellcheck disable=SC2086  # a case is a line of options
-        if report="$(python3 scripts/ab.py "$libs/base" "$variant" --device nvidia --processes 1 --calls 20 $case \
-            --json 2>>"$out/ab.txt")"; then
-            reports+=("$report")
-            python3 -c 'import json, sys; sys.path.insert(0, "scripts"); import ab
-print(ab.format_report(json.loads(sys.stdin.read())))' <<<"$report" | tee -a "$out/ab.txt"
-        else
-            echo "failed: see above" | tee -a "$out/ab.txt"
-            status=1
-        fi
+        echo "$case" >>"$libs/$name.cases"
     done
+    [[ -s "$libs/$name.cases" ]] || continue
+    # Every case of this variant in one process a side (ABBA: two each), so that torch's and CUDA's start is paid
+    # four times a variant rather than twice a case; a case that fails is reported so, and the others still run.
+    python3 scripts/ab.py "$libs/base" "$variant" --device nvidia --processes 2 --calls 20 \
+        --cases "$libs/$name.cases" --json >"$libs/$name.json" 2>>"$out/ab.txt" || status=1
+    if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); import ab
+for report in json.load(open(sys.argv[1])): print(ab.format_report(report))' "$libs/$name.json" 2>/dev/null \
+        | tee -a "$out/ab.txt" | grep -q .; then
+        :
+    else
+        echo "$name: failed: see above" | tee -a "$out/ab.txt"
+        rm -f "$libs/$name.json"
+        status=1
+    fi
 done
-(IFS=,; echo "[${reports[*]}]") >"$out/ab.json"
+python3 -c 'import json, sys; print(json.dumps([r for path in sys.argv[1:] for r in json.load(open(path))], indent=1))' \
+    $(compgen -G "$libs/*.json") >"$out/ab.json"
 exit "$status"

@@ -146,9 +146,9 @@ step training 240 python3 -m infiniop_py bench --training --device nvidia --json
 step bench-rows 150 python3 -m infiniop_py bench --device nvidia --ops rms_norm layer_norm --json "$out/bench_rows.json"
 step bench-batch-norm 90 python3 -m infiniop_py bench --device nvidia --ops batch_norm \
     --json "$out/bench_batch_norm.json"
-# 480 s: the A/Bs of scripts/gpu_ab_pending (27 runs, two processes each) when run alone (VERIFY_GPU_STEPS=ab);
-# in a whole run the budget left by then caps it.
-[[ -f gpu-ab/base.tar.xz ]] && step ab 480 bash scripts/gpu_ab.sh "$out"
+# The A/Bs of scripts/gpu_ab_pending: four processes a variant (every case of it in each); in a whole run the budget
+# left by then caps it.
+[[ -f gpu-ab/base.tar.xz ]] && step ab 300 bash scripts/gpu_ab.sh "$out"
 [[ -n "$variants_build" ]] && wait "$variants_build"  # its failure shows in the step, which compiles again
 step variants 90 bash scripts/gpu_variants.sh "$out"
 step bench-forward 100 python3 -m infiniop_py bench --device nvidia --forward --dtypes bfloat16 float32 \
