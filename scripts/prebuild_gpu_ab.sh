@@ -6,7 +6,7 @@
 # /tmp/infiniop-ab-tree, with one build folder, so a second revision recompiles only the files it changes.
 #   bash scripts/prebuild_gpu_ab.sh base main         (the baseline: its name must be "base")
 #   bash scripts/prebuild_gpu_ab.sh fused-bn bn-fused  (each variant: a branch or commit)
-#   run(command="VERIFY_GPU_STEPS=ab bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=520)
+#   run(command="VERIFY_GPU_STEPS=ab bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=360)
 # scripts/gpu_ab.sh, the `ab` step there, times each variant against base on the cases of gpu-ab/CASES.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,7 +8,9 @@
 #     lines as gpu-ab/CASES (scripts/gpu_ab.sh).
 # Then, with the device tool:
 #   run(command="bash scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=600)
-# (or VERIFY_GPU_STEPS=ab first, timeout_s=520, where the A/Bs decide what the rest should time). All three are
+# (or, where the A/Bs decide what the rest should time, the steps of the open issues' kernels first:
+#   run(command="VERIFY_GPU_STEPS='tests host-overhead ab bench-forward' VERIFY_GPU_BUDGET_S=570 bash
+#       scripts/verify_gpu.sh", carry=[".whl", "gpu-lib", "gpu-ab"], timeout_s=595)). All three are
 # ignored by git; together they stay well under the 64 MiB a call carries.
 set -euo pipefail
 cd "$(dirname "$0")/.."
