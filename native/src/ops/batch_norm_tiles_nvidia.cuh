@@ -40,6 +40,10 @@ struct Tiling {
     size_t tile_elements; // channels-first: elements of a channel per tile (a multiple of kTileAlign); rows of
                           // channels: rows per tile
     bool rows_of_channels; // N*L rows of C channels (channels-last, or L == 1, as the CPU backend decides)
+
+    // The contiguous run a 16-byte vector walks (its length must be a multiple of the vector's elements): a row of
+    // channels, or a channel's L.
+    size_t run() const { return rows_of_channels ? channels : length; }
 };
 
 // Channels-first: walks this thread's vectors of one tile of channel c. The tile covers [begin, end) of the

@@ -651,8 +651,7 @@ inline size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 struct Plan {
     bool split = false;
     int packed_threads = 0;      // packed plan: threads per CTA (a row each); 0: another plan
-    int warp_row_vectors = 0;    // warp rows plan: vectors a lane (K of packedWarpRowsKernel); 0: another plan
-    int warp_row_lanes = 32;     // warp rows plan: lanes a row (G of packedWarpRowsKernel)
+    nvidia::LaneGroups warp_rows; // warp rows plan: G and K of packedWarpRowsKernel; vectors 0: another plan
     int group = 32;              // one pass: threads per row
     size_t ctas = 0;             // one pass and packed: CTAs = partial rows
     size_t rows_per_cta = 1;     // one pass and packed
@@ -716,17 +715,13 @@ infiniStatus_t withPackedKernel(size_t dim, int threads, Body &&body) {
     return body(packedRowsKernel<Terms, T, W, S, 1024>, size_t(0));
 }
 
-// The warp rows kernel for `lanes` lanes a row and `vectors` vectors a lane: body(kernel).
+// The warp rows kernel for `groups` (G lanes a row, K vectors a lane): body(kernel).
 template <typename Terms, typename T, typename W, typename Body>
-infiniStatus_t withWarpRowsKernel(int lanes, int vectors, Body &&body) {
+infiniStatus_t withWarpRowsKernel(nvidia::LaneGroups groups, Body &&body) {
     using S = ScalarOf<Terms, T, W>;
-    if (vectors > 1) return body(packedWarpRowsKernel<Terms, T, W, S, 32, 2>);
-    switch (lanes) {
-    case 4: return body(packedWarpRowsKernel<Terms, T, W, S, 4, 1>);
-    case 8: return body(packedWarpRowsKernel<Terms, T, W, S, 8, 1>);
-    case 16: return body(packedWarpRowsKernel<Terms, T, W, S, 16, 1>);
-    default: return body(packedWarpRowsKernel<Terms, T, W, S, 32, 1>);
-    }
+    return nvidia::withLaneGroups(groups, [&](auto lanes, auto vectors) {
+        return body(packedWarpRowsKernel<Terms, T, W, S, decltype(lanes)::value, decltype(vectors)::value>);
+    });
 }
 
 // Threads a row of the packed plan: one per vector, in whole warps; kMaxPackedThreads past kMaxOneVectorDim.
@@ -777,12 +772,9 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
         size_t rows_at_once = groups_per_cta; // rows a CTA holds at a time
         if constexpr (sizeof(T) == 2) {
             if (warp_rows) {
-                const size_t row_vectors = ceilDiv(dim, kPackedItems);
-                p.warp_row_vectors = static_cast<int>(ceilDiv(row_vectors, 32));
-                p.warp_row_lanes = 4;
-                while (static_cast<size_t>(p.warp_row_lanes) < std::min<size_t>(row_vectors, 32)) p.warp_row_lanes *= 2;
-                rows_at_once = kWarpRowThreads / p.warp_row_lanes;
-                INFINI_CHECK((withWarpRowsKernel<Terms, T, W>(p.warp_row_lanes, p.warp_row_vectors, [&](auto kernel) {
+                p.warp_rows = nvidia::LaneGroups::of(dim);
+                rows_at_once = kWarpRowThreads / p.warp_rows.lanes;
+                INFINI_CHECK((withWarpRowsKernel<Terms, T, W>(p.warp_rows, [&](auto kernel) {
                     return nvidia::residentCtas(kernel, kWarpRowThreads, &per_sm);
                 })));
             }
@@ -797,7 +789,7 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
                 })));
             }
         }
-        if (p.packed_threads == 0 && p.warp_row_vectors == 0) INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
+        if (p.packed_threads == 0 && p.warp_rows.vectors == 0) INFINI_CHECK((occupancyOf<Terms, T, W>(p.group, &per_sm)));
         const size_t resident = static_cast<size_t>(sms) * per_sm;
         p.ctas = std::min(ceilDiv(rows, rows_at_once), resident);
         if (p.ctas > 0) {
@@ -850,7 +842,7 @@ template <typename Terms, typename T, typename W, typename S>
 infiniStatus_t launchWarpRows(const Plan &plan, const Args<T, W, S> &args, bool vectors, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(plan.ctas));
     const size_t rows_per_cta = plan.rows_per_cta;
-    return withWarpRowsKernel<Terms, T, W>(plan.warp_row_lanes, plan.warp_row_vectors, [&](auto kernel) {
+    return withWarpRowsKernel<Terms, T, W>(plan.warp_rows, [&](auto kernel) {
         kernel<<<grid, kWarpRowThreads, 0, stream>>>(args, rows_per_cta, vectors);
         return nvidia::launchStatus();
     });
@@ -964,7 +956,7 @@ class Driver {
                               cudaStream_t stream) const {
         constexpr int V = nvidia::kVec<T>;
         if constexpr (sizeof(T) == 2) { // the packed kernel exists for 16-bit data alone
-            if (plan_.warp_row_vectors > 0) return launchWarpRows<Terms>(plan_, args, vectors, stream);
+            if (plan_.warp_rows.vectors > 0) return launchWarpRows<Terms>(plan_, args, vectors, stream);
             if (plan_.packed_threads > 0) return launchPacked<Terms>(plan_, args, vectors, stream);
         }
         if (plan_.split) {

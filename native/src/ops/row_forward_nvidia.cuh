@@ -579,28 +579,12 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
     }
 }
 
-// The short-rows kernel for a row of `dim` (< kMinPackedDim): lanes a row and vectors a lane as its comment says.
-struct ShortRowsShape {
-    int lanes = 0, vectors = 0;
-    static ShortRowsShape of(size_t dim) {
-        const size_t needed = (dim + nvidia::kPackedItems - 1) / nvidia::kPackedItems; // vectors of the row
-        if (needed > 32) return ShortRowsShape{32, static_cast<int>((needed + 31) / 32)};
-        int lanes = 4;
-        while (static_cast<size_t>(lanes) < needed) lanes *= 2;
-        return ShortRowsShape{lanes, 1};
-    }
-};
-
-// Calls body(kernel) with the instantiation of packedShortRowsKernel for `shape`.
+// Calls body(kernel) with the instantiation of packedShortRowsKernel for `groups`.
 template <bool kCentres, typename T, typename W, typename S, typename Body>
-infiniStatus_t withShortRowsKernel(ShortRowsShape shape, Body &&body) {
-    if (shape.vectors > 1) return body(packedShortRowsKernel<kCentres, T, W, S, 32, 2>);
-    switch (shape.lanes) {
-    case 4: return body(packedShortRowsKernel<kCentres, T, W, S, 4, 1>);
-    case 8: return body(packedShortRowsKernel<kCentres, T, W, S, 8, 1>);
-    case 16: return body(packedShortRowsKernel<kCentres, T, W, S, 16, 1>);
-    default: return body(packedShortRowsKernel<kCentres, T, W, S, 32, 1>);
-    }
+infiniStatus_t withShortRowsKernel(nvidia::LaneGroups groups, Body &&body) {
+    return nvidia::withLaneGroups(groups, [&](auto lanes, auto vectors) {
+        return body(packedShortRowsKernel<kCentres, T, W, S, decltype(lanes)::value, decltype(vectors)::value>);
+    });
 }
 
 // Whether every row of these tensors starts on a 16-byte boundary (vector loads and stores are then legal).
@@ -641,7 +625,7 @@ void launchInRegisters(const Args<T, W, S> &args, int group, int multiprocessors
 struct Plan {
     int multiprocessors = 1;
     int packed_threads = 0;   // 0: not packedRowsKernel or packedTwoVectorRowsKernel
-    ShortRowsShape short_rows; // lanes 0: not packedShortRowsKernel
+    nvidia::LaneGroups short_rows; // vectors 0: not packedShortRowsKernel
     unsigned packed_ctas = 0;
 };
 
@@ -660,7 +644,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
         }
         if (packable_rows && dim > 0 && dim < kMinPackedDim && rows > 0) {
             int per_sm = 1;
-            p.short_rows = ShortRowsShape::of(dim);
+            p.short_rows = nvidia::LaneGroups::of(dim);
             INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, [&](auto kernel) {
                 return nvidia::residentCtas(kernel, kShortRowThreads, &per_sm);
             })));
@@ -711,7 +695,7 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
     if constexpr (!std::is_same_v<T, double>) {
         const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
                              (call.xhat == nullptr || nvidia::aligned16(call.xhat));
-        if (plan.short_rows.lanes > 0) {
+        if (plan.short_rows.vectors > 0) {
             return withShortRowsKernel<kCentres, T, W, S>(plan.short_rows, [&](auto kernel) {
                 kernel<<<plan.packed_ctas, kShortRowThreads, 0, stream>>>(args, vectors);
                 return nvidia::launchStatus();

@@ -29,6 +29,33 @@ inline int packedThreads(size_t dim) {
     return static_cast<int>((dim + 32 * kPackedItems - 1) / (32 * kPackedItems) * 32);
 }
 
+// A short row on part of a warp: `lanes` a row, the fewest of 4, 8, 16 and 32 whose 16-byte vectors hold it, one
+// vector a lane; past 32 vectors a whole warp and `vectors` a lane (2 up to rows of 512, the longest so planned).
+// The forwards' short rows and the backwards' warp rows take the same groups. vectors 0: no such plan.
+struct LaneGroups {
+    int lanes = 0, vectors = 0;
+    static LaneGroups of(size_t dim) {
+        const size_t needed = (dim + kPackedItems - 1) / kPackedItems; // vectors of the row
+        if (needed > 32) return LaneGroups{32, static_cast<int>((needed + 31) / 32)};
+        int lanes = 4;
+        while (static_cast<size_t>(lanes) < needed) lanes *= 2;
+        return LaneGroups{lanes, 1};
+    }
+};
+
+// Calls body(G, K), each a std::integral_constant, with the kernel template arguments of `groups` (vectors 1 or 2).
+template <typename Body>
+decltype(auto) withLaneGroups(LaneGroups groups, Body &&body) {
+    using std::integral_constant;
+    if (groups.vectors > 1) return body(integral_constant<int, 32>{}, integral_constant<int, 2>{});
+    switch (groups.lanes) {
+    case 4: return body(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    case 8: return body(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    case 16: return body(integral_constant<int, 16>{}, integral_constant<int, 1>{});
+    default: return body(integral_constant<int, 32>{}, integral_constant<int, 1>{});
+    }
+}
+
 // A vector's 32-bit word i: two elements, the lower address in the low half. Raw bits and shifts, not a union of
 // 16-bit values, which put the vectors in local memory (a 32-byte stack frame and 56 bytes of spills).
 __device__ __forceinline__ uint32_t wordOf(uint4 v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }

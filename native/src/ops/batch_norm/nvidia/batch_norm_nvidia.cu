@@ -308,8 +308,7 @@ class NvidiaDescriptor final : public Descriptor {
     // 16-byte vectors where both tensors allow them: channels-first along L, rows of channels along C.
     template <typename T>
     bool vectors(const Args<T> &args) const {
-        const size_t run = tiling_.rows_of_channels ? info.channels : info.length;
-        return run % nvidia::kVec<T> == 0 && nvidia::aligned16(args.y) && nvidia::aligned16(args.x);
+        return tiling_.run() % nvidia::kVec<T> == 0 && nvidia::aligned16(args.y) && nvidia::aligned16(args.x);
     }
 
     template <typename T>

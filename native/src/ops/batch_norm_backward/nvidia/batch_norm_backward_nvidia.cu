@@ -332,9 +332,7 @@ class NvidiaDescriptor final : public Descriptor {
     // 16-byte vectors when every tensor allows them: channels-first along L, rows of channels along C.
     template <typename T>
     bool vectors(const Args<T> &args) const {
-        constexpr size_t V = nvidia::kVec<T>;
-        const size_t run = tiling_.rows_of_channels ? info.channels : info.length;
-        return run % V == 0 && nvidia::aligned16(args.grad_input) && nvidia::aligned16(args.input) &&
+        return tiling_.run() % nvidia::kVec<T> == 0 && nvidia::aligned16(args.grad_input) && nvidia::aligned16(args.input) &&
                nvidia::aligned16(args.grad_output);
     }
 
