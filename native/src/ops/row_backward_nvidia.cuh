@@ -142,9 +142,19 @@ __device__ __forceinline__ void loadColumns(const T *row, size_t base, int lane,
     }
 }
 
-// This thread's N columns of w: ones where w is absent, zeros past the end of the row.
-template <int G, int V, int N = kItems, typename T, typename W, typename S>
-__device__ __forceinline__ void loadWeights(const Args<T, W, S> &args, size_t base, int lane, ComputeOf<T> *w) {
+// A thread's columns of w in shared memory, its element i at base[i * kStride] (base: the array plus the thread's
+// index): each load of a warp then reads 32 consecutive words, a bank each. Kept a thread's columns together
+// (w[t * N + i]), 8 or 16 threads of a warp shared a bank: every read of w, twice a row, took 4-8 times its passes.
+template <typename C, int kStride>
+struct SharedColumns {
+    C *base;
+    __device__ __forceinline__ C &operator[](int i) const { return base[i * kStride]; }
+    __device__ __forceinline__ SharedColumns operator+(int i) const { return {base + i * kStride}; }
+};
+
+// This thread's N columns of w (a pointer or SharedColumns): ones where w is absent, zeros past the end of the row.
+template <int G, int V, int N = kItems, typename T, typename W, typename S, typename Weights>
+__device__ __forceinline__ void loadWeights(const Args<T, W, S> &args, size_t base, int lane, Weights w) {
     using C = ComputeOf<T>;
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -169,8 +179,8 @@ __device__ __forceinline__ auto rowCoefficients(const Args<T, W, S> &args, size_
 }
 
 // The two row sums over a thread's N elements (zero-padded columns contribute zero terms).
-template <typename Terms, int N, typename C>
-__device__ __forceinline__ Pair<C> elementSums(const C *a, const C *b, const C *w) {
+template <typename Terms, int N, typename C, typename Weights>
+__device__ __forceinline__ Pair<C> elementSums(const C *a, const C *b, Weights w) {
     Pair<C> sums{0, 0};
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -188,8 +198,8 @@ __device__ __forceinline__ double2 threadSums(const C *a, const C *b, const C *w
 }
 
 // The outputs of a thread's N elements, and their partial terms added into acc (zero-padded columns add zero).
-template <typename Terms, int N, typename C, typename Row>
-__device__ __forceinline__ void elementOutputs(const C *a, const C *b, const C *w, const Row &k, C *result,
+template <typename Terms, int N, typename C, typename Weights, typename Row>
+__device__ __forceinline__ void elementOutputs(const C *a, const C *b, Weights w, const Row &k, C *result,
                                                C (&acc)[Terms::kPartials][N]) {
 #pragma unroll
     for (int e = 0; e < N; ++e) {
@@ -329,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     const size_t col = static_cast<size_t>(t) * kPackedItems;
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
-    C *w = w_shared + t * kPackedItems;
+    const SharedColumns<C, kThreads> w{w_shared + t};
     loadWeights<1, kPackedItems, kPackedItems>(args, 0, t, w); // columns 8t .. 8t + 7
     C acc[Terms::kPartials][kPackedItems] = {};
     uint4 a_raw = {}, b_raw = {};
@@ -385,9 +395,9 @@ __device__ __forceinline__ void loadPackedVectors(const T *a_row, const T *b_row
 }
 
 // The two row sums over a thread's K vectors (w[8v + e]: the column of element e of vector v).
-template <typename Terms, typename T, int K>
+template <typename Terms, typename T, int K, typename Weights>
 __device__ __forceinline__ Pair<ComputeOf<T>> packedVectorSums(const uint4 (&a_raw)[K], const uint4 (&b_raw)[K],
-                                                               Pair<ComputeOf<T>> centering, const ComputeOf<T> *w) {
+                                                               Pair<ComputeOf<T>> centering, Weights w) {
     using C = ComputeOf<T>;
     Pair<C> thread_sums{0, 0};
 #pragma unroll
@@ -403,10 +413,10 @@ __device__ __forceinline__ Pair<ComputeOf<T>> packedVectorSums(const uint4 (&a_r
 }
 
 // Writes the outputs of a thread's K vectors (each widened again where it is used) and adds their partial terms.
-template <typename Terms, typename T, int K, typename ColOf, typename Row>
+template <typename Terms, typename T, int K, typename ColOf, typename Weights, typename Row>
 __device__ __forceinline__ void packedVectorOutputs(T *out_row, ColOf colOf, size_t dim, bool vectors,
                                                     const uint4 (&a_raw)[K], const uint4 (&b_raw)[K],
-                                                    Pair<ComputeOf<T>> centering, const ComputeOf<T> *w, const Row &k,
+                                                    Pair<ComputeOf<T>> centering, Weights w, const Row &k,
                                                     ComputeOf<T> (&acc)[K][Terms::kPartials][kPackedItems]) {
     using C = ComputeOf<T>;
 #pragma unroll
@@ -458,7 +468,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
     auto colOf = [&](int v) { return static_cast<size_t>(v * kMaxPackedThreads + t) * kPackedItems; };
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
-    C *w = nvidia::dynamicShared<C>() + t * kVecs * kPackedItems;
+    const SharedColumns<C, kMaxPackedThreads> w{nvidia::dynamicShared<C>() + t};
     loadWeights<kMaxPackedThreads, kPackedItems, kVecs * kPackedItems>(args, 0, t, w); // w[8v + e]: colOf(v) + e
     C acc[kVecs][Terms::kPartials][kPackedItems] = {};
     for (size_t row = first; row < last; ++row) {
