@@ -117,14 +117,18 @@ def _child_cases(args):
     return samples
 
 
+OPS = ("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm")
+DTYPES = ("float32", "bfloat16", "float16")
+LAYOUTS = ("channels_first", "channels_last")
+
+
 def _case_parser():
     parser = argparse.ArgumentParser(prog="a line of --cases", add_help=False)
-    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"),
-                        required=True)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), required=True)
+    parser.add_argument("--op", choices=OPS, required=True)
+    parser.add_argument("--dtype", choices=DTYPES, required=True)
     parser.add_argument("--shape", required=True)
     parser.add_argument("--forward", action="store_true")
-    parser.add_argument("--layout", choices=("channels_first", "channels_last"), default="channels_first")
+    parser.add_argument("--layout", choices=LAYOUTS, default="channels_first")
     return parser
 
 
@@ -226,8 +230,8 @@ def argument_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", nargs="?")
     parser.add_argument("b", nargs="?")
-    parser.add_argument("--op", choices=("rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"))
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--op", choices=OPS)
+    parser.add_argument("--dtype", choices=DTYPES)
     parser.add_argument("--shape", help="e.g. 4096x4096, or 256x64x4096 for batch_norm")
     parser.add_argument("--cases", help="a file of cases, one a line, instead of --op, --dtype and --shape")
     parser.add_argument("--processes", type=int, default=6, help="processes per side (default 6)")
@@ -236,7 +240,7 @@ def argument_parser():
     parser.add_argument("--after-copy", action="store_true", help="each timed call after a 256 MiB copy")
     parser.add_argument("--forward", action="store_true", help="time the forward instead of the backward")
     parser.add_argument("--device", choices=("cpu", "nvidia"), default="cpu")
-    parser.add_argument("--layout", choices=("channels_first", "channels_last"), default="channels_first",
+    parser.add_argument("--layout", choices=LAYOUTS, default="channels_first",
                         help="BatchNorm on nvidia: the data's layout")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
