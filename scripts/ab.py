@@ -99,6 +99,11 @@ def _child_nvidia(args):
     return {"median_s": runs[1], "min_s": runs[0], "copy_gbs": copy / 1e9, "bits": bits[:16]}
 
 
+def _with_case(args, case):
+    """The run's options with one --cases line's in place of --op, --dtype, --shape, --forward and --layout."""
+    return argparse.Namespace(**{**vars(args), **vars(case)})
+
+
 def _child_cases(args):
     """One process's samples of every case of --cases, in order; a case that raises gets {"error": ...} and the rest
     still run. A machine that cannot run any case (no GPU, no torch) fails the process as one case would."""
@@ -109,7 +114,7 @@ def _child_cases(args):
         nvidia.require_cuda(0)
     samples = []
     for case in cases:
-        case_args = argparse.Namespace(**{**vars(args), **vars(case)})
+        case_args = _with_case(args, case)
         try:
             samples.append((_child_nvidia if args.device == "nvidia" else _child)(case_args))
         except Exception as error:  # noqa: BLE001: the error is the case's report
@@ -179,7 +184,7 @@ def compare(args):
             samples[name].append(_sample(sides[name], args))
     if not args.cases:
         return _summary(args, sides, samples)
-    return [_summary(argparse.Namespace(**{**vars(args), **vars(case)}), sides,
+    return [_summary(_with_case(args, case), sides,
                      {name: [process[index] for process in own] for name, own in samples.items()})
             for index, case in enumerate(_read_cases(args.cases))]
 

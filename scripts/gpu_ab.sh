@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 53's A/B of library builds on an NVIDIA GPU: each gpu-ab/NAME.tar.xz (scripts/prebuild_gpu_ab.sh) timed
 # against gpu-ab/base.tar.xz by scripts/ab.py --device nvidia --cases (two processes a side, ABBA, each timing every
-# case of the variant as `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line of ab.py options each,
-# optionally after "[NAME,NAME2] ": then for those variants only; without that file, the cases below: issue 53's
-# losing BatchNorm shapes, ResNet-50's channels-last layers, and one row norm of each kind). From the repository root, the package importable with its Python dependencies (the `ab`
-# step of scripts/verify_gpu.sh runs it so):
+# case of the variant as `bench --device nvidia` times it, in CUDA graphs), on the cases of gpu-ab/CASES (one line
+# of ab.py options each, optionally after "[NAME,NAME2] ": then for those variants only; without that file, the
+# cases below: issue 53's losing BatchNorm shapes, ResNet-50's channels-last layers, and one row norm of each
+# kind). From the repository root, the package importable with its Python dependencies (the `ab` step of
+# scripts/verify_gpu.sh runs it so):
 #   bash scripts/gpu_ab.sh [DIR]     (DIR: $OUT where that is set, else gpu-report/)
 # DIR/ab.txt: each build's revision, then a report per variant and case (B/A time: under 1 means the variant is
 # faster; "same bits" or not); DIR/ab.json: the reports. Exit status 0 when every comparison ran.
@@ -53,16 +54,18 @@ for variant in "$libs"/*; do
     # four times a variant rather than twice a case; a case that fails is reported so, and the others still run.
     python3 scripts/ab.py "$libs/base" "$variant" --device nvidia --processes 2 --calls 20 \
         --cases "$libs/$name.cases" --json >"$libs/$name.json" 2>>"$out/ab.txt" || status=1
-    if python3 -c 'import json, sys; sys.path.insert(0, "scripts"); import ab
-for report in json.load(open(sys.argv[1])): print(ab.format_report(report))' "$libs/$name.json" 2>/dev/null \
-        | tee -a "$out/ab.txt" | grep -q .; then
-        :
+    # A JSON file that holds no report (the run failed before its first case) fails the variant.
+    if reports=$(python3 -c 'import json, sys; sys.path.insert(0, "scripts"); import ab
+for report in json.load(open(sys.argv[1])): print(ab.format_report(report))' "$libs/$name.json" 2>/dev/null) \
+        && [[ -n "$reports" ]]; then
+        echo "$reports" | tee -a "$out/ab.txt"
     else
         echo "$name: failed: see above" | tee -a "$out/ab.txt"
         rm -f "$libs/$name.json"
         status=1
     fi
 done
-python3 -c 'import json, sys; print(json.dumps([r for path in sys.argv[1:] for r in json.load(open(path))], indent=1))' \
+python3 -c 'import json, sys
+print(json.dumps([r for path in sys.argv[1:] for r in json.load(open(path))], indent=1))' \
     $(compgen -G "$libs/*.json") >"$out/ab.json"
 exit "$status"

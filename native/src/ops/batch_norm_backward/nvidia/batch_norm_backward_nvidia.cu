@@ -332,8 +332,8 @@ class NvidiaDescriptor final : public Descriptor {
     // 16-byte vectors when every tensor allows them: channels-first along L, rows of channels along C.
     template <typename T>
     bool vectors(const Args<T> &args) const {
-        return tiling_.run() % nvidia::kVec<T> == 0 && nvidia::aligned16(args.grad_input) && nvidia::aligned16(args.input) &&
-               nvidia::aligned16(args.grad_output);
+        return tiling_.run() % nvidia::kVec<T> == 0 && nvidia::aligned16(args.grad_input) &&
+               nvidia::aligned16(args.input) && nvidia::aligned16(args.grad_output);
     }
 
     template <typename T, typename W>
