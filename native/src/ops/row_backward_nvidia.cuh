@@ -8,7 +8,7 @@
 //    writes per-chunk sums, a warp per row adds them in order, pass 2 re-reads the row (from L2 when it fits);
 //  - packed (F16/BF16 rows of kMinPackedDim..kMaxPackedDim, in 16-byte vectors): one pass, a CTA a row, each
 //    thread one vector of the row kept as raw 16-bit values, the next row's already loading (packedRowsKernel);
-//    RMSNorm rows past 8192 elements two vectors a thread (packedTwoVectorRowsKernel);
+//    rows past 8192 elements two vectors a thread (packedTwoVectorRowsKernel);
 //  - warp rows (F16/BF16 rows of up to kMaxWarpRowDim, in 16-byte vectors): a warp a row, no CTA barrier per row
 //    (packedWarpRowsKernel).
 // Partials are in the compute type (F32, F64 for F64 data), one row of length D per CTA (or row block) for each
@@ -197,16 +197,17 @@ __device__ __forceinline__ double2 threadSums(const C *a, const C *b, const C *w
     return make_double2(sums.first, sums.second);
 }
 
-// The outputs of a thread's N elements, and their partial terms added into acc (zero-padded columns add zero).
-template <typename Terms, int N, typename C, typename Weights, typename Row>
+// The outputs of a thread's N elements, and their partial terms added into `first` and, with two partials, `last`
+// (each a register array or SharedColumns; zero-padded columns add zero).
+template <typename Terms, int N, typename C, typename Weights, typename Row, typename First, typename Last>
 __device__ __forceinline__ void elementOutputs(const C *a, const C *b, Weights w, const Row &k, C *result,
-                                               C (&acc)[Terms::kPartials][N]) {
+                                               First first, Last last) {
 #pragma unroll
     for (int e = 0; e < N; ++e) {
         result[e] = Terms::out(a[e], b[e], w[e], k);
         const Pair<C> t = Terms::partialTerms(a[e], b[e], k);
-        acc[0][e] += t.first;
-        if constexpr (Terms::kPartials > 1) acc[Terms::kPartials - 1][e] += t.second;
+        first[e] += t.first;
+        if constexpr (Terms::kPartials > 1) last[e] += t.second;
     }
 }
 
@@ -217,7 +218,7 @@ __device__ __forceinline__ void emitColumns(T *out_row, size_t base, int lane, s
                                             const ComputeOf<T> *b, const ComputeOf<T> *w, const Row &k,
                                             ComputeOf<T> (&acc)[Terms::kPartials][kItems]) {
     ComputeOf<T> result[kItems];
-    elementOutputs<Terms>(a, b, w, k, result, acc);
+    elementOutputs<Terms, kItems>(a, b, w, k, result, acc[0], acc[Terms::kPartials - 1]);
 #pragma unroll
     for (int j = 0; j < kItems / V; ++j) {
         nvidia::storeSpan<V>(out_row, base + static_cast<size_t>(j * G + lane) * V, dim, result + j * V);
@@ -316,8 +317,9 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 // the one-pass plan (a row per CTA, summed in fixed order). `vectors`: the base pointers are 16-byte aligned too;
 // else the same elements load one by one. On an H200 (scripts/gpu_variants, `cta8p`, docs/performance.md): 2-3.4x
 // the one-pass kernel at D 1024-8192, 0.81-0.86 of copy bandwidth.
-// RMSNorm rows of 8192 < D <= 16384 take packedTwoVectorRowsKernel: on an H200 0.54 of the split plan's time at
-// 2048x16384 BF16 and F16 (scripts/gpu_ab.sh, 2026-11-30).
+// Rows of 8192 < D <= 16384 take packedTwoVectorRowsKernel: RMSNorm's on an H200 0.54 of the split plan's time at
+// 2048x16384 BF16 and F16 (scripts/gpu_ab.sh, 2026-11-30); LayerNorm's (its partials in shared memory) not
+// yet timed (scripts/gpu_ab_pending, `ln2vec`).
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
 constexpr int kMaxPackedThreads = 1024;
 constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * kPackedItems; // 8192: one vector a thread up to here
@@ -367,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
         unpack<T>(a_raw, a); // widened again rather than kept live across the barrier
         unpackB<Terms, T>(b_raw, centering, b);
         C result[kPackedItems];
-        elementOutputs<Terms>(a, b, w, k, result, acc);
+        elementOutputs<Terms, kPackedItems>(a, b, w, k, result, acc[0], acc[Terms::kPartials - 1]);
         storePacked(args.out + flatOffset(args.out_rows, row), col, args.dim, vectors, result);
         a_raw = a_next;
         b_raw = b_next;
@@ -412,50 +414,77 @@ __device__ __forceinline__ Pair<ComputeOf<T>> packedVectorSums(const uint4 (&a_r
     return thread_sums;
 }
 
-// Writes the outputs of a thread's K vectors (each widened again where it is used) and adds their partial terms.
-template <typename Terms, typename T, int K, typename ColOf, typename Weights, typename Row>
+// Writes the outputs of a thread's K vectors (each widened again where it is used) and adds their partial terms
+// into `first` and `last` as elementOutputs does (element e of vector v at [8v + e], as w's).
+template <typename Terms, typename T, int K, typename ColOf, typename Weights, typename Row, typename First,
+          typename Last>
 __device__ __forceinline__ void packedVectorOutputs(T *out_row, ColOf colOf, size_t dim, bool vectors,
                                                     const uint4 (&a_raw)[K], const uint4 (&b_raw)[K],
                                                     Pair<ComputeOf<T>> centering, Weights w, const Row &k,
-                                                    ComputeOf<T> (&acc)[K][Terms::kPartials][kPackedItems]) {
+                                                    First first, Last last) {
     using C = ComputeOf<T>;
 #pragma unroll
     for (int v = 0; v < K; ++v) {
         C a[kPackedItems], b[kPackedItems], result[kPackedItems];
         unpack<T>(a_raw[v], a);
         unpackB<Terms, T>(b_raw[v], centering, b);
-        elementOutputs<Terms>(a, b, w + v * kPackedItems, k, result, acc[v]);
+        elementOutputs<Terms, kPackedItems>(a, b, w + v * kPackedItems, k, result, first + v * kPackedItems,
+                                            last + v * kPackedItems);
         storePacked(out_row, colOf(v), dim, vectors, result);
     }
 }
 
-// Stores the wanted partials of a thread's K vectors into partial row `slot`.
-template <typename Terms, int K, typename T, typename W, typename S, typename ColOf>
-__device__ __forceinline__ void storePackedPartials(const Args<T, W, S> &args, size_t slot, ColOf colOf,
-                                                    const ComputeOf<T> (&acc)[K][Terms::kPartials][kPackedItems]) {
+// Stores one partial of a thread's K vectors (element e of vector v at acc[8v + e]) into partial row `slot`, where
+// that partial is wanted.
+template <int K, typename T, typename W, typename S, typename ColOf, typename Partial>
+__device__ __forceinline__ void storePackedPartial(const Args<T, W, S> &args, ComputeOf<T> *partial, size_t slot,
+                                                   ColOf colOf, Partial acc) {
 #pragma unroll
-    for (int p = 0; p < Terms::kPartials; ++p) {
-        ComputeOf<T> *partial = args.partials[p];
+    for (int v = 0; v < K; ++v) {
 #pragma unroll
-        for (int v = 0; v < K; ++v) {
-#pragma unroll
-            for (int e = 0; e < kPackedItems; ++e) {
-                const size_t col = colOf(v) + e;
-                if (partial != nullptr && col < args.dim) partial[slot * args.dim + col] = acc[v][p][e];
-            }
+        for (int e = 0; e < kPackedItems; ++e) {
+            const size_t col = colOf(v) + e;
+            if (partial != nullptr && col < args.dim) partial[slot * args.dim + col] = acc[v * kPackedItems + e];
         }
     }
 }
 
-// Rows of kMaxOneVectorDim < D <= kMaxPackedDim (RMSNorm alone): the packed form with two vectors a thread, vector
-// v of thread t at columns 8 (v * 1024 + t) .. so that each warp's loads stay contiguous; always 1024 threads, and
-// no prefetch (two vectors and the next row's two would pass the 64 registers each of 1024 threads may hold). The
-// thread's columns of w are dynamic shared memory (64 KiB in F32). A kernel of its own: sharing the one-vector
-// kernel's template moved that kernel's registers (LayerNorm from the input, BF16: 0 to 32 bytes of spills, 1.05x
-// the time on an H200).
-template <typename T>
+// Stores the wanted partials of a thread's K vectors (`first`, `last` as packedVectorOutputs adds them).
+template <typename Terms, int K, typename T, typename W, typename S, typename ColOf, typename First, typename Last>
+__device__ __forceinline__ void storePackedPartials(const Args<T, W, S> &args, size_t slot, ColOf colOf, First first,
+                                                    Last last) {
+    storePackedPartial<K>(args, args.partials[0], slot, colOf, first);
+    if constexpr (Terms::kPartials > 1) storePackedPartial<K>(args, args.partials[Terms::kPartials - 1], slot, colOf, last);
+}
+
+// Rows of kMaxOneVectorDim < D <= kMaxPackedDim: the packed form with two vectors a thread, vector v of thread t
+// at columns 8 (v * 1024 + t) .. so that each warp's loads stay contiguous; always 1024 threads, and no prefetch
+// (two vectors and the next row's two would pass the 64 registers each of 1024 threads may hold). The thread's
+// columns of w are dynamic shared memory (64 KiB in F32). RMSNorm's partial is in registers; LayerNorm's two are
+// in shared memory too, by columns after w (192 KiB in all): in registers they spilled 100-250 bytes (ptxas sm_90),
+// so LayerNorm took the split plan, and with grad_b's alone in shared memory 48-84 bytes; with both, none but 20
+// in one form, for two reads and two writes of shared memory per element and row, conflict-free. A kernel of its
+// own: sharing the one-vector kernel's template moved that kernel's registers (LayerNorm from the input, BF16: 0 to
+// 32 bytes of spills, 1.05x the time on an H200).
+template <typename Terms, typename T>
 constexpr size_t packedTwoVectorSharedBytes() {
-    return static_cast<size_t>(kMaxPackedThreads) * 2 * kPackedItems * sizeof(ComputeOf<T>);
+    constexpr size_t arrays = Terms::kPartials == 1 ? 1 : 1 + Terms::kPartials; // w, and LayerNorm's partials
+    return arrays * kMaxPackedThreads * 2 * kPackedItems * sizeof(ComputeOf<T>);
+}
+
+// Where the two-vector kernel adds partial P: with one partial (RMSNorm), `registers`; with two (LayerNorm),
+// this thread's columns of the P-th array of shared memory after w's (`after_w`), zeroed here.
+template <typename Terms, int P, typename C>
+__device__ __forceinline__ auto twoVectorPartial(C *registers, C *after_w) {
+    if constexpr (Terms::kPartials == 1) {
+        return registers;
+    } else {
+        constexpr int kArray = kMaxPackedThreads * 2 * kPackedItems;
+        const SharedColumns<C, kMaxPackedThreads> partial{after_w + P * kArray + threadIdx.x};
+#pragma unroll
+        for (int i = 0; i < 2 * kPackedItems; ++i) partial[i] = C(0);
+        return partial;
+    }
 }
 
 template <typename Terms, typename T, typename W, typename S>
@@ -468,9 +497,13 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
     auto colOf = [&](int v) { return static_cast<size_t>(v * kMaxPackedThreads + t) * kPackedItems; };
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
-    const SharedColumns<C, kMaxPackedThreads> w{nvidia::dynamicShared<C>() + t};
+    C *const shared = nvidia::dynamicShared<C>();
+    const SharedColumns<C, kMaxPackedThreads> w{shared + t};
     loadWeights<kMaxPackedThreads, kPackedItems, kVecs * kPackedItems>(args, 0, t, w); // w[8v + e]: colOf(v) + e
-    C acc[kVecs][Terms::kPartials][kPackedItems] = {};
+    C registers[Terms::kPartials == 1 ? kVecs * kPackedItems : 1] = {}; // RMSNorm's partial, [8v + e] as w's
+    C *const after_w = shared + kVecs * kPackedItems * kMaxPackedThreads;
+    const auto partial0 = twoVectorPartial<Terms, 0>(registers, after_w);
+    const auto partial1 = twoVectorPartial<Terms, Terms::kPartials - 1>(registers, after_w); // partial0's with one
     for (size_t row = first; row < last; ++row) {
         const int parity = static_cast<int>((row - first) & 1);
         uint4 a_raw[kVecs], b_raw[kVecs];
@@ -485,9 +518,9 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
         const float2 sums = warpAllSum(lane < warps ? slots[parity][lane] : make_float2(0.f, 0.f));
         const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
         packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw, b_raw,
-                                   centering, w, k, acc);
+                                   centering, w, k, partial0, partial1);
     }
-    storePackedPartials<Terms>(args, blockIdx.x, colOf, acc);
+    storePackedPartials<Terms, kVecs>(args, blockIdx.x, colOf, partial0, partial1);
 }
 
 // Warp rows: F16/BF16 rows of at most kMaxWarpRowDim elements whose rows start 16-byte vectors apart. A CTA of
@@ -510,14 +543,14 @@ __global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowTh
     packedWarpRowsKernel(Args<T, W, S> args, size_t rows_per_cta, bool vectors) {
     using C = ComputeOf<T>;
     constexpr int kWarps = kWarpRowThreads / 32, kGroupsPerWarp = 32 / G, kGroups = kWarpRowThreads / G;
-    __shared__ C warp_acc[kWarps - 1][K][Terms::kPartials][kPackedItems][G];
+    __shared__ C warp_acc[kWarps - 1][Terms::kPartials][K * kPackedItems][G];
     const int lane = threadIdx.x % G, warp = threadIdx.x / 32;
     auto colOf = [&](int v) { return static_cast<size_t>(v * G + lane) * kPackedItems; };
     const size_t first = blockIdx.x * rows_per_cta;
     const size_t last = min(first + rows_per_cta, args.rows);
     C w[K * kPackedItems]; // w[8v + e]: column colOf(v) + e
     loadWeights<G, kPackedItems, K * kPackedItems>(args, 0, lane, w);
-    C acc[K][Terms::kPartials][kPackedItems] = {};
+    C acc[Terms::kPartials][K * kPackedItems] = {}; // acc[p][8v + e], as w
     // The loop runs while the warp's first group has a row, so every lane of the warp meets each butterfly's
     // shuffles (full-warp masks); a group past the CTA's last row sums zeros and writes nothing.
     const size_t group_in_warp = (threadIdx.x / G) % kGroupsPerWarp;
@@ -536,7 +569,7 @@ __global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowTh
         if (in_range) {
             const auto k = rowCoefficients<Terms>(args, row, sums.x, sums.y);
             packedVectorOutputs<Terms>(args.out + flatOffset(args.out_rows, row), colOf, args.dim, vectors, a_raw,
-                                       b_raw, centering, w, k, acc);
+                                       b_raw, centering, w, k, acc[0], acc[Terms::kPartials - 1]);
         }
     }
     if (!anyPartials<Terms>(args)) return; // the same for every thread of the CTA
@@ -544,38 +577,29 @@ __global__ void __launch_bounds__(kWarpRowThreads, kMinThreadsPerSm / kWarpRowTh
 #pragma unroll
     for (int mask = 16; mask >= G; mask /= 2) { // the warp's groups, the same columns each: none where G == 32
 #pragma unroll
-        for (int v = 0; v < K; ++v) {
+        for (int p = 0; p < Terms::kPartials; ++p) {
 #pragma unroll
-            for (int p = 0; p < Terms::kPartials; ++p) {
-#pragma unroll
-                for (int e = 0; e < kPackedItems; ++e) acc[v][p][e] += __shfl_xor_sync(0xffffffffu, acc[v][p][e], mask);
-            }
+            for (int i = 0; i < K * kPackedItems; ++i) acc[p][i] += __shfl_xor_sync(0xffffffffu, acc[p][i], mask);
         }
     }
     const bool first_group = threadIdx.x % 32 < G; // holds its warp's sums (as does every group of the warp)
     if (warp > 0 && first_group) {
 #pragma unroll
-        for (int v = 0; v < K; ++v) {
+        for (int p = 0; p < Terms::kPartials; ++p) {
 #pragma unroll
-            for (int p = 0; p < Terms::kPartials; ++p) {
-#pragma unroll
-                for (int e = 0; e < kPackedItems; ++e) warp_acc[warp - 1][v][p][e][lane] = acc[v][p][e];
-            }
+            for (int i = 0; i < K * kPackedItems; ++i) warp_acc[warp - 1][p][i][lane] = acc[p][i];
         }
     }
     __syncthreads();
     if (warp != 0 || !first_group) return;
     for (int g = 0; g < kWarps - 1; ++g) {
 #pragma unroll
-        for (int v = 0; v < K; ++v) {
+        for (int p = 0; p < Terms::kPartials; ++p) {
 #pragma unroll
-            for (int p = 0; p < Terms::kPartials; ++p) {
-#pragma unroll
-                for (int e = 0; e < kPackedItems; ++e) acc[v][p][e] += warp_acc[g][v][p][e][lane];
-            }
+            for (int i = 0; i < K * kPackedItems; ++i) acc[p][i] += warp_acc[g][p][i][lane];
         }
     }
-    storePackedPartials<Terms>(args, blockIdx.x, colOf, acc);
+    storePackedPartials<Terms, K>(args, blockIdx.x, colOf, acc[0], acc[Terms::kPartials - 1]);
 }
 
 // Split pass 1: the two sums of each (row, chunk), in row-major order.
@@ -714,10 +738,8 @@ infiniStatus_t occupancyOf(int group, int *ctas_per_sm) {
 template <typename Terms, typename T, typename W, typename Body>
 infiniStatus_t withPackedKernel(size_t dim, int threads, Body &&body) {
     using S = ScalarOf<Terms, T, W>;
-    if constexpr (Terms::kPartials == 1) {
-        if (dim > kMaxOneVectorDim) {
-            return body(packedTwoVectorRowsKernel<Terms, T, W, S>, packedTwoVectorSharedBytes<T>());
-        }
+    if (dim > kMaxOneVectorDim) {
+        return body(packedTwoVectorRowsKernel<Terms, T, W, S>, packedTwoVectorSharedBytes<Terms, T>());
     }
     if (threads <= 128) return body(packedRowsKernel<Terms, T, W, S, 128>, size_t(0));
     if (threads <= 256) return body(packedRowsKernel<Terms, T, W, S, 256>, size_t(0));
@@ -762,12 +784,12 @@ infiniStatus_t makePlanFor(size_t rows, size_t dim, int partial_arrays, bool pac
     const size_t groups_per_cta = ctaThreads(p.group) / p.group;
     const size_t chunks = ceilDiv(dim, kChunk);
     // The packed kernel exists for 16-bit data alone.
-    // Two vectors a thread (past kMaxOneVectorDim) for one partial alone: LayerNorm's two spilled 100-250 bytes.
-    // And where the device gives a CTA the kernel's 64 KiB of w in shared memory.
+    // Two vectors a thread (past kMaxOneVectorDim) where the device gives a CTA the kernel's shared memory (w's
+    // 64 KiB; LayerNorm's 192 with its partials': an H100/H200, not an A100).
     bool two_vectors_fit = false;
-    if (Terms::kPartials == 1 && dim > kMaxOneVectorDim) {
-        INFINI_CHECK(
-            nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<T>(), sizeof(CtaSumSlots), &two_vectors_fit));
+    if (dim > kMaxOneVectorDim) {
+        INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<Terms, T>(), sizeof(CtaSumSlots),
+                                        &two_vectors_fit));
     }
     const size_t max_packed = two_vectors_fit ? kMaxPackedDim : kMaxOneVectorDim;
     const bool packable = sizeof(T) == 2 && packable_rows;
