@@ -14,6 +14,12 @@ if has_config("cpu") then
             add_files("../src/ops/*/cpu/*_simd.cc", "../src/devices/cpu/*_simd.cc")
             add_defines("CPU_ISA=" .. isa)
             if #flags > 0 then add_cxflags(flags, {force = true}) end
+            if isa == "avx2" then
+                -- GCC's generic tuning copies and zeroes aggregates 16 bytes at a time; the AVX2 build's 16-lane
+                -- vectors (two 256-bit halves, simd.h) are such aggregates, so a copy stored xmm pieces that the
+                -- next ymm load could not forward from. Not forced: a compiler without the option drops it.
+                add_cxflags("-mtune-ctrl=avx256_move_by_pieces,avx256_store_by_pieces")
+            end
             add_cxflags("-Wno-psabi") -- vector arguments only cross internal, inlined helpers
             add_cxflags("-Wno-maybe-uninitialized") -- GCC 12 false positive inside _mm512_undefined_ps
             if has_config("sanitize") then
