@@ -277,3 +277,18 @@ def test_each_shape_set_gives_row_ops_its_rows_and_batch_norm_its_batches(name):
     quick = list(bench.cases(["rms_norm", "batch_norm"], ["float32"], True, name))
     assert quick == [("rms_norm", "float32", rows[0]), ("batch_norm", "float32", batches[0])]
 
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 9), (3, 4, 5, 6), (2, 3, 2, 3, 4)])
+def test_a_batch_norm_case_of_any_rank_gives_torchs_gradients(shape):
+    # The running statistics are per channel (axis 1) whatever the rank, as ab.py's 4-D cases need.
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    with infiniop_py.Handle("cpu") as handle:
+        case, operator, ours, theirs, _ = bench.build_case("batch_norm", "float32", shape, handle,
+                                                           np.random.default_rng(3))
+        with operator:
+            ours()
+            expected = theirs()
+    for got, want in zip(case.outputs, expected):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4)

@@ -147,8 +147,9 @@ def build_case(op, dtype, shape, handle, rng, with_onednn=False):
     else:
         x, grad_output, weight = case.random(shape), case.random(shape), case.random(shape[1:2])
         x64 = x.astype(np.float64)
-        running_mean = x64.mean(axis=(0, 2)).astype(x.dtype)
-        running_var = x64.var(axis=(0, 2)).astype(x.dtype)
+        per_channel = tuple(axis for axis in range(x.ndim) if axis != 1)  # (N, C, *spatial), of any rank
+        running_mean = x64.mean(axis=per_channel).astype(x.dtype)
+        running_var = x64.var(axis=per_channel).astype(x.dtype)
         grad_input, grad_weight, grad_bias = aligned(np.empty_like(x)), np.empty_like(weight), np.empty_like(weight)
         operator = ip.BatchNormBackward(handle, grad_input, grad_weight, grad_bias, x, grad_output, weight,
                                         running_mean, running_var)

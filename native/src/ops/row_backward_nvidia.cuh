@@ -323,6 +323,8 @@ __global__ void __launch_bounds__(ctaThreads(G), kMinThreadsPerSm / ctaThreads(G
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
 constexpr int kMaxPackedThreads = 1024;
 constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * kPackedItems; // 8192: one vector a thread up to here
+// Elements of one array of the two-vector kernel's shared memory (w's, and each of LayerNorm's partials): a row.
+constexpr int kTwoVectorArray = kMaxPackedThreads * 2 * kPackedItems;
 
 // b of a thread's vector as the Terms see it (centering: the row's, read once a row with centeringOf).
 template <typename Terms, typename T>
@@ -454,7 +456,8 @@ template <typename Terms, int K, typename T, typename W, typename S, typename Co
 __device__ __forceinline__ void storePackedPartials(const Args<T, W, S> &args, size_t slot, ColOf colOf, First first,
                                                     Last last) {
     storePackedPartial<K>(args, args.partials[0], slot, colOf, first);
-    if constexpr (Terms::kPartials > 1) storePackedPartial<K>(args, args.partials[Terms::kPartials - 1], slot, colOf, last);
+    if constexpr (Terms::kPartials > 1)
+        storePackedPartial<K>(args, args.partials[Terms::kPartials - 1], slot, colOf, last);
 }
 
 // Rows of kMaxOneVectorDim < D <= kMaxPackedDim: the packed form with two vectors a thread, vector v of thread t
@@ -469,7 +472,7 @@ __device__ __forceinline__ void storePackedPartials(const Args<T, W, S> &args, s
 template <typename Terms, typename T>
 constexpr size_t packedTwoVectorSharedBytes() {
     constexpr size_t arrays = Terms::kPartials == 1 ? 1 : 1 + Terms::kPartials; // w, and LayerNorm's partials
-    return arrays * kMaxPackedThreads * 2 * kPackedItems * sizeof(ComputeOf<T>);
+    return arrays * kTwoVectorArray * sizeof(ComputeOf<T>);
 }
 
 // Where the two-vector kernel adds partial P: with one partial (RMSNorm), `registers`; with two (LayerNorm),
@@ -479,8 +482,7 @@ __device__ __forceinline__ auto twoVectorPartial(C *registers, C *after_w) {
     if constexpr (Terms::kPartials == 1) {
         return registers;
     } else {
-        constexpr int kArray = kMaxPackedThreads * 2 * kPackedItems;
-        const SharedColumns<C, kMaxPackedThreads> partial{after_w + P * kArray + threadIdx.x};
+        const SharedColumns<C, kMaxPackedThreads> partial{after_w + P * kTwoVectorArray + threadIdx.x};
 #pragma unroll
         for (int i = 0; i < 2 * kPackedItems; ++i) partial[i] = C(0);
         return partial;
@@ -501,7 +503,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1)
     const SharedColumns<C, kMaxPackedThreads> w{shared + t};
     loadWeights<kMaxPackedThreads, kPackedItems, kVecs * kPackedItems>(args, 0, t, w); // w[8v + e]: colOf(v) + e
     C registers[Terms::kPartials == 1 ? kVecs * kPackedItems : 1] = {}; // RMSNorm's partial, [8v + e] as w's
-    C *const after_w = shared + kVecs * kPackedItems * kMaxPackedThreads;
+    C *const after_w = shared + kTwoVectorArray;
     const auto partial0 = twoVectorPartial<Terms, 0>(registers, after_w);
     const auto partial1 = twoVectorPartial<Terms, Terms::kPartials - 1>(registers, after_w); // partial0's with one
     for (size_t row = first; row < last; ++row) {
