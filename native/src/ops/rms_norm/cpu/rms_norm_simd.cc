@@ -12,7 +12,7 @@ using simd::f32v;
 
 // The reduction of one row: the sum of x^2 (the pair's second sum stays zero).
 template <typename T>
-auto rowSums(size_t n, const T *x) {
+SIMD_INLINE auto rowSums(size_t n, const T *x) {
     return simd::RowSums(
         n,
         [=](size_t j, f32v &sum_squares, f32v &) SIMD_LAMBDA_INLINE {

@@ -12,7 +12,7 @@ using simd::f32v;
 
 // The reduction of one row: sums of x^2 and grad_y*w*x.
 template <typename T, typename W>
-auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
+SIMD_INLINE auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
     return simd::RowSums(
         n,
         [=](size_t j, f32v &sum_squares, f32v &sum_gwx) SIMD_LAMBDA_INLINE {
