@@ -8,6 +8,7 @@ import platform
 import statistics
 import types
 
+import numpy as np
 import pytest
 
 import infiniop_py
@@ -278,11 +279,9 @@ def test_each_shape_set_gives_row_ops_its_rows_and_batch_norm_its_batches(name):
     assert quick == [("rms_norm", "float32", rows[0]), ("batch_norm", "float32", batches[0])]
 
 
-
 @pytest.mark.parametrize("shape", [(4, 5, 9), (3, 4, 5, 6), (2, 3, 2, 3, 4)])
 def test_a_batch_norm_case_of_any_rank_gives_torchs_gradients(shape):
     # The running statistics are per channel (axis 1) whatever the rank, as ab.py's 4-D cases need.
-    np = pytest.importorskip("numpy")
     pytest.importorskip("torch")
     with infiniop_py.Handle("cpu") as handle:
         case, operator, ours, theirs, _ = bench.build_case("batch_norm", "float32", shape, handle,
