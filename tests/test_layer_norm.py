@@ -318,13 +318,17 @@ def test_large_mean_rows(device, dtype, d):
 @pytest.mark.parametrize("device", DEVICES)
 def test_rows_starting_far_from_their_mean(device, dtype, d):
     """The CPU kernel sums each chunk about its first vector's mean: where that lies far from the chunk's mean
-    (here the first 16 elements sit 1e3 spreads away, or a single element does), it sums again about the mean."""
+    (here the first 16 elements sit 1e3 spreads away, or a single element does), it sums again about the mean. The
+    rows that do lie in different lanes of the short-row kernel's groups of statistics (4 rows on AVX2, 8 on AVX-512)
+    and in a second block of 16 rows."""
     rng = np.random.default_rng(12)
-    x = rng.standard_normal((4, d))
-    x[0, :16] += 1e3 if np.dtype(dtype) == F32 else 30.0
-    x[1, :16] -= 50.0
-    x[2, 0] += 1e3 if np.dtype(dtype) == F32 else 30.0
-    x[3, 4096:4112] += 100.0  # the second chunk's first vector
+    x = rng.standard_normal((22, d))
+    far = 1e3 if np.dtype(dtype) == F32 else 30.0
+    for row in (0, 9, 21):
+        x[row, :16] += far
+    x[5, :16] -= 50.0
+    x[14, 0] += far
+    x[15, 4096:4112] += 100.0  # the second chunk's first vector
     x = rounded(x + 100.0, dtype)
     w, b = rounded(rng.normal(1.0, 0.5, d), dtype), rounded(rng.normal(0.0, 0.5, d), dtype)
 

@@ -533,30 +533,67 @@ SIMD_INLINE f32v keepLanes(f32v v, size_t count) {
 #endif
 }
 
-// Eight F64 lanes: per-row statistics of a group of short rows, computed side by side.
+// Eight F64 lanes (sum, sums: F64 trees across an F32 vector's lanes).
 typedef double f64x8 __attribute__((vector_size(64)));
 
-SIMD_INLINE f64x8 sqrtLanes(f64x8 v) {
+// F64 lanes of the short-row kernels' per-row statistics, computed side by side: as many as one register holds.
+// Statistics of 8 rows in a 64-byte generic vector left AVX2 with each lane apart, joined through the stack for
+// every operation with 32-byte loads that cannot forward from the 8-byte stores (5-9 such stalls a block).
 #if defined(__AVX512F__)
-    return (f64x8)_mm512_sqrt_pd((__m512d)v);
-#elif defined(__AVX__)
-    typedef double f64x4 __attribute__((vector_size(32)));
-    const f64x4 low = (f64x4)_mm256_sqrt_pd((__m256d)__builtin_shufflevector(v, v, 0, 1, 2, 3));
-    const f64x4 high = (f64x4)_mm256_sqrt_pd((__m256d)__builtin_shufflevector(v, v, 4, 5, 6, 7));
-    return __builtin_shufflevector(low, high, 0, 1, 2, 3, 4, 5, 6, 7);
+constexpr size_t kF64Lanes = 8;
 #else
-    for (int i = 0; i < 8; ++i) v[i] = __builtin_sqrt(v[i]);
+constexpr size_t kF64Lanes = 4;
+#endif
+typedef double f64l __attribute__((vector_size(8 * kF64Lanes)));
+typedef float f32l __attribute__((vector_size(4 * kF64Lanes)));
+
+// body(std::integral_constant<size_t, P>{}) for each group of lanes P .. P + kF64Lanes of a vector.
+template <typename Body, size_t... kGroups>
+SIMD_INLINE void forEachLaneGroup(Body &&body, std::index_sequence<kGroups...>) {
+    (body(std::integral_constant<size_t, kGroups * kF64Lanes>{}), ...);
+}
+template <typename Body>
+SIMD_INLINE void forEachLaneGroup(Body &&body) {
+    forEachLaneGroup(body, std::make_index_sequence<kWidth / kF64Lanes>{});
+}
+
+// Lanes kFirst .. kFirst + kF64Lanes of v, in F64.
+template <size_t kFirst>
+SIMD_INLINE f64l widenLanes(f32v v) {
+#if defined(__AVX512F__)
+    const f32x8 group = kFirst == 0 ? lowHalf(v) : highHalf(v);
+#elif defined(__AVX__)
+    typedef float f32x4 __attribute__((vector_size(16)));
+    const f32x8 half = kFirst < 8 ? lowHalf(v) : highHalf(v);
+    constexpr int k = kFirst % 8;
+    const f32x4 group = __builtin_shufflevector(half, half, k, k + 1, k + 2, k + 3);
+#else
+    f32l group;
+    for (size_t i = 0; i < kF64Lanes; ++i) group[i] = v[kFirst + i];
+#endif
+    return __builtin_convertvector(group, f64l);
+}
+
+SIMD_INLINE f64l sqrtLanes(f64l v) {
+#if defined(__AVX512F__)
+    return (f64l)_mm512_sqrt_pd((__m512d)v);
+#elif defined(__AVX__)
+    return (f64l)_mm256_sqrt_pd((__m256d)v);
+#else
+    for (size_t i = 0; i < kF64Lanes; ++i) v[i] = __builtin_sqrt(v[i]);
     return v;
 #endif
 }
 
 // Bit i set where a[i] > b[i] (false where either is NaN).
-SIMD_INLINE unsigned lanesAbove(f64x8 a, f64x8 b) {
+SIMD_INLINE unsigned lanesAbove(f64l a, f64l b) {
 #if defined(__AVX512F__)
     return _mm512_cmp_pd_mask((__m512d)a, (__m512d)b, _CMP_GT_OQ);
+#elif defined(__AVX__)
+    return static_cast<unsigned>(_mm256_movemask_pd(_mm256_cmp_pd((__m256d)a, (__m256d)b, _CMP_GT_OQ)));
 #else
     unsigned mask = 0;
-    for (int i = 0; i < 8; ++i) mask |= static_cast<unsigned>(a[i] > b[i]) << i;
+    for (size_t i = 0; i < kF64Lanes; ++i) mask |= static_cast<unsigned>(a[i] > b[i]) << i;
     return mask;
 #endif
 }
@@ -652,11 +689,16 @@ struct RowLanes {
 // scalar_terms(j, float &first, float &second) those of one element of the last chunk's tail. The vectors of a
 // chunk go by pairs to two accumulator pairs, whether the row is reduced on its own (finish) or a pair of vectors
 // at a time inside another pass (step, then finish): both give the same bits.
+// The terms come from factories, make_vector_terms() and make_scalar_terms(), so that their closures are built in
+// place: copied in, GCC stored their captures one at a time and moved them with one 32-byte load, which cannot
+// forward from those stores (AVX2: a stall each row, 17 such sites in LayerNorm backward's passes).
 template <typename VectorTerms, typename ScalarTerms>
 class RowSums {
   public:
-    RowSums(size_t n, VectorTerms vector_terms, ScalarTerms scalar_terms)
-        : n_(n), chunk_end_(n < kChunk ? n : kChunk), vector_terms_(vector_terms), scalar_terms_(scalar_terms) {}
+    template <typename MakeVectorTerms, typename MakeScalarTerms>
+    SIMD_INLINE RowSums(size_t n, MakeVectorTerms &&make_vector_terms, MakeScalarTerms &&make_scalar_terms)
+        : n_(n), chunk_end_(n < kChunk ? n : kChunk), vector_terms_(make_vector_terms()),
+          scalar_terms_(make_scalar_terms()) {}
 
     // The next pair of vectors of the current chunk, if one is left.
     SIMD_INLINE SIMD_FLATTEN void step() {
@@ -711,6 +753,10 @@ class RowSums {
     f32v even_first_ = {}, even_second_ = {}, odd_first_ = {}, odd_second_ = {}; // by the vector's index in its chunk
     cpu::PairSums total_;
 };
+
+template <typename MakeVectorTerms, typename MakeScalarTerms>
+RowSums(size_t, MakeVectorTerms &&, MakeScalarTerms &&)
+    -> RowSums<std::invoke_result_t<MakeVectorTerms &>, std::invoke_result_t<MakeScalarTerms &>>;
 
 // The lanes of up to kWidth one-chunk rows, field by field (so that finishRows reads them in place).
 struct BlockLanes {

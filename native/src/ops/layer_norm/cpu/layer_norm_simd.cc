@@ -229,8 +229,6 @@ template <typename T, typename W, bool kBias, bool kXhat, size_t kVectors>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
                                             ptrdiff_t xhat_stride, BlockMoments *moments) {
-    using simd::f32x8;
-    using simd::f64x8;
     const simd::RowBlock<kVectors> block(rows, n, x, x_stride);
     const size_t vectors = block.vectors, last = block.last;
     const auto &values = block.values;
@@ -263,43 +261,55 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         return sum;
     };
     const f32v residual_lanes = simd::laneSums(rows, residualLanes), square_lanes = simd::laneSums(rows, squareLanes);
+    const f32v shift_lanes = simd::load(shifts), row_shift_lanes = simd::load(row_shifts);
     float mean_high[kWidth], rstd[kWidth], low_scaled[kWidth];
     const double count = static_cast<double>(n), inverse_dim = 1.0 / count;
-    for (size_t half = 0; half < kWidth; half += 8) {
-        auto lanes = [&](f32v v) {
-            return __builtin_convertvector(half == 0 ? simd::lowHalf(v) : simd::highHalf(v), f64x8);
-        };
-        f64x8 residual = lanes(residual_lanes), square = lanes(square_lanes), shift = lanes(simd::load(shifts));
-        // recentre(): rows whose shift lay more than a spread from their mean (rarely), summed again about it.
+    simd::forEachLaneGroup([&](auto first_tag) SIMD_LAMBDA_INLINE {
+        constexpr size_t kFirst = decltype(first_tag)::value;
+        using simd::f64l;
+        f64l residual = simd::widenLanes<kFirst>(residual_lanes), square = simd::widenLanes<kFirst>(square_lanes),
+             shift = simd::widenLanes<kFirst>(shift_lanes);
+        // recentre(): rows whose shift lay more than a spread from their mean (rarely), summed again about it. Lane by
+        // lane through arrays: indexed in place, the vectors would live on the stack on the common path too.
         unsigned far = simd::lanesAbove(2.0 * residual * residual, square * count);
-        for (; far != 0; far &= far - 1) {
-            const size_t i = static_cast<size_t>(__builtin_ctz(far)), r = half + i;
-            if (r >= rows) break;
-            shifts[r] = static_cast<float>(shifts[r] + residual[i] / count);
-            residual[i] = simd::sum(residualLanes(r));
-            square[i] = simd::sum(squareLanes(r));
-            shift[i] = shifts[r];
+        if (far != 0) {
+            double residual_of[simd::kF64Lanes], square_of[simd::kF64Lanes], shift_of[simd::kF64Lanes];
+            std::memcpy(residual_of, &residual, sizeof residual);
+            std::memcpy(square_of, &square, sizeof square);
+            std::memcpy(shift_of, &shift, sizeof shift);
+            for (; far != 0; far &= far - 1) {
+                const size_t i = static_cast<size_t>(__builtin_ctz(far)), r = kFirst + i;
+                if (r >= rows) break;
+                shifts[r] = static_cast<float>(shifts[r] + residual_of[i] / count);
+                residual_of[i] = simd::sum(residualLanes(r));
+                square_of[i] = simd::sum(squareLanes(r));
+                shift_of[i] = shifts[r];
+            }
+            std::memcpy(&residual, residual_of, sizeof residual);
+            std::memcpy(&square, square_of, sizeof square);
+            std::memcpy(&shift, shift_of, sizeof shift);
         }
         // addChunk() about the row's first element, then the caller's statistics (CpuDescriptor::run).
-        const f64x8 row_shift = lanes(simd::load(row_shifts)), offset = shift - row_shift;
-        const f64x8 first = count * offset + residual;
-        const f64x8 second = square + 2.0 * offset * residual + count * offset * offset;
-        const f64x8 mean_offset = first * inverse_dim, mean_of_squares = second * inverse_dim;
-        f64x8 variance = mean_of_squares - mean_offset * mean_offset; // biasedVariance(): below 0 made 0, NaN kept
-        variance = variance < 0.0 ? f64x8{} : variance;
-        const f64x8 variance_eps = variance + epsilon, rstd_lanes = 1.0 / simd::sqrtLanes(variance_eps);
-        const f64x8 mean = row_shift + mean_offset;
-        std::memcpy(moments->mean + half, &mean, sizeof mean);
-        std::memcpy(moments->variance_eps + half, &variance_eps, sizeof variance_eps);
-        std::memcpy(moments->rstd + half, &rstd_lanes, sizeof rstd_lanes);
+        const f64l row_shift = simd::widenLanes<kFirst>(row_shift_lanes), offset = shift - row_shift;
+        const f64l first = count * offset + residual;
+        const f64l second = square + 2.0 * offset * residual + count * offset * offset;
+        const f64l mean_offset = first * inverse_dim, mean_of_squares = second * inverse_dim;
+        f64l variance = mean_of_squares - mean_offset * mean_offset; // biasedVariance(): below 0 made 0, NaN kept
+        variance = variance < 0.0 ? f64l{} : variance;
+        const f64l variance_eps = variance + epsilon, rstd_lanes = 1.0 / simd::sqrtLanes(variance_eps);
+        const f64l mean = row_shift + mean_offset;
+        std::memcpy(moments->mean + kFirst, &mean, sizeof mean);
+        std::memcpy(moments->variance_eps + kFirst, &variance_eps, sizeof variance_eps);
+        std::memcpy(moments->rstd + kFirst, &rstd_lanes, sizeof rstd_lanes);
         // RowStatistics<float> as the caller splits them.
-        const f32x8 high = __builtin_convertvector(mean, f32x8), rstd_f32 = __builtin_convertvector(rstd_lanes, f32x8);
-        const f32x8 low = __builtin_convertvector(mean - __builtin_convertvector(high, f64x8), f32x8);
-        const f32x8 scaled = -low * rstd_f32;
-        std::memcpy(mean_high + half, &high, sizeof high);
-        std::memcpy(rstd + half, &rstd_f32, sizeof rstd_f32);
-        std::memcpy(low_scaled + half, &scaled, sizeof scaled);
-    }
+        using simd::f32l;
+        const f32l high = __builtin_convertvector(mean, f32l), rstd_f32 = __builtin_convertvector(rstd_lanes, f32l);
+        const f32l low = __builtin_convertvector(mean - __builtin_convertvector(high, f64l), f32l);
+        const f32l scaled = -low * rstd_f32;
+        std::memcpy(mean_high + kFirst, &high, sizeof high);
+        std::memcpy(rstd + kFirst, &rstd_f32, sizeof rstd_f32);
+        std::memcpy(low_scaled + kFirst, &scaled, sizeof scaled);
+    });
     // apply(): y = xhat * w + b.
     f32v w_lanes[kVectors], b_lanes[kVectors] = {};
     block.loadVector(w, w_lanes);

@@ -24,18 +24,22 @@ using simd::f32v;
 template <bool kFromInput, typename T, typename W>
 SIMD_INLINE auto rowSums(size_t n, const T *grad_output, const T *row_input, const W *weight,
                          RowStatistics<float> row) {
-    const f32v mean_v = simd::splat(row.mean), rstd_v = simd::splat(row.rstd);
     return simd::RowSums(
         n,
-        [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) SIMD_LAMBDA_INLINE {
-            f32v g = simd::load(grad_output + j) * simd::load(weight + j);
-            sum_g += g;
-            sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
+        [&] {
+            const f32v mean_v = simd::splat(row.mean), rstd_v = simd::splat(row.rstd);
+            return [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) SIMD_LAMBDA_INLINE {
+                f32v g = simd::load(grad_output + j) * simd::load(weight + j);
+                sum_g += g;
+                sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
+            };
         },
-        [=](size_t j, float &sum_g, float &sum_g_xhat) {
-            float g = cpu::toFloat(grad_output[j]) * cpu::toFloat(weight[j]);
-            sum_g += g;
-            sum_g_xhat += g * standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd);
+        [&] {
+            return [=](size_t j, float &sum_g, float &sum_g_xhat) {
+                float g = cpu::toFloat(grad_output[j]) * cpu::toFloat(weight[j]);
+                sum_g += g;
+                sum_g_xhat += g * standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd);
+            };
         });
 }
 

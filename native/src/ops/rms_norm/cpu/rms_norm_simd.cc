@@ -15,13 +15,17 @@ template <typename T>
 SIMD_INLINE auto rowSums(size_t n, const T *x) {
     return simd::RowSums(
         n,
-        [=](size_t j, f32v &sum_squares, f32v &) SIMD_LAMBDA_INLINE {
-            const f32v xj = simd::load(x + j);
-            sum_squares += xj * xj;
+        [&] {
+            return [=](size_t j, f32v &sum_squares, f32v &) SIMD_LAMBDA_INLINE {
+                const f32v xj = simd::load(x + j);
+                sum_squares += xj * xj;
+            };
         },
-        [=](size_t j, float &sum_squares, float &) {
-            const float xj = cpu::toFloat(x[j]);
-            sum_squares += xj * xj;
+        [&] {
+            return [=](size_t j, float &sum_squares, float &) {
+                const float xj = cpu::toFloat(x[j]);
+                sum_squares += xj * xj;
+            };
         });
 }
 
@@ -74,14 +78,14 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         return sum;
     });
     float scales[simd::kWidth];
-    for (size_t half = 0; half < simd::kWidth; half += 8) {
-        const simd::f32x8 half_lanes = half == 0 ? simd::lowHalf(square_lanes) : simd::highHalf(square_lanes);
-        const simd::f64x8 squares = __builtin_convertvector(half_lanes, simd::f64x8);
-        const simd::f64x8 r = 1.0 / simd::sqrtLanes(squares / static_cast<double>(n) + epsilon);
-        const simd::f32x8 scale = __builtin_convertvector(r, simd::f32x8);
-        std::memcpy(rstd + half, &r, sizeof r);
-        std::memcpy(scales + half, &scale, sizeof scale);
-    }
+    simd::forEachLaneGroup([&](auto first_tag) SIMD_LAMBDA_INLINE {
+        constexpr size_t kFirst = decltype(first_tag)::value;
+        const simd::f64l squares = simd::widenLanes<kFirst>(square_lanes);
+        const simd::f64l r = 1.0 / simd::sqrtLanes(squares / static_cast<double>(n) + epsilon);
+        const simd::f32l scale = __builtin_convertvector(r, simd::f32l);
+        std::memcpy(rstd + kFirst, &r, sizeof r);
+        std::memcpy(scales + kFirst, &scale, sizeof scale);
+    });
     f32v w_lanes[kVectors];
     block.loadVector(w, w_lanes);
     for (size_t r = 0; r < rows; ++r) {

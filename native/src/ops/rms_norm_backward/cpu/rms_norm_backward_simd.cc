@@ -15,15 +15,19 @@ template <typename T, typename W>
 SIMD_INLINE auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
     return simd::RowSums(
         n,
-        [=](size_t j, f32v &sum_squares, f32v &sum_gwx) SIMD_LAMBDA_INLINE {
-            f32v xj = simd::load(x + j);
-            sum_squares += xj * xj;
-            sum_gwx += simd::load(grad_y + j) * simd::load(w + j) * xj;
+        [&] {
+            return [=](size_t j, f32v &sum_squares, f32v &sum_gwx) SIMD_LAMBDA_INLINE {
+                f32v xj = simd::load(x + j);
+                sum_squares += xj * xj;
+                sum_gwx += simd::load(grad_y + j) * simd::load(w + j) * xj;
+            };
         },
-        [=](size_t j, float &sum_squares, float &sum_gwx) {
-            float xj = cpu::toFloat(x[j]);
-            sum_squares += xj * xj;
-            sum_gwx += cpu::toFloat(grad_y[j]) * cpu::toFloat(w[j]) * xj;
+        [&] {
+            return [=](size_t j, float &sum_squares, float &sum_gwx) {
+                float xj = cpu::toFloat(x[j]);
+                sum_squares += xj * xj;
+                sum_gwx += cpu::toFloat(grad_y[j]) * cpu::toFloat(w[j]) * xj;
+            };
         });
 }
 
