@@ -194,10 +194,10 @@ def test_every_schedule_matches_reference(device, dtype, shape):
 # more rows than the emulation's grid of 8 CTAs takes at once and a last warp only partly used, then from the least D
 # to the most of each CTA-a-row kernel, and rows that end inside a vector (D = 100 in rows of 104, 500 in 504 and
 # 1001 in 1008, so they still start 16 bytes apart; D = 8200: one thread's second vector alone in the row). Past
-# 16384: the long-row kernel.
-PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((130,), 100, 104), ((70,), 256, 256), ((9, 13), 264, 264),
-               ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
-               ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
+# 16384: the long-row kernel. D = 64 in rows of 80: on the CPU, F32 short rows read in place a stride apart.
+PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((50,), 64, 80), ((130,), 100, 104), ((70,), 256, 256),
+               ((9, 13), 264, 264), ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008),
+               ((3, 5), 4104, 4104), ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
 # (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
 PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 
@@ -374,18 +374,25 @@ def test_rows_whose_chunk_squares_pass_f32s_range(d):
     assert_statistics_close(mean, rstd, x, 1, F32)
 
 
+# Long rows, and short rows that the CPU's block kernel reads where they lie (F32 in whole vectors, simd::RowView), y
+# overwriting each element after it is read.
+IN_PLACE_SHAPES = [(5, 300), (40, 64)]
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", IN_PLACE_SHAPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
-def test_in_place_functional(device, dtype):
-    x, w, b = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
+def test_in_place_functional(device, shape, dtype):
+    x, w, b = inputs(np.random.default_rng(2), shape, 1, dtype)
     original = x.copy()
     forward_on(device, x, w, b, out=(x, None, None))
     assert_y_close(x, original, w, b, 1, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_in_place(dtype):
-    x, w, b = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
+@pytest.mark.parametrize("shape", IN_PLACE_SHAPES, ids=str)
+def test_in_place(shape, dtype):
+    x, w, b = inputs(np.random.default_rng(2), shape, 1, dtype)
     original = x.copy()
     with infiniop_py.Handle("cpu") as handle, infiniop_py.LayerNorm(handle, x, None, None, x, w, b) as operator:
         operator(x, None, None, x, w, b)

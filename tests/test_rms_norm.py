@@ -153,10 +153,10 @@ def test_every_schedule_matches_reference(device, dtype, shape):
 # more rows than the emulation's grid of 8 CTAs takes at once and a last warp only partly used, then from the least D
 # to the most of each CTA-a-row kernel, and rows that end inside a vector (D = 100 in rows of 104, 500 in 504 and
 # 1001 in 1008, so they still start 16 bytes apart; D = 8200: one thread's second vector alone in the row). Past
-# 16384: the long-row kernel.
-PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((130,), 100, 104), ((70,), 256, 256), ((9, 13), 264, 264),
-               ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008), ((3, 5), 4104, 4104),
-               ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
+# 16384: the long-row kernel. D = 64 in rows of 80: on the CPU, F32 short rows read in place a stride apart.
+PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((50,), 64, 80), ((130,), 100, 104), ((70,), 256, 256),
+               ((9, 13), 264, 264), ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008),
+               ((3, 5), 4104, 4104), ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
 # (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
 PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 
@@ -248,9 +248,10 @@ def test_f16_accumulation_misses_the_bounds():
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(5, 300), (40, 64)], ids=str)  # (40, 64): the block kernel's F32 rows in place
 @pytest.mark.parametrize("device", DEVICES)
-def test_in_place(device, dtype):
-    x, w = inputs(np.random.default_rng(2), (5, 300), 1, dtype)
+def test_in_place(device, shape, dtype):
+    x, w = inputs(np.random.default_rng(2), shape, 1, dtype)
     expected_y, _ = reference(x, w, EPS)
     forward_on(device, x, w, out=(x, None))
     assert_y_close(x, expected_y, dtype)

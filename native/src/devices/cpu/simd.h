@@ -788,6 +788,7 @@ inline void finishRows(const BlockLanes &rows, size_t count, cpu::PairSums *tota
 // the loops over a row's vectors.
 template <size_t kVectors>
 struct RowBlock {
+    static constexpr size_t kVectorsMost = kVectors; // as RowView's
     size_t vectors, last;            // vectors a row; elements of the last one
     f32v values[kWidth][kVectors];   // the last vector zero past the row's end
 
@@ -800,6 +801,8 @@ struct RowBlock {
             values[r][vectors - 1] = loadPart(row + (vectors - 1) * kWidth, last);
         }
     }
+
+    SIMD_INLINE f32v value(size_t r, size_t j) const { return values[r][j]; }
 
     SIMD_INLINE size_t countOf(size_t j) const { return j + 1 < vectors ? kWidth : last; }
 
@@ -817,6 +820,39 @@ struct RowBlock {
     }
 };
 
+// RowBlock's interface over F32 rows of whole vectors, read where they lie (each vector from L1 after its first
+// load) rather than copied to the stack: the copy is a store and a load per vector that F32 needs no widening to
+// justify (LayerNorm forward F32, 2 threads, A/B in alternating processes, calls back to back: 32768x32 0.76 of the
+// time, 16384x64 0.82-0.90, 8192x128 0.89, 1048576x16 0.91; after a 256 MiB copy level, rows of 16 0.89).
+template <size_t kVectors>
+struct RowView {
+    static constexpr size_t kVectorsMost = kVectors;
+    static constexpr size_t last = kWidth;
+    size_t vectors;
+    const float *x;
+    ptrdiff_t x_stride;
+
+    SIMD_INLINE RowView(size_t, size_t n, const float *x, ptrdiff_t x_stride)
+        : vectors(n / kWidth), x(x), x_stride(x_stride) {}
+
+    SIMD_INLINE f32v value(size_t r, size_t j) const {
+        return load(x + static_cast<ptrdiff_t>(r) * x_stride + j * kWidth);
+    }
+
+    SIMD_INLINE size_t countOf(size_t) const { return kWidth; }
+
+    template <typename W>
+    SIMD_INLINE void loadVector(const W *v, f32v *pieces) const {
+        for (size_t j = 0; j < vectors; ++j) pieces[j] = load(v + j * kWidth);
+    }
+
+    template <typename T, typename Out>
+    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
+        T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
+        for (size_t j = 0; j < vectors; ++j) store(row + j * kWidth, out(j));
+    }
+};
+
 // body(std::integral_constant<size_t, K>{}) with K the RowBlock size for rows of n (at most cpu::kBlockRowsMaxDim)
 // elements: rows of one vector, of up to 4 and of up to 8 apart (LayerNorm F32, 2 threads, after a 256 MiB copy:
 // with the loops over a row's vectors left in, rows of 16 took 1.17x as long; rows of 64 as 8 vectors, 1.1x).
@@ -826,6 +862,19 @@ SIMD_INLINE void withRowBlockSize(size_t n, Body &&body) {
     if (n <= kWidth) return body(std::integral_constant<size_t, 1>{});
     if (n <= 4 * kWidth) return body(std::integral_constant<size_t, 4>{});
     return body(std::integral_constant<size_t, 8>{});
+}
+
+// body(tag) with tag's ::type the block for rows of n elements of T (withRowBlockSize's sizes): a RowView where T is
+// F32 and the rows are whole vectors, else a RowBlock.
+template <typename T, typename Body>
+SIMD_INLINE void withRowBlock(size_t n, Body &&body) {
+    withRowBlockSize(n, [&](auto vectors) SIMD_LAMBDA_INLINE {
+        constexpr size_t kVectors = decltype(vectors)::value;
+        if constexpr (std::is_same_v<T, float>) {
+            if (n % kWidth == 0) return body(std::common_type<RowView<kVectors>>{});
+        }
+        body(std::common_type<RowBlock<kVectors>>{});
+    });
 }
 
 // Brings a row's two inputs into L2, the lines of a pair of vectors per step: a row ahead of the reduction that

@@ -220,31 +220,30 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatist
 }
 
 // Short rows whole (Kernels::block_rows): the steps of sums(), of the caller's statistics and of apply(), each row
-// loaded once (simd::RowBlock), the rows' per-row steps side by side. Row by row, the block kernels spent most of a
-// row of 16's time in chains of dependent steps (sums across lanes, F64 division and square root) and loaded each
-// row twice. Sums across a row's lanes are F32 trees here (simd::laneSums), carried into F64 per row: the same
-// F32-then-F64 scheme as sums(), whose F32 lanes each add many elements of a longer row. BF16 takes the shifted
-// pass too: dotSums pays off only over many vectors a row.
-template <typename T, typename W, bool kBias, bool kXhat, size_t kVectors>
+// loaded once (a simd::RowBlock; F32 rows of whole vectors read in place, simd::RowView), the rows' per-row steps side
+// by side. Row by row, the block kernels spent most of a row of 16's time in chains of dependent steps (sums across
+// lanes, F64 division and square root) and loaded each row twice. Sums across a row's lanes are F32 trees here
+// (simd::laneSums), carried into F64 per row: the same F32-then-F64 scheme as sums(), whose F32 lanes each add many
+// elements of a longer row. BF16 takes the shifted pass too: dotSums pays off only over many vectors a row.
+template <typename T, typename W, bool kBias, bool kXhat, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
                                             ptrdiff_t xhat_stride, BlockMoments *moments) {
-    const simd::RowBlock<kVectors> block(rows, n, x, x_stride);
+    const Block block(rows, n, x, x_stride);
     const size_t vectors = block.vectors, last = block.last;
-    const auto &values = block.values;
     float row_shifts[kWidth] = {}; // each row's first element, about which its statistics are formed
     for (size_t r = 0; r < rows; ++r) row_shifts[r] = cpu::toFloat(x[static_cast<ptrdiff_t>(r) * x_stride]);
     // sums()'s shift: an estimate of the mean, the first vector's, or, shorter, the first element.
     float shifts[kWidth];
     if (n >= kWidth) {
-        simd::store(shifts, simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE { return values[r][0]; }) *
+        simd::store(shifts, simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE { return block.value(r, 0); }) *
                                 simd::splat(1.0f / kWidth));
     } else {
         std::memcpy(shifts, row_shifts, sizeof shifts);
     }
     // The centred values' sums in F32 lanes, then across them.
     auto centred = [&](size_t r, size_t j) SIMD_LAMBDA_INLINE {
-        const f32v d = values[r][j] - simd::splat(shifts[r]);
+        const f32v d = block.value(r, j) - simd::splat(shifts[r]);
         return j + 1 < vectors ? d : simd::keepLanes(d, last);
     };
     auto residualLanes = [&](size_t r) SIMD_LAMBDA_INLINE {
@@ -311,12 +310,14 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         std::memcpy(low_scaled + kFirst, &scaled, sizeof scaled);
     });
     // apply(): y = xhat * w + b.
-    f32v w_lanes[kVectors], b_lanes[kVectors] = {};
+    f32v w_lanes[Block::kVectorsMost], b_lanes[Block::kVectorsMost] = {};
     block.loadVector(w, w_lanes);
     if constexpr (kBias) block.loadVector(b, b_lanes);
     for (size_t r = 0; r < rows; ++r) {
         const f32v high = simd::splat(mean_high[r]), scale = simd::splat(rstd[r]), low = simd::splat(low_scaled[r]);
-        auto standardized = [&](size_t j) SIMD_LAMBDA_INLINE { return simd::mulAdd(values[r][j] - high, scale, low); };
+        auto standardized = [&](size_t j) SIMD_LAMBDA_INLINE {
+            return simd::mulAdd(block.value(r, j) - high, scale, low);
+        };
         if constexpr (kXhat) block.storeRow(xhat, xhat_stride, r, standardized);
         block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
             return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
@@ -327,9 +328,10 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b, T *y,
                ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments) {
-    simd::withRowBlockSize(n, [&](auto vectors) {
+    simd::withRowBlock<T>(n, [&](auto block_tag) {
         auto run = [&](auto bias, auto with_xhat) {
-            blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, decltype(vectors)::value>(
+            using Block = typename decltype(block_tag)::type;
+            blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, Block>(
                 rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments);
         };
         if (b != nullptr) {

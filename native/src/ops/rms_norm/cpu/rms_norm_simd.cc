@@ -64,17 +64,16 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, 
     }
 }
 
-// Short rows whole (Kernels::block_rows), as LayerNorm's: each row loaded once (simd::RowBlock), the rows' sums of
-// squares side by side in F32 (simd::laneSums), their rstd in F64 8 rows at a time, y from the registers. Row by
-// row, the block kernels loaded each row twice and finished each row's sum and square root alone.
-template <typename T, typename W, size_t kVectors>
+// Short rows whole (Kernels::block_rows), as LayerNorm's: each row loaded once (simd::RowBlock or RowView), the rows'
+// sums of squares side by side in F32 (simd::laneSums), their rstd in F64 8 rows at a time, y from the registers. Row
+// by row, the block kernels loaded each row twice and finished each row's sum and square root alone.
+template <typename T, typename W, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, T *y, ptrdiff_t y_stride, double *rstd) {
-    const simd::RowBlock<kVectors> block(rows, n, x, x_stride);
-    const auto &values = block.values; // zero past each row's end, so they add nothing to its sum
+    const Block block(rows, n, x, x_stride); // a RowBlock's zeros past a row's end add nothing to its sum
     const f32v square_lanes = simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE {
-        f32v sum = values[r][0] * values[r][0];
-        for (size_t j = 1; j < block.vectors; ++j) sum = simd::mulAdd(values[r][j], values[r][j], sum);
+        f32v sum = block.value(r, 0) * block.value(r, 0);
+        for (size_t j = 1; j < block.vectors; ++j) sum = simd::mulAdd(block.value(r, j), block.value(r, j), sum);
         return sum;
     });
     float scales[simd::kWidth];
@@ -86,19 +85,21 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         std::memcpy(rstd + kFirst, &r, sizeof r);
         std::memcpy(scales + kFirst, &scale, sizeof scale);
     });
-    f32v w_lanes[kVectors];
+    f32v w_lanes[Block::kVectorsMost];
     block.loadVector(w, w_lanes);
     for (size_t r = 0; r < rows; ++r) {
         const f32v scale = simd::splat(scales[r]);
-        block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE { return values[r][j] * scale * w_lanes[j]; });
+        block.storeRow(y, y_stride, r,
+                       [&](size_t j) SIMD_LAMBDA_INLINE { return block.value(r, j) * scale * w_lanes[j]; });
     }
 }
 
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, T *y,
                ptrdiff_t y_stride, double *rstd) {
-    simd::withRowBlockSize(n, [&](auto vectors) {
-        blockRowsWith<T, W, decltype(vectors)::value>(rows, n, epsilon, x, x_stride, w, y, y_stride, rstd);
+    simd::withRowBlock<T>(n, [&](auto block_tag) {
+        using Block = typename decltype(block_tag)::type;
+        blockRowsWith<T, W, Block>(rows, n, epsilon, x, x_stride, w, y, y_stride, rstd);
     });
 }
 
