@@ -783,11 +783,30 @@ inline void finishRows(const BlockLanes &rows, size_t count, cpu::PairSums *tota
     }
 }
 
+// What RowBlock and RowView share, over a block's `vectors` and countOf(j) (the elements of a row's vector j).
+template <typename Block>
+struct RowParts {
+    // A parameter vector's pieces, as the rows' (zero past the end).
+    template <typename W>
+    SIMD_INLINE void loadVector(const W *v, f32v *pieces) const {
+        const Block &block = static_cast<const Block &>(*this);
+        for (size_t j = 0; j < block.vectors; ++j) pieces[j] = loadPart(v + j * kWidth, block.countOf(j));
+    }
+
+    // Row r's output: out(j) for each of its vectors, stored at y's row r.
+    template <typename T, typename Out>
+    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
+        const Block &block = static_cast<const Block &>(*this);
+        T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
+        for (size_t j = 0; j < block.vectors; ++j) storePart(row + j * kWidth, out(j), block.countOf(j));
+    }
+};
+
 // Up to kWidth short rows of at most kVectors vectors each, loaded once, for kernels that take such a group whole
 // (its rows' sums side by side, laneSums, then their outputs from these registers). kVectors 1: the compiler drops
 // the loops over a row's vectors.
 template <size_t kVectors>
-struct RowBlock {
+struct RowBlock : RowParts<RowBlock<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors; // as RowView's
     size_t vectors, last;            // vectors a row; elements of the last one
     f32v values[kWidth][kVectors];   // the last vector zero past the row's end
@@ -805,19 +824,6 @@ struct RowBlock {
     SIMD_INLINE f32v value(size_t r, size_t j) const { return values[r][j]; }
 
     SIMD_INLINE size_t countOf(size_t j) const { return j + 1 < vectors ? kWidth : last; }
-
-    // A parameter vector's pieces, as the rows' (zero past the end).
-    template <typename W>
-    SIMD_INLINE void loadVector(const W *v, f32v *pieces) const {
-        for (size_t j = 0; j < vectors; ++j) pieces[j] = loadPart(v + j * kWidth, countOf(j));
-    }
-
-    // Row r's output: out(j) for each of its vectors, stored at y's row r.
-    template <typename T, typename Out>
-    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
-        T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
-        for (size_t j = 0; j < vectors; ++j) storePart(row + j * kWidth, out(j), countOf(j));
-    }
 };
 
 // RowBlock's interface over F32 rows of whole vectors, read where they lie (each vector from L1 after its first
@@ -825,7 +831,7 @@ struct RowBlock {
 // justify (LayerNorm forward F32, 2 threads, A/B in alternating processes, calls back to back: 32768x32 0.76 of the
 // time, 16384x64 0.82-0.90, 8192x128 0.89, 1048576x16 0.91; after a 256 MiB copy level, rows of 16 0.89).
 template <size_t kVectors>
-struct RowView {
+struct RowView : RowParts<RowView<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors;
     static constexpr size_t last = kWidth;
     size_t vectors;
@@ -839,18 +845,7 @@ struct RowView {
         return load(x + static_cast<ptrdiff_t>(r) * x_stride + j * kWidth);
     }
 
-    SIMD_INLINE size_t countOf(size_t) const { return kWidth; }
-
-    template <typename W>
-    SIMD_INLINE void loadVector(const W *v, f32v *pieces) const {
-        for (size_t j = 0; j < vectors; ++j) pieces[j] = load(v + j * kWidth);
-    }
-
-    template <typename T, typename Out>
-    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
-        T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
-        for (size_t j = 0; j < vectors; ++j) store(row + j * kWidth, out(j));
-    }
+    SIMD_INLINE size_t countOf(size_t) const { return kWidth; } // so RowParts' loadPart/storePart are plain
 };
 
 // body(std::integral_constant<size_t, K>{}) with K the RowBlock size for rows of n (at most cpu::kBlockRowsMaxDim)
