@@ -262,6 +262,23 @@ def empty_padded_rows(leading, dim, padded, dtype, offset=0):
     return at_vector_offset(np.zeros(leading + (padded,), dtype), offset)[..., :dim]
 
 
+# Rows one stride apart, D <= 16384: on CUDA the packed kernels. Under 512 a group of 4-32 lanes of a warp a row, one
+# or two vectors a lane (16 bytes of 16-bit data, 32 of F32), a warp's groups meeting at each butterfly even where
+# some are past the last row; from 512 a CTA a row, 8 elements a thread up to D = 8192, past it two such vectors a
+# thread; the next row loading through this one's reductions (RMSNorm's one, LayerNorm's two). (leading dims, D,
+# padded row length): each short-row shape (D = 24, 64, 100: 4, 8 and 16 lanes; 256 and 264: a warp, one and two
+# vectors a lane; 500) with more rows than the emulation's grid of 8 CTAs takes at once and a last warp only partly
+# used, then from the least D to the most of each CTA-a-row kernel, and rows that end inside a vector (D = 100 in rows
+# of 104, 500 in 504 and 1001 in 1008, so they still start 16 bytes apart; D = 8200: one thread's second vector alone
+# in the row). Past 16384: the long-row kernel. D = 64 in rows of 80: on the CPU, F32 short rows read in place a
+# stride apart.
+PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((50,), 64, 80), ((130,), 100, 104), ((70,), 256, 256),
+               ((9, 13), 264, 264), ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008),
+               ((3, 5), 4104, 4104), ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
+# (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
+PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
+
+
 def rms_norm_inputs(rng, shape, dtype, positive=False):
     """(grad_y, x, w). positive=True: all-positive data so sums grow linearly (exposes dT accumulation)."""
     d = shape[-1]

@@ -11,7 +11,7 @@ from infiniop_py import errors
 from _devices import DEVICES, call_on
 from _helpers import (
     BF16, F16, F32, F64, FREE_LAYOUTS, INPUT_ROW_LAYOUTS, ROW_LAYOUTS, GuardedOutput, f16_sequential_sum, f64,
-    empty_padded_rows, rounded, with_free_layout, with_row_layout,
+    PACKED_DTYPES, PACKED_ROWS, empty_padded_rows, rounded, with_free_layout, with_row_layout,
 )
 from _helpers import rms_norm_forward_reference as reference
 
@@ -145,20 +145,6 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_rstd_close(rstd, expected_rstd, dtype)
 
 
-# Rows one stride apart, D <= 16384: on CUDA the packed kernels. Under 512 a group of 4-32 lanes of a warp a row,
-# one or two vectors a lane (16 bytes of 16-bit data, 32 of F32), a warp's groups meeting at each butterfly even where
-# some are past the last row; from 512 a CTA a row, 8 elements a thread up to D = 8192, past it two such vectors a
-# thread; the next row loading through this one's reduction. (leading dims, D, padded row length): each
-# short-row shape (D = 24, 64, 100: 4, 8 and 16 lanes; 256 and 264: a warp, one and two vectors a lane; 500) with
-# more rows than the emulation's grid of 8 CTAs takes at once and a last warp only partly used, then from the least D
-# to the most of each CTA-a-row kernel, and rows that end inside a vector (D = 100 in rows of 104, 500 in 504 and
-# 1001 in 1008, so they still start 16 bytes apart; D = 8200: one thread's second vector alone in the row). Past
-# 16384: the long-row kernel. D = 64 in rows of 80: on the CPU, F32 short rows read in place a stride apart.
-PACKED_ROWS = [((1100,), 24, 24), ((7, 43), 64, 64), ((50,), 64, 80), ((130,), 100, 104), ((70,), 256, 256),
-               ((9, 13), 264, 264), ((3, 30), 500, 504), ((67,), 512, 512), ((4, 10), 1000, 1000), ((33,), 1001, 1008),
-               ((3, 5), 4104, 4104), ((24,), 8192, 8192), ((9,), 8200, 8200), ((12,), 16384, 16384)]
-# (data, parameters): 16-bit data with parameters of its own dtype and of F32; F32 data.
-PACKED_DTYPES = [(F16, "data"), (F16, F32), (BF16, "data"), (BF16, F32), (F32, "data")]
 
 
 def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
