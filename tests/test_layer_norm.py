@@ -186,8 +186,6 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_statistics_close(mean, rstd, x, 1, dtype)
 
 
-
-
 @pytest.mark.parametrize("dtype, parameter_dtype", PACKED_DTYPES, ids=str)
 @pytest.mark.parametrize("leading, dim, padded", PACKED_ROWS, ids=str)
 @pytest.mark.parametrize("device", DEVICES)

@@ -145,8 +145,6 @@ def test_every_schedule_matches_reference(device, dtype, shape):
     assert_rstd_close(rstd, expected_rstd, dtype)
 
 
-
-
 def packed_rows_inputs(rng, leading, dim, padded, dtype, weight_dtype):
     full = rounded(rng.standard_normal(leading + (padded,)) * rng.uniform(0.2, 5.0, leading + (1,)), dtype)
     w = rounded(rng.normal(1.0, 0.5, dim), weight_dtype)
