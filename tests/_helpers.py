@@ -244,13 +244,14 @@ def rounded(values, dtype):
     return np.asarray(values, dtype=np.float64).astype(dtype)
 
 
-def at_vector_offset(values, offset):
-    """A C-contiguous copy of `values` whose first element sits `offset` bytes (0 <= offset < 16) past a 16-byte
-    boundary: kernels load 16-byte vectors only from aligned bases, so an offset reaches their element-wise paths (on
-    a device too: _devices keeps the offset)."""
+def at_vector_offset(values, offset, alignment=16):
+    """A C-contiguous copy of `values` whose first element sits `offset` bytes (0 <= offset < alignment) past an
+    `alignment`-byte boundary: kernels load 16-byte vectors only from aligned bases, so an offset reaches their
+    element-wise paths (on a device too: _devices keeps the offset); the CPU streams stores only to 64-byte aligned
+    outputs."""
     values = np.ascontiguousarray(values)
-    buffer = np.empty(values.nbytes + 32, np.uint8)
-    start = offset + (-buffer.ctypes.data) % 16
+    buffer = np.empty(values.nbytes + 2 * alignment, np.uint8)
+    start = offset + (-buffer.ctypes.data) % alignment
     copy = buffer[start:start + values.nbytes].view(values.dtype).reshape(values.shape)
     copy[...] = values
     return copy

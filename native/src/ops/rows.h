@@ -82,15 +82,19 @@ struct RowLayout {
     }
 };
 
-// Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
-inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
-    const ptrdiff_t vec = static_cast<ptrdiff_t>(16 / element_size);
+// Whether every row of these layouts starts a whole number of `elements` from the first.
+inline bool stridesMultipleOf(ptrdiff_t elements, std::initializer_list<RowLayout> layouts) {
     for (const RowLayout &layout : layouts) {
         for (size_t i = 0; i < layout.depth; ++i) {
-            if (layout.strides[i] % vec != 0) return false;
+            if (layout.strides[i] % elements != 0) return false;
         }
     }
     return true;
+}
+
+// Whether every row of these layouts starts a 16-byte vector apart from the first, for elements of `size` bytes.
+inline bool vectorStrides(size_t element_size, std::initializer_list<RowLayout> layouts) {
+    return stridesMultipleOf(static_cast<ptrdiff_t>(16 / element_size), layouts);
 }
 
 // Whether each of these layouts has its rows one stride apart (uniform()): the packed CUDA kernels' offsets.

@@ -8,6 +8,8 @@
 
 namespace cpu {
 
+// Elements a streamed store writes (simd::kWidth): its address must be aligned to as many elements.
+constexpr size_t kStreamElements = 16;
 // Outputs of at least this many bytes are streamed past the caches (simd::storeStream): a consumer could not
 // find them there anyway. Smaller ones stay cached for it.
 constexpr size_t kStreamOutputBytes = size_t(8) << 20;
@@ -20,12 +22,37 @@ inline bool streamLongRuns(size_t total_bytes, size_t run_bytes) {
     return total_bytes >= kStreamOutputBytes && run_bytes >= kLongRunBytes;
 }
 
-// The same, but runs of any length also stream when they are all aligned for the streamed stores (16 elements of
-// element_bytes, simd::kWidth) from `out`.
+// The same, but runs of any length also stream when they are all aligned for the streamed stores (kStreamElements
+// of element_bytes) from `out`.
 inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, size_t element_bytes) {
-    const size_t vector_bytes = 16 * element_bytes;
+    const size_t vector_bytes = kStreamElements * element_bytes;
     const bool runs_aligned = reinterpret_cast<uintptr_t>(out) % vector_bytes == 0 && run_bytes % vector_bytes == 0;
     return streamLongRuns(total_bytes, run_bytes) || (total_bytes >= kStreamOutputBytes && runs_aligned);
+}
+
+// Short rows (cpu::kBlockRowsMaxDim elements at most) stream their output from this many bytes, more than
+// kStreamOutputBytes: calls back to back on a smaller x and y find much of them in the caches (a 2-vCPU AVX2 VM with
+// 32 MiB of L3 a vCPU), and streamed stores would send y to DRAM instead. LayerNorm forward F32, 2 threads, A/B in
+// alternating processes, streamed against cached: a 16 MiB y took 1.45x as long, 32 MiB 0.87-1.17x (two sessions),
+// 64 MiB 0.46-0.74x (with simd::RowView::fetchAhead). The caller fences once per run of groups: a fence per group
+// of 16 rows of 16 doubled the time of a 32 MiB y. tests/test_streamed_short_rows.py writes a y of this size.
+constexpr size_t kStreamShortRowsBytes = size_t(64) << 20;
+
+// Whether short rows stream their output `out` (not in place over their input `in`) of total_bytes: large, its
+// first row aligned for the streamed stores (kStreamElements of element_bytes) and every row a whole number of
+// kStreamElements from it (rows_aligned). In place there is no read for ownership to save.
+inline bool streamShortRows(const void *out, const void *in, size_t total_bytes, bool rows_aligned,
+                            size_t element_bytes) {
+    const bool out_aligned = reinterpret_cast<uintptr_t>(out) % (kStreamElements * element_bytes) == 0;
+    return total_bytes >= kStreamShortRowsBytes && out != in && out_aligned && rows_aligned;
+}
+
+// Streamed stores are weakly ordered: make this thread's visible before anyone else may read the output. An x86
+// sfence (baseline SSE), so that code built for any ISA can fence what the simd code of its ISA streamed.
+inline void fenceStreams() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_sfence();
+#endif
 }
 
 template <typename T>

@@ -357,6 +357,7 @@ SIMD_INLINE u16v zeroPlusBits(const T *p) {
 // The generic build has no such store and writes normally.
 template <typename T>
 constexpr size_t kStreamAlignment = kWidth * sizeof(T);
+static_assert(cpu::kStreamElements == kWidth, "the stream conditions (row_hints.h) align to whole vectors");
 
 SIMD_INLINE void storeStream(float *p, f32v v) {
 #if defined(__AVX512F__)
@@ -381,12 +382,7 @@ SIMD_INLINE void storeStream(T *p, f32v v) {
 #endif
 }
 
-// Streamed stores are weakly ordered: make them visible before anyone else may read the output.
-inline void fenceStreams() {
-#if defined(__AVX__)
-    _mm_sfence();
-#endif
-}
+using cpu::fenceStreams;
 
 // put(stream, p, v): the store a forEachVector step was asked for.
 template <typename T>
@@ -793,11 +789,19 @@ struct RowParts {
         for (size_t j = 0; j < block.vectors; ++j) pieces[j] = loadPart(v + j * kWidth, block.countOf(j));
     }
 
-    // Row r's output: out(j) for each of its vectors, stored at y's row r.
+    // Row r's output: out(j) for each of its vectors, stored at y's row r. stream: past the caches (storeStream;
+    // y's rows kStreamAlignment-aligned), honoured where the rows are whole vectors (kWholeVectors); the caller
+    // fences (fenceStreams) once it has stored all its rows.
     template <typename T, typename Out>
-    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out) const {
+    SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out, bool stream = false) const {
         const Block &block = static_cast<const Block &>(*this);
         T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
+        if constexpr (Block::kWholeVectors) {
+            if (stream) {
+                for (size_t j = 0; j < block.vectors; ++j) storeStream(row + j * kWidth, out(j));
+                return;
+            }
+        }
         for (size_t j = 0; j < block.vectors; ++j) storePart(row + j * kWidth, out(j), block.countOf(j));
     }
 };
@@ -808,6 +812,7 @@ struct RowParts {
 template <size_t kVectors>
 struct RowBlock : RowParts<RowBlock<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors; // as RowView's
+    static constexpr bool kWholeVectors = false;     // a row's last vector may be partial
     size_t vectors, last;            // vectors a row; elements of the last one
     f32v values[kWidth][kVectors];   // the last vector zero past the row's end
 
@@ -833,6 +838,7 @@ struct RowBlock : RowParts<RowBlock<kVectors>> {
 template <size_t kVectors>
 struct RowView : RowParts<RowView<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors;
+    static constexpr bool kWholeVectors = true;
     static constexpr size_t last = kWidth;
     size_t vectors;
     const float *x;
@@ -846,6 +852,12 @@ struct RowView : RowParts<RowView<kVectors>> {
     }
 
     SIMD_INLINE size_t countOf(size_t) const { return kWidth; } // so RowParts' loadPart/storePart are plain
+
+    // Fetch row r of the group `rows` rows on into the caches (harmless past x's end: a prefetch never faults).
+    SIMD_INLINE void fetchAhead(size_t rows, size_t r) const {
+        const float *row = x + static_cast<ptrdiff_t>(rows + r) * x_stride;
+        for (size_t j = 0; j < vectors; ++j) __builtin_prefetch(row + j * kWidth);
+    }
 };
 
 // body(std::integral_constant<size_t, K>{}) with K the RowBlock size for rows of n (at most cpu::kBlockRowsMaxDim)

@@ -228,7 +228,7 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatist
 template <typename T, typename W, bool kBias, bool kXhat, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
-                                            ptrdiff_t xhat_stride, BlockMoments *moments) {
+                                            ptrdiff_t xhat_stride, BlockMoments *moments, bool stream_y) {
     const Block block(rows, n, x, x_stride);
     const size_t vectors = block.vectors, last = block.last;
     float row_shifts[kWidth] = {}; // each row's first element, about which its statistics are formed
@@ -321,18 +321,21 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         if constexpr (kXhat) block.storeRow(xhat, xhat_stride, r, standardized);
         block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
             return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
-        });
+        }, stream_y);
+        if constexpr (Block::kWholeVectors) {
+            if (stream_y) block.fetchAhead(rows, r); // x from DRAM too: the next group's row r loads meanwhile
+        }
     }
 }
 
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b, T *y,
-               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments) {
+               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments, bool stream_y) {
     simd::withRowBlock<T>(n, [&](auto block_tag) {
         auto run = [&](auto bias, auto with_xhat) {
             using Block = typename decltype(block_tag)::type;
             blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, Block>(
-                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments);
+                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments, stream_y);
         };
         if (b != nullptr) {
             return xhat != nullptr ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
