@@ -31,11 +31,12 @@ inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, 
 }
 
 // Short rows (cpu::kBlockRowsMaxDim elements at most) stream their output from this many bytes, more than
-// kStreamOutputBytes: calls back to back on a smaller x and y find much of them in the caches (a 2-vCPU AVX2 VM with
-// 32 MiB of L3 a vCPU), and streamed stores would send y to DRAM instead. LayerNorm forward F32, 2 threads, A/B in
-// alternating processes, streamed against cached: a 16 MiB y took 1.45x as long, 32 MiB 0.87-1.17x (two sessions),
-// 64 MiB 0.46-0.74x (with simd::RowView::fetchAhead). The caller fences once per run of groups: a fence per group
-// of 16 rows of 16 doubled the time of a 32 MiB y. tests/test_streamed_short_rows.py writes a y of this size.
+// kStreamOutputBytes: calls back to back on a smaller x and y find much of them in the caches, and streamed stores
+// would send y to DRAM instead. LayerNorm forward F32, 2 threads, A/B in alternating processes, streamed against
+// cached: a 16 MiB y took 1.45x as long (an AVX2 EPYC with 32 MiB of L3), 32 MiB 0.87x there and 1.11-1.17x on an
+// AVX-512 Xeon, 64 MiB 0.46-0.74x on the Xeon (with simd::RowView::fetchAhead). The caller fences once per run of
+// groups: a fence per group of 16 rows of 16 doubled the time of a 32 MiB y. tests/test_streamed_short_rows.py
+// writes a y of this size.
 constexpr size_t kStreamShortRowsBytes = size_t(64) << 20;
 
 // Whether short rows stream their output `out` (not in place over their input `in`) of total_bytes: large, its
