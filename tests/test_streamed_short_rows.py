@@ -1,20 +1,21 @@
-"""The CPU's LayerNorm and RMSNorm forwards stream y past the caches on F32 short rows of whole vectors (read in place,
-simd::RowView) where y is large (cpu::kStreamShortRowsBytes, 64 MiB), 64-byte aligned and every row a whole number of
-vectors from the first (cpu::streamShortRows). Streamed or cached, each element comes from the same instructions:
-every layout of y must hold the bits of a run that cannot stream (y 16 bytes off a 64-byte boundary), and those must
-be close to the float64 reference. Streamed layouts: contiguous, and rows 96 apart (the gaps left as they were);
-cached ones: rows 80 apart, and in place."""
+"""The CPU's LayerNorm and RMSNorm forwards stream y past the caches on short rows of whole vectors (F32 read in place,
+simd::RowView; F16 and BF16 widened, simd::RowBlock) where y is large (cpu::kStreamShortRowsBytes, 64 MiB), aligned for
+the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::streamShortRows).
+Streamed or cached, each element comes from the same instructions: every layout of y must hold the bits of a run that
+cannot stream (y 16 bytes off a 64-byte boundary), and those must be close to the float64 reference. Streamed layouts:
+contiguous, and rows 96 apart (the gaps left as they were); cached ones: rows 72 apart, and in place."""
 
 import numpy as np
 import pytest
 
 import infiniop_py
-from _helpers import F32, at_vector_offset, rounded, rms_norm_forward_reference
+from _helpers import BF16, F16, F32, at_vector_offset, rounded, rms_norm_forward_reference
 from test_layer_norm import assert_y_close as assert_layer_norm_close
 from test_rms_norm import assert_y_close as assert_rms_norm_close
 
-ROWS, DIM = 262144, 64  # a 64 MiB y: the least that streams
-SENTINEL = -1234.0
+DIM = 64
+Y_BYTES = 64 << 20  # the least that streams
+SENTINEL = -1024.0  # exact in every dtype
 EPS = 1e-5
 
 
@@ -25,12 +26,19 @@ def run(op, x, w, b, y):
         infiniop_py.rms_norm(x, w, eps=EPS, out=(y, None))
 
 
-@pytest.fixture(scope="module")
-def inputs():
+def rows_of(dtype):
+    return Y_BYTES // (DIM * dtype.itemsize)
+
+
+@pytest.fixture(scope="module", params=[F32, BF16, F16], ids=lambda dtype: dtype.name)
+def inputs(request):
+    dtype = request.param
     rng = np.random.default_rng(11)
-    x = rounded(rng.standard_normal((ROWS, DIM)) * rng.uniform(0.2, 5.0, (ROWS, 1)) + rng.uniform(-3, 3, (ROWS, 1)),
-                F32)
-    return at_vector_offset(x, 0, 64), rounded(rng.normal(1.0, 0.5, DIM), F32), rounded(rng.normal(0.0, 0.5, DIM), F32)
+    rows = rows_of(dtype)
+    x = rounded(rng.standard_normal((rows, DIM)) * rng.uniform(0.2, 5.0, (rows, 1)) + rng.uniform(-3, 3, (rows, 1)),
+                dtype)
+    w, b = rounded(rng.normal(1.0, 0.5, DIM), dtype), rounded(rng.normal(0.0, 0.5, DIM), dtype)
+    return at_vector_offset(x, 0, 64), w, b
 
 
 @pytest.fixture(scope="module")
@@ -39,34 +47,35 @@ def cached_outputs(inputs):
     x, w, b = inputs
     outputs = {}
     for op in ("layer_norm", "rms_norm"):
-        y = at_vector_offset(np.zeros((ROWS, DIM), F32), 16, 64)
+        y = at_vector_offset(np.zeros(x.shape, x.dtype), 16, 64)
         run(op, x, w, b if op == "layer_norm" else None, y)
         outputs[op] = y
-    assert_layer_norm_close(outputs["layer_norm"], x, w, b, 1, F32, eps=EPS)
-    assert_rms_norm_close(outputs["rms_norm"], rms_norm_forward_reference(x, w, EPS)[0], F32)
+    assert_layer_norm_close(outputs["layer_norm"], x, w, b, 1, x.dtype, eps=EPS)
+    assert_rms_norm_close(outputs["rms_norm"], rms_norm_forward_reference(x, w, EPS)[0], x.dtype)
     return outputs
 
 
-def padded_rows(padded):
+def padded_rows(padded, dtype):
     """y's rows `padded` elements apart in a SENTINEL-filled, 64-byte aligned buffer: (y, the buffer)."""
-    buffer = at_vector_offset(np.full((ROWS, padded), SENTINEL, F32), 0, 64)
+    buffer = at_vector_offset(np.full((rows_of(dtype), padded), SENTINEL, dtype), 0, 64)
     return buffer[:, :DIM], buffer
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "rows 96 apart", "rows 80 apart", "in place"])
+@pytest.mark.parametrize("layout", ["contiguous", "rows 96 apart", "rows 72 apart", "in place"])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_every_layout_of_y_has_the_cached_bits(inputs, cached_outputs, op, layout):
     x, w, b = inputs
     b = b if op == "layer_norm" else None
     buffer = None
     if layout == "contiguous":
-        y = at_vector_offset(np.zeros((ROWS, DIM), F32), 0, 64)
+        y = at_vector_offset(np.zeros(x.shape, x.dtype), 0, 64)
     elif layout == "in place":
         y = x.copy()
         x = y
     else:
-        y, buffer = padded_rows(96 if layout == "rows 96 apart" else 80)
+        y, buffer = padded_rows(96 if layout == "rows 96 apart" else 72, x.dtype)
     run(op, x, w, b, y)
-    assert np.array_equal(y.view(np.uint32), cached_outputs[op].view(np.uint32)), f"{op}, y {layout}: other bits"
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    assert np.array_equal(y.view(bits), cached_outputs[op].view(bits)), f"{op}, y {layout}: other bits"
     if buffer is not None:
         assert np.all(buffer[:, DIM:] == SENTINEL), f"{op}, y {layout}: written between the rows"

@@ -790,19 +790,26 @@ struct RowParts {
     }
 
     // Row r's output: out(j) for each of its vectors, stored at y's row r. stream: past the caches (storeStream;
-    // y's rows kStreamAlignment-aligned), honoured where the rows are whole vectors (kWholeVectors); the caller
-    // fences (fenceStreams) once it has stored all its rows.
+    // y's rows aligned for it, cpu::streamShortRows), honoured where the rows are whole vectors; the caller fences
+    // (fenceStreams) once it has stored all its rows.
     template <typename T, typename Out>
     SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out, bool stream = false) const {
         const Block &block = static_cast<const Block &>(*this);
         T *row = y + static_cast<ptrdiff_t>(r) * y_stride;
-        if constexpr (Block::kWholeVectors) {
-            if (stream) {
-                for (size_t j = 0; j < block.vectors; ++j) storeStream(row + j * kWidth, out(j));
-                return;
-            }
+        if (stream && block.last == kWidth) {
+            for (size_t j = 0; j < block.vectors; ++j) storeStream(row + j * kWidth, out(j));
+            return;
         }
         for (size_t j = 0; j < block.vectors; ++j) storePart(row + j * kWidth, out(j), block.countOf(j));
+    }
+
+    // Fetch row r of the group `rows` rows on (x's rows x_stride apart) into the caches, a line at a time, while
+    // this group's outputs stream (harmless past x's end: a prefetch never faults).
+    template <typename T>
+    SIMD_INLINE void fetchAhead(const T *x, ptrdiff_t x_stride, size_t rows, size_t r) const {
+        const Block &block = static_cast<const Block &>(*this);
+        const char *row = reinterpret_cast<const char *>(x + static_cast<ptrdiff_t>(rows + r) * x_stride);
+        for (size_t line = 0; line < block.vectors * kWidth * sizeof(T); line += 64) __builtin_prefetch(row + line);
     }
 };
 
@@ -812,7 +819,6 @@ struct RowParts {
 template <size_t kVectors>
 struct RowBlock : RowParts<RowBlock<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors; // as RowView's
-    static constexpr bool kWholeVectors = false;     // a row's last vector may be partial
     size_t vectors, last;            // vectors a row; elements of the last one
     f32v values[kWidth][kVectors];   // the last vector zero past the row's end
 
@@ -838,7 +844,6 @@ struct RowBlock : RowParts<RowBlock<kVectors>> {
 template <size_t kVectors>
 struct RowView : RowParts<RowView<kVectors>> {
     static constexpr size_t kVectorsMost = kVectors;
-    static constexpr bool kWholeVectors = true;
     static constexpr size_t last = kWidth;
     size_t vectors;
     const float *x;
@@ -852,12 +857,6 @@ struct RowView : RowParts<RowView<kVectors>> {
     }
 
     SIMD_INLINE size_t countOf(size_t) const { return kWidth; } // so RowParts' loadPart/storePart are plain
-
-    // Fetch row r of the group `rows` rows on into the caches (harmless past x's end: a prefetch never faults).
-    SIMD_INLINE void fetchAhead(size_t rows, size_t r) const {
-        const float *row = x + static_cast<ptrdiff_t>(rows + r) * x_stride;
-        for (size_t j = 0; j < vectors; ++j) __builtin_prefetch(row + j * kWidth);
-    }
 };
 
 // body(std::integral_constant<size_t, K>{}) with K the RowBlock size for rows of n (at most cpu::kBlockRowsMaxDim)

@@ -221,8 +221,8 @@ class CpuDescriptor final : public Descriptor {
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
                     const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
                     const bool y_rows_aligned = stridesMultipleOf(cpu::kStreamElements, {info.y});
-                    const bool stream_y = whole_rows && cpu::streamShortRows(y, x, info.rows * dim * sizeof(T),
-                                                                             y_rows_aligned, sizeof(T));
+                    const bool stream_y =
+                        whole_rows && cpu::streamShortRows(y, x, info.rows, dim, sizeof(T), y_rows_aligned);
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         const T *x_rows = x + info.x.offset(row);

@@ -47,9 +47,9 @@ struct Kernels {
                         const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride);
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
     // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
-    // the types have none (F64): block_sums and block_apply then. stream_y: y past the caches (cpu::streamShortRows),
-    // where its rows are whole vectors of F32 (simd::RowView), for the caller to fence (cpu::fenceStreams) after
-    // its last group; xhat stays cached.
+    // the types have none (F64): block_sums and block_apply then. stream_y: y past the caches, its rows whole vectors
+    // (cpu::streamShortRows), the next group's x fetched meanwhile, for the caller to fence (cpu::fenceStreams)
+    // after its last group; xhat stays cached.
     void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b,
                        T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments,
                        bool stream_y);
