@@ -86,8 +86,12 @@ struct RowPlan {
     bool cached;   // the inputs fit the caches (kCachedInputBytes)
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
-    // Only long rows stream, at any alignment. Short aligned rows could too (BatchNorm's short runs gain from
-    // it, see cpu::streamOutput), but measured slower here: BF16 rows of 1 KiB lost a quarter of their speed.
+    // Long rows stream from kStreamOutputBytes, at any alignment; shorter ones from kStreamShortRowsBytes (64 MiB).
+    // Between, short rows measured slower streamed (BF16 rows of 1 KiB lost a quarter of their speed). From 64 MiB,
+    // with runRows fencing once per thread's run of rows (2026-12-06, AVX-512 Xeon, 2 threads, A/B in alternating
+    // processes, back to back): LayerNorm forward F32 131072x128 0.74 of the time, 65536x256 0.67, 32768x512
+    // 0.69, RMSNorm F32 131072x128 0.69, LayerNorm backward F32 131072x128 0.75, RMSNorm backward BF16 65536x512
+    // 0.86; with the kernels' fence per row, 131072x128 took 2.8x as long.
     bool stream_output;
     // Long rows reduce the next row inside their elementwise pass, where the next row comes from DRAM. Short
     // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured
@@ -104,7 +108,8 @@ struct RowPlan {
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
           blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),
-          stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes)),
+          stream_output(streamLongRuns(rows * dim * element_bytes, dim * element_bytes) ||
+                        rows * dim * element_bytes >= kStreamShortRowsBytes),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes),
           short_rows(block_kernel && rows > 1 &&
                      dim * element_bytes <= (cached ? short_cached_row_bytes : kShortRowBytes)) {}
@@ -151,7 +156,8 @@ struct RowPlan {
 // schedule that asks); finish_columns(begin, n) sums the block partials of columns [begin, begin + n) into the
 // weight gradients (BlockPartials::finishColumns). `scratch` holds plan.scratchBytes(). Returns whether the
 // gradients are finished: the column schedule has each thread finish its own slice, whose partials it wrote,
-// while the other schedules leave it to the caller (BlockPartials::finish, over all threads).
+// while the other schedules leave it to the caller (BlockPartials::finish, over all threads). Where
+// plan.stream_output, each thread fences its streamed stores once it has applied its rows (the kernels do not).
 // With plan.short_rows, block_rows(block, first, end) runs a row block's rows [first, end) whole instead, on any
 // number of threads: short rows spent most of their time in the calls and set-up of two kernels per row (LayerNorm
 // backward F32 65536x16: 15 ns a row on 2 threads, 3.3x torch's).
@@ -179,6 +185,7 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
             for (size_t row = first; row < end; ++row) {
                 total = finishThenReduceNext(block, row, total, 0, plan.dim, row + 1 < end);
             }
+            if (plan.stream_output) fenceStreams();
         }, threads);
         return false;
     }
@@ -232,6 +239,7 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
                                                     row + 1 < plan.rows);
             }
         }
+        if (plan.stream_output) fenceStreams();
     });
     return false;
 }

@@ -185,7 +185,6 @@ void applyRow(size_t n, RowStatistics<float> row, const T *x, const W *w, const 
     } else {
         simd::forEachVector(n, stream, step, simd::NoSideWork{}, y, x, w);
     }
-    if (stream) simd::fenceStreams();
 }
 
 template <typename T, typename W>

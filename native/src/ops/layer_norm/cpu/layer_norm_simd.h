@@ -38,7 +38,7 @@ struct Kernels {
     // however large the mean is against the spread.
     cpu::PairSums (*sums)(size_t n, const T *x, C shift);
     // y = xhat * w + b over [0, n), and xhat itself where `xhat` is non-NULL; b NULL: no bias. y may be x.
-    // stream: write y past the caches (cpu::RowHints).
+    // stream: write y past the caches, unfenced (cpu::RowHints::stream_output).
     void (*apply)(size_t n, RowStatistics<C> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream);
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
     // into totals[r], each about its first element, and apply of `rows` rows with statistics[r] (no streaming).

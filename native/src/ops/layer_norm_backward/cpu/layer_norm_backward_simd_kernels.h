@@ -122,7 +122,6 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
         hints, [&](const T *next_grad_output, const T *next_row_input) {
             return rowSums<kFromInput>(n, next_grad_output, next_row_input, weight, next);
         }, run);
-    if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }
 

@@ -43,7 +43,6 @@ cpu::PairSums apply(size_t n, float r, const T *x, const W *w, T *y, const cpu::
     const cpu::PairSums next_sums = simd::passAlongside(
         hints, [&](const T *next_x, const T *) { return rowSums(n, next_x); },
         [&](auto &&side_work) { simd::forEachVector(n, hints.stream_output, step, side_work, y, x, w); });
-    if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }
 

@@ -74,7 +74,6 @@ cpu::PairSums apply(size_t n, float r, float x_coef, const T *grad_y, const T *x
     };
     const cpu::PairSums next_sums = simd::passAlongside(
         hints, [&](const T *next_grad_y, const T *next_x) { return rowSums(n, next_grad_y, next_x, w); }, run);
-    if (hints.stream_output) simd::fenceStreams();
     return next_sums;
 }
 
