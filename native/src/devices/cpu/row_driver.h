@@ -14,6 +14,7 @@
 #include "row_hints.h"
 #include "workspace.h"
 
+#include <initializer_list>
 #include <type_traits>
 
 namespace cpu {
@@ -120,6 +121,17 @@ struct RowPlan {
                (rows <= kMaxRowsReadingWeightAsStored || selectedIsa() >= Isa::avx512);
     }
 
+    // Whether the block kernels (short_rows) stream these outputs of their input `in` (rows_aligned: every output's
+    // rows a whole number of kStreamElements apart): stream_output, and each can (shortRowsStreamable).
+    bool streamsShortRows(std::initializer_list<const void *> outputs, const void *in, size_t element_bytes,
+                          bool rows_aligned) const {
+        if (!stream_output) return false;
+        for (const void *out : outputs) {
+            if (!shortRowsStreamable(out, in, dim, element_bytes, rows_aligned)) return false;
+        }
+        return true;
+    }
+
     // Whether the column schedule may run these rows: cached, few enough to keep their sums, and not short.
     bool sliced() const { return !short_rows && cached && rows <= kMaxSlicedRows; }
 
@@ -157,7 +169,8 @@ struct RowPlan {
 // weight gradients (BlockPartials::finishColumns). `scratch` holds plan.scratchBytes(). Returns whether the
 // gradients are finished: the column schedule has each thread finish its own slice, whose partials it wrote,
 // while the other schedules leave it to the caller (BlockPartials::finish, over all threads). Where
-// plan.stream_output, each thread fences its streamed stores once it has applied its rows (the kernels do not).
+// plan.stream_output, each thread fences its streamed stores once it has applied its rows, or a row block of
+// block_rows (the kernels do not).
 // With plan.short_rows, block_rows(block, first, end) runs a row block's rows [first, end) whole instead, on any
 // number of threads: short rows spent most of their time in the calls and set-up of two kernels per row (LayerNorm
 // backward F32 65536x16: 15 ns a row on 2 threads, 3.3x torch's).
@@ -169,6 +182,7 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
     if (plan.short_rows) {
         parallelFor(plan.blocks.count, [&](size_t block) {
             block_rows(block, plan.blocks.begin(block), plan.blocks.end(block, plan.rows));
+            if (plan.stream_output) fenceStreams();
         }, threads);
         return false;
     }

@@ -34,21 +34,18 @@ inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, 
 // kStreamOutputBytes: calls back to back on a smaller x and y find much of them in the caches, and streamed stores
 // would send y to DRAM instead. LayerNorm forward F32, 2 threads, A/B in alternating processes, streamed against
 // cached: a 16 MiB y took 1.45x as long (an AVX2 EPYC with 32 MiB of L3), 32 MiB 0.87x there and 1.11-1.17x on an
-// AVX-512 Xeon, 64 MiB 0.46-0.74x on the Xeon (with simd::RowParts::fetchAhead; BF16 and F16 0.57-0.89x). The
-// caller fences once per run of groups: a fence per group of 16 rows of 16 doubled the time of a 32 MiB y.
+// AVX-512 Xeon, 64 MiB 0.46-0.74x on the Xeon (with simd::RowParts::fetchAhead; BF16 and F16 0.57-0.89x).
+// cpu::runRows fences once per row block: a fence per group of 16 rows of 16 doubled the time of a 32 MiB y.
 // tests/test_streamed_short_rows.py writes a y of this size.
 constexpr size_t kStreamShortRowsBytes = size_t(64) << 20;
 
-// Whether `rows` short rows of dim elements stream their output `out` (not in place over their input `in`): large
-// (kStreamShortRowsBytes), each row whole vectors for the streamed stores (kStreamElements of element_bytes), the
-// first aligned for them and every other a whole number of them from it (rows_aligned). In place there is no read
-// for ownership to save.
-inline bool streamShortRows(const void *out, const void *in, size_t rows, size_t dim, size_t element_bytes,
-                            bool rows_aligned) {
+// Whether short rows of dim elements can stream their output `out` (NULL: none, nothing to hold back): not in place
+// over their input `in` (there is no read for ownership to save), each row whole vectors for the streamed stores
+// (kStreamElements of element_bytes), the first aligned for them and every other a whole number of them from it
+// (rows_aligned). Whether they do is RowPlan::streamsShortRows'.
+inline bool shortRowsStreamable(const void *out, const void *in, size_t dim, size_t element_bytes, bool rows_aligned) {
     const bool out_aligned = reinterpret_cast<uintptr_t>(out) % (kStreamElements * element_bytes) == 0;
-    const bool whole_vectors = dim % kStreamElements == 0;
-    return rows * dim * element_bytes >= kStreamShortRowsBytes && out != in && out_aligned && whole_vectors &&
-           rows_aligned;
+    return out == nullptr || (out != in && out_aligned && dim % kStreamElements == 0 && rows_aligned);
 }
 
 // Streamed stores are weakly ordered: make this thread's visible before anyone else may read the output. An x86

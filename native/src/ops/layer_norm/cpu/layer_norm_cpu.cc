@@ -220,9 +220,9 @@ class CpuDescriptor final : public Descriptor {
                     RowStatistics<C> statistics[kRowsPerCall];
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
                     const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
-                    const bool y_rows_aligned = stridesMultipleOf(cpu::kStreamElements, {info.y});
-                    const bool stream_y =
-                        whole_rows && cpu::streamShortRows(y, x, info.rows, dim, sizeof(T), y_rows_aligned);
+                    const bool stream = whole_rows && plan_.streamsShortRows({y, xhat}, x, sizeof(T),
+                                                                             stridesMultipleOf(cpu::kStreamElements,
+                                                                                               {info.y, info.xhat}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         const T *x_rows = x + info.x.offset(row);
@@ -231,7 +231,7 @@ class CpuDescriptor final : public Descriptor {
                             kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k, b_k,
                                                y + info.y.offset(row), info.y.stride(),
                                                xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                               info.xhat.stride(), &moments, stream_y);
+                                               info.xhat.stride(), &moments, stream);
                             writeGroupStatistics(row, count, moments);
                             continue;
                         }
@@ -246,7 +246,6 @@ class CpuDescriptor final : public Descriptor {
                                             xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
                                             info.xhat.stride());
                     }
-                    if (stream_y) cpu::fenceStreams();
                 });
         });
     }

@@ -173,7 +173,7 @@ void applyRow(size_t n, RowStatistics<float> row, const T *x, const W *w, const 
         } else {
             result = standardized * simd::load(w_at);
         }
-        if constexpr (kXhat) simd::store(std::get<kBias ? 1 : 0>(at), standardized);
+        if constexpr (kXhat) simd::put(stream_tag, std::get<kBias ? 1 : 0>(at), standardized);
         simd::put(stream_tag, out, result);
     };
     if constexpr (kBias && kXhat) {
@@ -189,6 +189,9 @@ void applyRow(size_t n, RowStatistics<float> row, const T *x, const W *w, const 
 
 template <typename T, typename W>
 void apply(size_t n, RowStatistics<float> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream) {
+    // xhat's stores stream only as aligned as y's, whose alignment the pass finds.
+    const uintptr_t apart = reinterpret_cast<uintptr_t>(xhat) - reinterpret_cast<uintptr_t>(y);
+    stream = stream && (xhat == nullptr || apart % simd::kStreamAlignment<T> == 0);
     if (b != nullptr) {
         return xhat != nullptr ? applyRow<T, W, true, true>(n, row, x, w, b, y, xhat, stream)
                                : applyRow<T, W, true, false>(n, row, x, w, b, y, xhat, stream);
@@ -227,9 +230,10 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatist
 template <typename T, typename W, bool kBias, bool kXhat, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
-                                            ptrdiff_t xhat_stride, BlockMoments *moments, bool stream_y) {
+                                            ptrdiff_t xhat_stride, BlockMoments *moments, bool stream) {
     const Block block(rows, n, x, x_stride);
-    const size_t vectors = block.vectors, last = block.last;
+    // A constant 1 where the block holds one vector a row: no loop over a row's vectors is left to reach a second.
+    const size_t vectors = Block::kVectorsMost == 1 ? 1 : block.vectors, last = block.last;
     float row_shifts[kWidth] = {}; // each row's first element, about which its statistics are formed
     for (size_t r = 0; r < rows; ++r) row_shifts[r] = cpu::toFloat(x[static_cast<ptrdiff_t>(r) * x_stride]);
     // sums()'s shift: an estimate of the mean, the first vector's, or, shorter, the first element.
@@ -317,22 +321,22 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         auto standardized = [&](size_t j) SIMD_LAMBDA_INLINE {
             return simd::mulAdd(block.value(r, j) - high, scale, low);
         };
-        if constexpr (kXhat) block.storeRow(xhat, xhat_stride, r, standardized);
+        if constexpr (kXhat) block.storeRow(xhat, xhat_stride, r, standardized, stream);
         block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
             return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
-        }, stream_y);
-        if (stream_y) block.fetchAhead(x, x_stride, rows, r); // x from DRAM too: the next group's row r loads meanwhile
+        }, stream);
+        if (stream) block.fetchAhead(x, x_stride, rows, r); // x from DRAM too: the next group's row r loads meanwhile
     }
 }
 
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b, T *y,
-               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments, bool stream_y) {
+               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments, bool stream) {
     simd::withRowBlock<T>(n, [&](auto block_tag) {
         auto run = [&](auto bias, auto with_xhat) {
             using Block = typename decltype(block_tag)::type;
             blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, Block>(
-                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments, stream_y);
+                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments, stream);
         };
         if (b != nullptr) {
             return xhat != nullptr ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});

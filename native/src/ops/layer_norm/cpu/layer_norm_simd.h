@@ -38,7 +38,8 @@ struct Kernels {
     // however large the mean is against the spread.
     cpu::PairSums (*sums)(size_t n, const T *x, C shift);
     // y = xhat * w + b over [0, n), and xhat itself where `xhat` is non-NULL; b NULL: no bias. y may be x.
-    // stream: write y past the caches, unfenced (cpu::RowHints::stream_output).
+    // stream: write y and xhat past the caches, unfenced (cpu::RowHints::stream_output); where xhat's alignment
+    // differs from y's, neither streams (the pass aligns to y's).
     void (*apply)(size_t n, RowStatistics<C> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream);
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
     // into totals[r], each about its first element, and apply of `rows` rows with statistics[r] (no streaming).
@@ -47,12 +48,12 @@ struct Kernels {
                         const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride);
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
     // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
-    // the types have none (F64): block_sums and block_apply then. stream_y: y past the caches, its rows whole vectors
-    // (cpu::streamShortRows), the next group's x fetched meanwhile, for the caller to fence (cpu::fenceStreams)
-    // after its last group; xhat stays cached.
+    // the types have none (F64): block_sums and block_apply then. stream: y and xhat past the caches, their rows whole
+    // vectors (cpu::RowPlan::streamsShortRows), the next group's x fetched meanwhile, for the caller to fence
+    // (cpu::fenceStreams) after its last group.
     void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b,
                        T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments,
-                       bool stream_y);
+                       bool stream);
 };
 
 } // namespace op::layer_norm

@@ -109,9 +109,9 @@ class CpuDescriptor final : public Descriptor {
                     constexpr size_t kRowsPerCall = 16; // their x stays in L1 between the two calls
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
                     const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
-                    const bool y_rows_aligned = stridesMultipleOf(cpu::kStreamElements, {info.y});
-                    const bool stream_y =
-                        whole_rows && cpu::streamShortRows(y, x, info.rows, dim, sizeof(T), y_rows_aligned);
+                    const bool stream_y = whole_rows && plan_.streamsShortRows({y}, x, sizeof(T),
+                                                                               stridesMultipleOf(cpu::kStreamElements,
+                                                                                                 {info.y}));
                     cpu::PairSums totals[kRowsPerCall];
                     C r[kRowsPerCall];
                     for (size_t row = first; row < end; row += kRowsPerCall) {
@@ -136,7 +136,6 @@ class CpuDescriptor final : public Descriptor {
                         kernels.block_apply(count, dim, r, x_rows, info.x.stride(), w_k, y + info.y.offset(row),
                                             info.y.stride());
                     }
-                    if (stream_y) cpu::fenceStreams();
                 });
         });
     }
