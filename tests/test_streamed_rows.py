@@ -1,34 +1,40 @@
 """From cpu::kStreamShortRowsBytes (64 MiB) the CPU's row kernels stream their output past the caches on rows of any
 length (cpu::RowPlan::stream_output), also the rows run one at a time: rows of 128 F32 here, too long for the
-short-row block kernels. Each thread fences its streamed stores once, after its run of rows (cpu::runRows), not
-after every row. Streamed or cached, each row comes from the same instructions: a 64 MiB call must give the bits of
-its two 32 MiB halves called alone (cached), and those must match the float64 reference."""
+short-row block kernels, and the backwards' short rows, which their block kernels run. Each thread fences its
+streamed stores once, after its run of rows or row block (cpu::runRows), not after every row. Streamed or cached,
+each row comes from the same instructions: a 64 MiB call must give the bits of its two 32 MiB halves called alone
+(cached), and those must match the float64 reference. LayerNorm's seed form streams its xhat with y."""
 
 import numpy as np
 import pytest
 
 import infiniop_py
-from _helpers import (F32, LAYER_NORM, RMS_NORM, assert_matches_reference, layer_norm_inputs, rms_norm_forward_reference,
-                      rms_norm_inputs, rounded)
-from test_layer_norm import assert_y_close as assert_layer_norm_close
+from _helpers import (BF16, F32, LAYER_NORM, RMS_NORM, assert_matches_reference, at_vector_offset, layer_norm_inputs,
+                      rms_norm_forward_reference, rms_norm_inputs, rounded)
+from test_layer_norm import assert_y_close as assert_layer_norm_close, seed_form_on
 from test_rms_norm import assert_y_close as assert_rms_norm_close
 
 ROWS, DIM = 131072, 128  # a 64 MiB F32 output, streamed; each half 32 MiB, cached
 EPS = 1e-5
+# The backwards' short rows (cpu::kShortRowBytes), run by their block kernels, 64 MiB too: F32 rows of 64 (a vector
+# column at a time down a group of rows), BF16 rows of 128 (row by row).
+BACKWARD_CASES = [(F32, (ROWS, DIM)), (F32, (262144, 64)), (BF16, (262144, 128))]
 
 
-def halves(arrays):
+def halves(arrays, rows=ROWS):
     """The arrays' first and second halves of rows (per-row arrays split too, vectors of DIM whole in both)."""
-    half = ROWS // 2
-    return ([a[:half] if len(a) == ROWS else a for a in arrays], [a[half:] if len(a) == ROWS else a for a in arrays])
+    half = rows // 2
+    return [[a[part] if len(a) == rows else a for a in arrays] for part in (slice(None, half), slice(half, None))]
 
 
-def assert_halves_have_the_bits(op, call, arrays):
-    """call(*arrays)'s row output (the first) has the bits of the halves' calls: returns the whole call's outputs."""
+def assert_halves_have_the_bits(op, call, arrays, rows=ROWS, row_outputs=1):
+    """call(*arrays)'s first row_outputs outputs (by rows) have the bits of the halves' calls: returns the whole
+    call's outputs."""
     outputs = call(*arrays)
-    first, second = (call(*part)[0] for part in halves(arrays))
-    expected = np.concatenate([first, second])
-    assert np.array_equal(outputs[0].view(np.uint32), expected.view(np.uint32)), f"{op}: streamed, other bits"
+    first, second = (call(*part) for part in halves(arrays, rows))
+    for i in range(row_outputs):
+        expected = np.concatenate([first[i], second[i]])
+        assert np.array_equal(outputs[i].view(np.uint8), expected.view(np.uint8)), f"{op}: output {i}, other bits"
     return outputs
 
 
@@ -46,19 +52,36 @@ def test_layer_norm_forward(forward_inputs):
     assert_layer_norm_close(y, x, w, b, 1, F32, eps=EPS)
 
 
+def test_layer_norm_seed_form(forward_inputs):
+    x, w, b = forward_inputs
+    aligned = lambda a: at_vector_offset(np.empty_like(a), 0, 64)  # noqa: E731 (output and xhat: the same alignment)
+    seed_form = lambda *a: seed_form_on("cpu", *a, F32, EPS, empty_like=aligned)  # noqa: E731
+    y, xhat, _ = assert_halves_have_the_bits("layer_norm seed form", seed_form, (x, w, b), row_outputs=3)
+    eps = float(np.float32(EPS))  # the seed create takes a float
+    assert_layer_norm_close(y, x, w, b, 1, F32, eps=eps)
+    assert_layer_norm_close(xhat, x, None, None, 1, F32, eps=eps)
+
+
 def test_rms_norm_forward(forward_inputs):
     x, w, _ = forward_inputs
     (y,) = assert_halves_have_the_bits("rms_norm", lambda *a: (infiniop_py.rms_norm(*a, eps=EPS),), (x, w))
     assert_rms_norm_close(y, rms_norm_forward_reference(x, w, EPS)[0], F32)
 
 
-def test_rms_norm_backward():
-    inputs = rms_norm_inputs(np.random.default_rng(6), (ROWS, DIM), F32)
-    outputs = assert_halves_have_the_bits("rms_norm_backward", infiniop_py.rms_norm_backward, inputs)
-    assert_matches_reference(RMS_NORM, outputs, inputs, F32)
+def backward_case_id(case):
+    dtype, shape = case
+    return f"{np.dtype(dtype).name}-{shape[0]}x{shape[1]}"
 
 
-def test_layer_norm_backward():
-    inputs = layer_norm_inputs(np.random.default_rng(7), (ROWS, DIM), F32)
-    outputs = assert_halves_have_the_bits("layer_norm_backward", infiniop_py.layer_norm_backward, inputs)
-    assert_matches_reference(LAYER_NORM, outputs, inputs, F32)
+@pytest.mark.parametrize("dtype, shape", BACKWARD_CASES, ids=map(backward_case_id, BACKWARD_CASES))
+def test_rms_norm_backward(dtype, shape):
+    inputs = rms_norm_inputs(np.random.default_rng(6), shape, dtype)
+    outputs = assert_halves_have_the_bits("rms_norm_backward", infiniop_py.rms_norm_backward, inputs, shape[0])
+    assert_matches_reference(RMS_NORM, outputs, inputs, dtype)
+
+
+@pytest.mark.parametrize("dtype, shape", BACKWARD_CASES, ids=map(backward_case_id, BACKWARD_CASES))
+def test_layer_norm_backward(dtype, shape):
+    inputs = layer_norm_inputs(np.random.default_rng(7), shape, dtype)
+    outputs = assert_halves_have_the_bits("layer_norm_backward", infiniop_py.layer_norm_backward, inputs, shape[0])
+    assert_matches_reference(LAYER_NORM, outputs, inputs, dtype)

@@ -3,7 +3,8 @@ simd::RowView; F16 and BF16 widened, simd::RowBlock) where y is large (cpu::kStr
 the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::streamShortRows).
 Streamed or cached, each element comes from the same instructions: every layout of y must hold the bits of a run that
 cannot stream (y 16 bytes off a 64-byte boundary), and those must be close to the float64 reference. Streamed layouts:
-contiguous, and rows 96 apart (the gaps left as they were); cached ones: rows 72 apart, and in place."""
+contiguous, and rows 96 apart (the gaps left as they were); cached ones: rows 72 apart, and in place. LayerNorm's seed
+form streams xhat with y where both can (cpu::RowPlan::streamsShortRows), else neither."""
 
 import numpy as np
 import pytest
@@ -79,3 +80,30 @@ def test_every_layout_of_y_has_the_cached_bits(inputs, cached_outputs, op, layou
     assert np.array_equal(y.view(bits), cached_outputs[op].view(bits)), f"{op}, y {layout}: other bits"
     if buffer is not None:
         assert np.all(buffer[:, DIM:] == SENTINEL), f"{op}, y {layout}: written between the rows"
+
+
+def seed_form(x, w, b, y_offset, xhat_offset):
+    """(output, xhat, std) of the seed form (LayerNormXhat), output and xhat each that many bytes past a 64-byte
+    boundary."""
+    y, xhat = (at_vector_offset(np.zeros(x.shape, x.dtype), offset, 64) for offset in (y_offset, xhat_offset))
+    std = np.empty(x.shape[:-1], x.dtype)
+    with infiniop_py.Handle() as handle, infiniop_py.LayerNormXhat(handle, y, xhat, std, x, w, b, eps=EPS) as op:
+        op(y, xhat, std, x, w, b)
+    return y, xhat, std
+
+
+@pytest.fixture(scope="module")
+def cached_seed_form(inputs):
+    """The seed form where neither output can stream (both 16 bytes off), its xhat checked against the reference."""
+    x, w, b = inputs
+    outputs = seed_form(x, w, b, 16, 16)
+    assert_layer_norm_close(outputs[1], x, None, None, 1, x.dtype, eps=float(np.float32(EPS)))
+    return outputs
+
+
+@pytest.mark.parametrize("offsets", [(0, 0), (0, 16)], ids=["output and xhat aligned", "xhat 16 bytes off"])
+def test_seed_form_has_the_cached_bits(inputs, cached_seed_form, offsets):
+    x, w, b = inputs
+    bits = np.dtype(f"u{x.dtype.itemsize}")
+    for name, got, cached in zip(("output", "xhat", "std"), seed_form(x, w, b, *offsets), cached_seed_form):
+        assert np.array_equal(got.view(bits), cached.view(bits)), f"{name}, offsets {offsets}: other bits"

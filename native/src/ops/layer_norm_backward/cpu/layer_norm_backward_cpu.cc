@@ -54,7 +54,8 @@ cpu::PairSums applyF64(size_t n, RowStatistics<double> row, RowStatistics<double
 template <bool kFromInput>
 void rowsF64(size_t rows, size_t n, const double *grad_output, ptrdiff_t grad_output_stride, const double *row_input,
              ptrdiff_t row_input_stride, double *grad_input, ptrdiff_t grad_input_stride, const double *weight,
-             const RowStatistics<double> *statistics, double *weight_partial, double *bias_partial, bool starts) {
+             const RowStatistics<double> *statistics, double *weight_partial, double *bias_partial, bool starts,
+             bool) { // F64 streams nothing
     for (size_t r = 0; r < rows; ++r) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(r);
         const double *go = grad_output + row * grad_output_stride, *in = row_input + row * row_input_stride;
@@ -223,6 +224,8 @@ class CpuDescriptor final : public Descriptor {
                     // The statistics of a few rows at a time, as the kernels take them.
                     constexpr size_t kRowsPerCall = 64;
                     RowStatistics<C> statistics[kRowsPerCall];
+                    const bool stream = plan_.streamsShortRows(
+                        {grad_input}, grad_output, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         for (size_t r = 0; r < count; ++r) statistics[r] = statisticsOf(row + r);
@@ -230,7 +233,7 @@ class CpuDescriptor final : public Descriptor {
                                      info.grad_output.stride(), row_input + info.row_input.offset(row),
                                      info.row_input.stride(), grad_input + info.grad_input.offset(row),
                                      info.grad_input.stride(), weight_k, statistics, weight_terms.partial,
-                                     bias_terms.partial, row == first);
+                                     bias_terms.partial, row == first, stream);
                     }
                 });
             if (!finished) {

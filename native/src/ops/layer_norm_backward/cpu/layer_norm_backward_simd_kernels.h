@@ -169,7 +169,8 @@ constexpr size_t kColumnsDownTheGroup = 64;
 template <bool kFromInput, typename T, typename W, bool kWeight, bool kBias>
 void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_output_stride, const T *row_input,
                    ptrdiff_t row_input_stride, T *grad_input, ptrdiff_t grad_input_stride, const W *weight,
-                   const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts) {
+                   const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts,
+                   bool stream) {
     constexpr size_t kMostRows = 16, kGroupBytes = 8192; // the group's rows of each input
     static_assert(kMostRows <= simd::kWidth, "finishRows takes at most kWidth rows");
     const size_t group = std::clamp<size_t>(kGroupBytes / (n * sizeof(T)), 1, kMostRows);
@@ -212,9 +213,13 @@ void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_o
                                                      simd::splat(statistics_r.mean), rstd_v);
             weight_terms += go * xh;
             bias_terms += go;
-            simd::storePart(gi_rows + row * grad_input_stride + j,
-                            (go * weight_v - simd::splat(mean_g[r]) - xh * simd::splat(mean_g_xhat[r])) * rstd_v,
-                            lanes);
+            const f32v gi = (go * weight_v - simd::splat(mean_g[r]) - xh * simd::splat(mean_g_xhat[r])) * rstd_v;
+            T *gi_at = gi_rows + row * grad_input_stride + j;
+            if (stream) { // whole vectors, aligned (the caller's streamsShortRows)
+                simd::storeStream(gi_at, gi);
+            } else {
+                simd::storePart(gi_at, gi, lanes);
+            }
         };
         // The terms into the partials of the elements at j (written where `writes`).
         auto addTerms = [&](size_t j, size_t lanes, f32v weight_terms, f32v bias_terms, bool writes) SIMD_LAMBDA_INLINE {
@@ -252,10 +257,11 @@ void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_o
 template <bool kFromInput, typename T, typename W>
 void blockRows(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_output_stride, const T *row_input,
           ptrdiff_t row_input_stride, T *grad_input, ptrdiff_t grad_input_stride, const W *weight,
-          const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts) {
+          const RowStatistics<float> *statistics, float *weight_partial, float *bias_partial, bool starts,
+          bool stream) {
     auto run = [&](auto kernel) {
         kernel(rows, n, grad_output, grad_output_stride, row_input, row_input_stride, grad_input, grad_input_stride,
-               weight, statistics, weight_partial, bias_partial, starts);
+               weight, statistics, weight_partial, bias_partial, starts, stream);
     };
     if (weight_partial != nullptr && bias_partial != nullptr) return run(blockRowsWith<kFromInput, T, W, true, true>);
     if (weight_partial != nullptr) return run(blockRowsWith<kFromInput, T, W, true, false>);

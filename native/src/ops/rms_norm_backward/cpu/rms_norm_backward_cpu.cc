@@ -48,7 +48,7 @@ void blockSumsF64(size_t rows, size_t n, const double *grad_y, ptrdiff_t grad_y_
 
 void blockApplyF64(size_t rows, size_t n, const double *r, const double *x_coef, const double *grad_y,
                    ptrdiff_t grad_y_stride, const double *x, ptrdiff_t x_stride, const double *w, double *grad_x,
-                   ptrdiff_t grad_x_stride, double *partial, bool starts) {
+                   ptrdiff_t grad_x_stride, double *partial, bool starts, bool) { // F64 streams nothing
     for (size_t i = 0; i < rows; ++i) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(i);
         applyF64(n, r[i], x_coef[i], grad_y + row * grad_y_stride, x + row * x_stride, w,
@@ -154,6 +154,8 @@ class CpuDescriptor final : public Descriptor {
                     C r[kRowsPerCall], x_coef[kRowsPerCall];
                     // Several rows: the terms go to partials, never rounded straight (BlockPartials).
                     C *partial = block_partials.at(block, 0).partial;
+                    const bool stream = plan_.streamsShortRows({grad_x}, grad_y, sizeof(T),
+                                                               stridesMultipleOf(cpu::kStreamElements, {info.grad_x}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         const T *grad_y_rows = grad_y + info.grad_y.offset(row), *x_rows = x + info.x.offset(row);
@@ -162,7 +164,7 @@ class CpuDescriptor final : public Descriptor {
                         for (size_t i = 0; i < count; ++i) std::tie(r[i], x_coef[i]) = coefficientsOf(row + i, totals[i]);
                         kernels.block_apply(count, dim, r, x_coef, grad_y_rows, info.grad_y.stride(), x_rows,
                                             info.x.stride(), w_k, grad_x + info.grad_x.offset(row),
-                                            info.grad_x.stride(), partial, row == first);
+                                            info.grad_x.stride(), partial, row == first, stream);
                     }
                 });
             if (!finished) block_partials.finish(grad_w, info.grad_w_stride);

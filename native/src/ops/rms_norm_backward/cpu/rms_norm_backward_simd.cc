@@ -92,13 +92,13 @@ template <typename T, typename W>
 __attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, const float *x_coef,
                                          const T *grad_y, ptrdiff_t grad_y_stride, const T *x, ptrdiff_t x_stride,
                                          const W *w, T *grad_x, ptrdiff_t grad_x_stride, float *partial,
-                                         bool starts) {
+                                         bool starts, bool stream) {
     for (size_t i = 0; i < rows; ++i) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(i);
         auto pass = [&](auto starts_tag) {
             applyPass<decltype(starts_tag)::value>(n, r[i], x_coef[i], grad_y + row * grad_y_stride,
                                                    x + row * x_stride, w, grad_x + row * grad_x_stride, partial,
-                                                   false, simd::NoSideWork{});
+                                                   stream, simd::NoSideWork{});
         };
         if (starts && i == 0) {
             pass(std::true_type{});

@@ -29,12 +29,13 @@ struct Kernels {
                            cpu::GradientTerms<C, W> grad_w_terms, bool starts, const cpu::RowHints<T> &hints);
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
     // into totals[i], and apply of `rows` rows with r[i] and x_coef[i], grad_w's terms into `partial` (NULL: not
-    // wanted), which the first row writes where `starts` (no streaming, no next row).
+    // wanted), which the first row writes where `starts` (no next row). stream: grad_x past the caches, its rows
+    // whole vectors (cpu::RowPlan::streamsShortRows), for the caller to fence.
     void (*block_sums)(size_t rows, size_t n, const T *grad_y, ptrdiff_t grad_y_stride, const T *x,
                        ptrdiff_t x_stride, const W *w, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const C *r, const C *x_coef, const T *grad_y, ptrdiff_t grad_y_stride,
                         const T *x, ptrdiff_t x_stride, const W *w, T *grad_x, ptrdiff_t grad_x_stride, C *partial,
-                        bool starts);
+                        bool starts, bool stream);
 };
 
 } // namespace op::rms_norm_backward
