@@ -1,8 +1,8 @@
-"""From cpu::kStreamShortRowsBytes (64 MiB) the CPU's row kernels stream their output past the caches on rows of any
+"""From cpu::kStreamShortRowsBytes (32 MiB) the CPU's row kernels stream their output past the caches on rows of any
 length (cpu::RowPlan::stream_output), also the rows run one at a time: rows of 128 F32 here, too long for the
 short-row block kernels, and the backwards' short rows, which their block kernels run. Each thread fences its
 streamed stores once, after its run of rows or row block (cpu::runRows), not after every row. Streamed or cached,
-each row comes from the same instructions: a 64 MiB call must give the bits of its two 32 MiB halves called alone
+each row comes from the same instructions: a 32 MiB call must give the bits of its two 16 MiB halves called alone
 (cached), and those must match the float64 reference. LayerNorm's seed form streams its xhat with y."""
 
 import numpy as np
@@ -14,11 +14,11 @@ from _helpers import (BF16, F32, LAYER_NORM, RMS_NORM, assert_matches_reference,
 from test_layer_norm import assert_y_close as assert_layer_norm_close, seed_form_on
 from test_rms_norm import assert_y_close as assert_rms_norm_close
 
-ROWS, DIM = 131072, 128  # a 64 MiB F32 output, streamed; each half 32 MiB, cached
+ROWS, DIM = 65536, 128  # a 32 MiB F32 output, streamed; each half 16 MiB, cached
 EPS = 1e-5
-# The backwards' short rows (cpu::kShortRowBytes), run by their block kernels, 64 MiB too: F32 rows of 64 (a vector
+# The backwards' short rows (cpu::kShortRowBytes), run by their block kernels, 32 MiB too: F32 rows of 64 (a vector
 # column at a time down a group of rows), BF16 rows of 128 (row by row).
-BACKWARD_CASES = [(F32, (ROWS, DIM)), (F32, (262144, 64)), (BF16, (262144, 128))]
+BACKWARD_CASES = [(F32, (ROWS, DIM)), (F32, (131072, 64)), (BF16, (131072, 128))]
 
 
 def halves(arrays, rows=ROWS):

@@ -1,6 +1,6 @@
 """The CPU's LayerNorm and RMSNorm forwards stream y past the caches on short rows of whole vectors (F32 read in place,
-simd::RowView; F16 and BF16 widened, simd::RowBlock) where y is large (cpu::kStreamShortRowsBytes, 64 MiB), aligned for
-the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::streamShortRows).
+simd::RowView; F16 and BF16 widened, simd::RowBlock) where y is large (cpu::kStreamShortRowsBytes, 32 MiB), aligned for
+the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::RowPlan::streamsShortRows).
 Streamed or cached, each element comes from the same instructions: every layout of y must hold the bits of a run that
 cannot stream (y 16 bytes off a 64-byte boundary), and those must be close to the float64 reference. Streamed layouts:
 contiguous, and rows 96 apart (the gaps left as they were); cached ones: rows 72 apart, and in place. LayerNorm's seed
@@ -15,7 +15,7 @@ from test_layer_norm import assert_y_close as assert_layer_norm_close
 from test_rms_norm import assert_y_close as assert_rms_norm_close
 
 DIM = 64
-Y_BYTES = 64 << 20  # the least that streams
+Y_BYTES = 32 << 20  # the least that streams
 SENTINEL = -1024.0  # exact in every dtype
 EPS = 1e-5
 

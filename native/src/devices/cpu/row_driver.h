@@ -87,12 +87,14 @@ struct RowPlan {
     bool cached;   // the inputs fit the caches (kCachedInputBytes)
     Blocks blocks; // row blocks, each with its own weight-gradient partials
     Blocks chunks; // kRowChunk-element chunks of a row
-    // Long rows stream from kStreamOutputBytes, at any alignment; shorter ones from kStreamShortRowsBytes (64 MiB).
-    // Between, short rows measured slower streamed (BF16 rows of 1 KiB lost a quarter of their speed). From 64 MiB,
-    // with runRows fencing once per thread's run of rows (2026-12-06, AVX-512 Xeon, 2 threads, A/B in alternating
-    // processes, back to back): LayerNorm forward F32 131072x128 0.74 of the time, 65536x256 0.67, 32768x512
-    // 0.69, RMSNorm F32 131072x128 0.69, LayerNorm backward F32 131072x128 0.75, RMSNorm backward BF16 65536x512
-    // 0.86; with the kernels' fence per row, 131072x128 took 2.8x as long.
+    // Long rows stream from kStreamOutputBytes, at any alignment; shorter ones from kStreamShortRowsBytes (32 MiB,
+    // its measurements there; below, BF16 rows of 1 KiB lost a quarter of their speed streamed, with a fence per
+    // row). At 64 MiB, with runRows fencing once per thread's run of rows (2026-12-06, AVX-512 Xeon, 2 threads, A/B
+    // in alternating processes, back to back): LayerNorm forward F32 131072x128 0.74 of the time, 65536x256 0.67,
+    // 32768x512 0.69, RMSNorm F32 131072x128 0.69, LayerNorm backward F32 131072x128 0.75, RMSNorm backward BF16
+    // 65536x512 0.86; with the kernels' fence per row, 131072x128 took 2.8x as long. The backwards' short rows
+    // (their block kernels) at 64 MiB: F32 rows of 64 0.62-0.65, LayerNorm F32 1048576x16 0.86, BF16 rows of 128
+    // 0.88 (RMSNorm) and 0.97 (LayerNorm, nearly bound by its arithmetic on 2 threads).
     bool stream_output;
     // Long rows reduce the next row inside their elementwise pass, where the next row comes from DRAM. Short
     // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured

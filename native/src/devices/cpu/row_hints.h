@@ -30,14 +30,17 @@ inline bool streamOutput(const void *out, size_t total_bytes, size_t run_bytes, 
     return streamLongRuns(total_bytes, run_bytes) || (total_bytes >= kStreamOutputBytes && runs_aligned);
 }
 
-// Short rows (cpu::kBlockRowsMaxDim elements at most) stream their output from this many bytes, more than
-// kStreamOutputBytes: calls back to back on a smaller x and y find much of them in the caches, and streamed stores
-// would send y to DRAM instead. LayerNorm forward F32, 2 threads, A/B in alternating processes, streamed against
-// cached: a 16 MiB y took 1.45x as long (an AVX2 EPYC with 32 MiB of L3), 32 MiB 0.87x there and 1.11-1.17x on an
-// AVX-512 Xeon, 64 MiB 0.46-0.74x on the Xeon (with simd::RowParts::fetchAhead; BF16 and F16 0.57-0.89x).
-// cpu::runRows fences once per row block: a fence per group of 16 rows of 16 doubled the time of a 32 MiB y.
-// tests/test_streamed_short_rows.py writes a y of this size.
-constexpr size_t kStreamShortRowsBytes = size_t(64) << 20;
+// Rows shorter than kLongRunBytes stream their output from this many bytes, more than kStreamOutputBytes: calls back
+// to back on a smaller x and y find much of them in the caches, and streamed stores would send y to DRAM instead.
+// Streamed against cached, 2 threads, A/B in alternating processes, back to back: LayerNorm forward F32 rows of 16,
+// a 16 MiB y took 1.45x as long on an AVX2 EPYC with 32 MiB of L3, 32 MiB 0.87x there. On an AVX-512 Xeon with
+// cpu::runRows fencing once per thread's run of rows or row block (2026-12-06): 16 MiB 1.03-1.14x (LayerNorm
+// forward F32 32768x128, BF16 131072x64, RMSNorm forward and backward F32 65536x64), 32 MiB 0.93-0.98x forward
+// (LayerNorm F32 65536x128 and 131072x64, BF16 65536x256 and 262144x64) and 0.71-0.72x backward (LayerNorm F32
+// 65536x128, RMSNorm F32 131072x64), 48 MiB 0.70x (LayerNorm forward F32 98304x128). A fence per group of 16 rows
+// of 16 had doubled the time of a 32 MiB y. tests/test_streamed_short_rows.py and test_streamed_rows.py write
+// outputs of this size.
+constexpr size_t kStreamShortRowsBytes = size_t(32) << 20;
 
 // Whether short rows of dim elements can stream their output `out` (NULL: none, nothing to hold back): not in place
 // over their input `in` (there is no read for ownership to save), each row whole vectors for the streamed stores
