@@ -224,8 +224,9 @@ class CpuDescriptor final : public Descriptor {
                     // The statistics of a few rows at a time, as the kernels take them.
                     constexpr size_t kRowsPerCall = 64;
                     RowStatistics<C> statistics[kRowsPerCall];
-                    const bool stream = plan_.streamsShortRows(
-                        {grad_input}, grad_output, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
+                    const bool stream =
+                        plan_.streamsShortRows({grad_input}, grad_output, sizeof(T),
+                                               stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         for (size_t r = 0; r < count; ++r) statistics[r] = statisticsOf(row + r);
