@@ -198,6 +198,10 @@ class CpuDescriptor final : public Descriptor {
         withParameters([&](const auto *w_k, const auto *b_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
+            const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
+            const bool stream = whole_rows && plan_.streamsShortRows({y, xhat}, x, sizeof(T),
+                                                                     stridesMultipleOf(cpu::kStreamElements,
+                                                                                       {info.y, info.xhat}));
             cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) {
@@ -219,10 +223,6 @@ class CpuDescriptor final : public Descriptor {
                     cpu::PairSums totals[kRowsPerCall];
                     RowStatistics<C> statistics[kRowsPerCall];
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
-                    const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
-                    const bool stream = whole_rows && plan_.streamsShortRows({y, xhat}, x, sizeof(T),
-                                                                             stridesMultipleOf(cpu::kStreamElements,
-                                                                                               {info.y, info.xhat}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         const T *x_rows = x + info.x.offset(row);

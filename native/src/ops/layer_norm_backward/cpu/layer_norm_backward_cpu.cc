@@ -177,6 +177,8 @@ class CpuDescriptor final : public Descriptor {
         };
         const bool single_row = space_.single_row;
         const bool as_stored = plan_.readsWeightAsStored();
+        const bool stream = plan_.streamsShortRows({grad_input}, grad_output, sizeof(T),
+                                                   stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
         cpu::withKernelVector(dim, weight, info.weight_stride, as_stored, weight_copy, [&](const auto *weight_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(weight_k)>>;
             const cpu::BlockPartials<C, K> weight_block_partials(
@@ -224,9 +226,6 @@ class CpuDescriptor final : public Descriptor {
                     // The statistics of a few rows at a time, as the kernels take them.
                     constexpr size_t kRowsPerCall = 64;
                     RowStatistics<C> statistics[kRowsPerCall];
-                    const bool stream =
-                        plan_.streamsShortRows({grad_input}, grad_output, sizeof(T),
-                                               stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         for (size_t r = 0; r < count; ++r) statistics[r] = statisticsOf(row + r);

@@ -92,6 +92,10 @@ class CpuDescriptor final : public Descriptor {
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
+            const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
+            const bool stream_y =
+                whole_rows &&
+                plan_.streamsShortRows({y}, x, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.y}));
             cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) { return kernels.sums(n, x + info.x.offset(row) + begin); },
@@ -108,10 +112,6 @@ class CpuDescriptor final : public Descriptor {
                 [&](size_t, size_t first, size_t end) {
                     constexpr size_t kRowsPerCall = 16; // their x stays in L1 between the two calls
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
-                    const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
-                    const bool stream_y = whole_rows && plan_.streamsShortRows({y}, x, sizeof(T),
-                                                                               stridesMultipleOf(cpu::kStreamElements,
-                                                                                                 {info.y}));
                     cpu::PairSums totals[kRowsPerCall];
                     C r[kRowsPerCall];
                     for (size_t row = first; row < end; row += kRowsPerCall) {

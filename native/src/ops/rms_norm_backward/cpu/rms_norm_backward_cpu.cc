@@ -127,6 +127,8 @@ class CpuDescriptor final : public Descriptor {
                                            : 1.0 / std::sqrt(total.first / static_cast<double>(dim) + info.epsilon);
             return std::pair<C, C>{static_cast<C>(r), static_cast<C>(r * r * r * total.second / static_cast<double>(dim))};
         };
+        const bool stream =
+            plan_.streamsShortRows({grad_x}, grad_y, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.grad_x}));
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
@@ -154,8 +156,6 @@ class CpuDescriptor final : public Descriptor {
                     C r[kRowsPerCall], x_coef[kRowsPerCall];
                     // Several rows: the terms go to partials, never rounded straight (BlockPartials).
                     C *partial = block_partials.at(block, 0).partial;
-                    const bool stream = plan_.streamsShortRows({grad_x}, grad_y, sizeof(T),
-                                                               stridesMultipleOf(cpu::kStreamElements, {info.grad_x}));
                     for (size_t row = first; row < end; row += kRowsPerCall) {
                         const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
                         const T *grad_y_rows = grad_y + info.grad_y.offset(row), *x_rows = x + info.x.offset(row);
