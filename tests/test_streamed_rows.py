@@ -1,9 +1,10 @@
 """From cpu::kStreamShortRowsBytes (32 MiB) the CPU's row kernels stream their output past the caches on rows of any
-length (cpu::RowPlan::stream_output), also the rows run one at a time: rows of 128 F32 here, too long for the
-short-row block kernels, and the backwards' short rows, which their block kernels run. Each thread fences its
-streamed stores once, after its run of rows or row block (cpu::runRows), not after every row. Streamed or cached,
-each row comes from the same instructions: a 32 MiB call must give the bits of its two 16 MiB halves called alone
-(cached), and those must match the float64 reference. LayerNorm's seed form streams its xhat with y."""
+length (cpu::RowPlan::stream_output), also the rows run one at a time: the forwards' F32 rows of 128 here, too long
+for their short-row block kernels, and the backwards' F32 rows of 256; and the backwards' short rows, which their
+block kernels run (streamed, RMSNorm's of up to cpu::kShortStreamedRowBytes). Each thread fences its streamed
+stores once, after its run of rows or row block (cpu::runRows), not after every row. Streamed or cached, each row
+comes from the same instructions: a 32 MiB call must give the bits of its two 16 MiB halves called alone (cached),
+and those must match the float64 reference. LayerNorm's seed form streams its xhat with y."""
 
 import numpy as np
 import pytest
@@ -16,9 +17,12 @@ from test_rms_norm import assert_y_close as assert_rms_norm_close
 
 ROWS, DIM = 65536, 128  # a 32 MiB F32 output, streamed; each half 16 MiB, cached
 EPS = 1e-5
-# The backwards' short rows (cpu::kShortRowBytes), run by their block kernels, 32 MiB too: F32 rows of 64 (a vector
-# column at a time down a group of rows), BF16 rows of 128 (row by row).
-BACKWARD_CASES = [(F32, (ROWS, DIM)), (F32, (131072, 64)), (BF16, (131072, 128))]
+# The backwards, 32 MiB too: F32 rows of 256 run one at a time; their block kernels run F32 rows of 64 (a vector
+# column at a time down a group of rows) and BF16 rows of 128 (row by row), and RMSNorm's F32 rows of 128 and BF16
+# rows of 256 (kShortStreamedRowBytes; their halves run row by row, with the same bits; LayerNorm's run one at a
+# time).
+BACKWARD_CASES = [(F32, (32768, 256)), (F32, (ROWS, DIM)), (F32, (131072, 64)), (BF16, (131072, 128)),
+                  (BF16, (65536, 256))]
 
 
 def halves(arrays):

@@ -50,6 +50,14 @@ constexpr size_t kCachedPartialBytes = size_t(256) << 10;
 // 1.00-1.05).
 constexpr size_t kShortRowBytes = 256;
 constexpr size_t kShortCachedRowBytes = 512;
+// Streamed rows (RowPlan::stream_output) of at most this many bytes run as row blocks where an op asks for it
+// (short_streamed_row_bytes): RMSNorm's backward, whose block kernels stream grad_x. 2026-12-06, AVX-512 Xeon,
+// 2 threads, A/B in alternating processes, back to back, rows of 512 bytes as blocks against row by row: F32
+// 65536x128 0.93-0.95 of the time, BF16 65536x256 0.79-0.80, 262144x256 0.84, F16 131072x256 0.89-0.96, F32
+// 65536x100 0.98-1.00. Not the others: LayerNorm's backward went 0.79 to 1.06 between runs on F32 rows of 128
+// and 1.01-1.09 on 16-bit rows of 256 (its 16-bit block kernel is bound by its arithmetic), and the forwards,
+// whose longer rows' block kernels store y cached, 0.77-1.39 (LayerNorm F16 131072x256).
+constexpr size_t kShortStreamedRowBytes = 512;
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.
@@ -105,9 +113,10 @@ struct RowPlan {
     // gradients are rounded straight, BlockPartials, which the block kernels do not do).
     bool short_rows;
 
-    // short_cached_row_bytes: the limit for cached rows, where an op's block kernels gain on longer ones.
+    // short_cached_row_bytes and short_streamed_row_bytes: the limits for cached and streamed rows, where an op's
+    // block kernels gain on longer ones.
     RowPlan(size_t rows, size_t dim, size_t element_bytes, bool block_kernel = false,
-            size_t short_cached_row_bytes = kShortCachedRowBytes)
+            size_t short_cached_row_bytes = kShortCachedRowBytes, size_t short_streamed_row_bytes = kShortRowBytes)
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
           blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),
@@ -115,7 +124,9 @@ struct RowPlan {
                         rows * dim * element_bytes >= kStreamShortRowsBytes),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes),
           short_rows(block_kernel && rows > 1 &&
-                     dim * element_bytes <= (cached ? short_cached_row_bytes : kShortRowBytes)) {}
+                     dim * element_bytes <= (cached          ? short_cached_row_bytes
+                                             : stream_output ? short_streamed_row_bytes
+                                                             : kShortRowBytes)) {}
 
     // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
     bool readsWeightAsStored() const {
