@@ -53,7 +53,7 @@ void blockSumsF64(size_t rows, size_t n, const double *x, ptrdiff_t x_stride, cp
 
 void blockApplyF64(size_t rows, size_t n, const RowStatistics<double> *statistics, const double *x,
                    ptrdiff_t x_stride, const double *w, const double *b, double *y, ptrdiff_t y_stride, double *xhat,
-                   ptrdiff_t xhat_stride) {
+                   ptrdiff_t xhat_stride, bool) {
     for (size_t r = 0; r < rows; ++r) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(r);
         applyF64(n, statistics[r], x + row * x_stride, w, b, y + row * y_stride,
@@ -81,10 +81,11 @@ W parameterOf(double value) {
 constexpr size_t kForwardShortCachedRowBytes = 1024;
 
 // The forward's plan: the backward's, never reducing the next row inside the elementwise pass, with longer short
-// rows where cached.
+// rows where cached or streamed.
 cpu::RowPlan planOf(const Info &info) {
-    cpu::RowPlan plan(info.rows, info.dim, infini::dtypeSize(info.dtype),
-                      info.x.uniform() && info.y.uniform() && info.xhat.uniform(), kForwardShortCachedRowBytes);
+    const size_t element_bytes = infini::dtypeSize(info.dtype);
+    cpu::RowPlan plan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform() && info.xhat.uniform(),
+                      kForwardShortCachedRowBytes, cpu::forwardShortStreamedRowBytes(element_bytes));
     plan.reduce_alongside = false;
     return plan;
 }
@@ -244,7 +245,7 @@ class CpuDescriptor final : public Descriptor {
                         kernels.block_apply(count, dim, statistics, x_rows, info.x.stride(), w_k, b_k,
                                             y + info.y.offset(row), info.y.stride(),
                                             xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                            info.xhat.stride());
+                                            info.xhat.stride(), plan_.stream_output);
                     }
                 });
         });

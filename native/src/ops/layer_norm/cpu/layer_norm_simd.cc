@@ -213,11 +213,11 @@ __attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *x, ptrdi
 template <typename T, typename W>
 __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatistics<float> *statistics, const T *x,
                                          ptrdiff_t x_stride, const W *w, const W *b, T *y, ptrdiff_t y_stride,
-                                         T *xhat, ptrdiff_t xhat_stride) {
+                                         T *xhat, ptrdiff_t xhat_stride, bool stream) {
     for (size_t r = 0; r < rows; ++r) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(r);
         apply(n, statistics[r], x + row * x_stride, w, b, y + row * y_stride,
-              xhat != nullptr ? xhat + row * xhat_stride : nullptr, false);
+              xhat != nullptr ? xhat + row * xhat_stride : nullptr, stream);
     }
 }
 

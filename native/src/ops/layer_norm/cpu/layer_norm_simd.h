@@ -42,10 +42,12 @@ struct Kernels {
     // differs from y's, neither streams (the pass aligns to y's).
     void (*apply)(size_t n, RowStatistics<C> row, const T *x, const W *w, const W *b, T *y, T *xhat, bool stream);
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
-    // into totals[r], each about its first element, and apply of `rows` rows with statistics[r] (no streaming).
+    // into totals[r], each about its first element, and apply of `rows` rows with statistics[r], each row streamed
+    // as apply streams it.
     void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const RowStatistics<C> *statistics, const T *x, ptrdiff_t x_stride,
-                        const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride);
+                        const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride,
+                        bool stream);
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
     // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
     // the types have none (F64): block_sums and block_apply then. stream: y and xhat past the caches, their rows whole

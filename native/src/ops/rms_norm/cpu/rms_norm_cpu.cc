@@ -32,7 +32,7 @@ void blockSumsF64(size_t rows, size_t n, const double *x, ptrdiff_t x_stride, cp
 }
 
 void blockApplyF64(size_t rows, size_t n, const double *r, const double *x, ptrdiff_t x_stride, const double *w,
-                   double *y, ptrdiff_t y_stride) {
+                   double *y, ptrdiff_t y_stride, bool) {
     for (size_t i = 0; i < rows; ++i) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(i);
         applyF64(n, r[i], x + row * x_stride, w, y + row * y_stride, cpu::RowHints<double>{false});
@@ -45,7 +45,8 @@ class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info),
-          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype), info.x.uniform() && info.y.uniform()),
+          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype), info.x.uniform() && info.y.uniform(),
+                cpu::kShortCachedRowBytes, cpu::forwardShortStreamedRowBytes(infini::dtypeSize(info.dtype))),
           copies_w_(!cpu::readAsStored(true, info.w_stride, info.weight_dtype == cpu::computeDtypeOf(info.dtype),
                                      plan_.readsWeightAsStored())),
           workspace_(workspaceOf(info, plan_, copies_w_)) {}
@@ -134,7 +135,7 @@ class CpuDescriptor final : public Descriptor {
                             if (info.has_rstd) static_cast<C *>(rstd)[info.rstd.offset(row + i)] = r[i];
                         }
                         kernels.block_apply(count, dim, r, x_rows, info.x.stride(), w_k, y + info.y.offset(row),
-                                            info.y.stride());
+                                            info.y.stride(), plan_.stream_output);
                     }
                 });
         });

@@ -55,8 +55,8 @@ __attribute__((flatten)) void blockSums(size_t rows, size_t n, const T *x, ptrdi
 
 template <typename T, typename W>
 __attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, const T *x, ptrdiff_t x_stride,
-                                         const W *w, T *y, ptrdiff_t y_stride) {
-    const cpu::RowHints<T> hints{false};
+                                         const W *w, T *y, ptrdiff_t y_stride, bool stream_y) {
+    const cpu::RowHints<T> hints{stream_y};
     for (size_t i = 0; i < rows; ++i) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(i);
         apply(n, r[i], x + row * x_stride, w, y + row * y_stride, hints);

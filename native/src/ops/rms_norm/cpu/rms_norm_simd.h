@@ -23,10 +23,11 @@ struct Kernels {
     // the same pass (hints.next_b and fetch_b are x's too, and ignored).
     cpu::PairSums (*apply)(size_t n, C r, const T *x, const W *w, T *y, const cpu::RowHints<T> &hints);
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
-    // into totals[r], and apply of `rows` rows with r[row] (no streaming, no next row).
+    // into totals[r], and apply of `rows` rows with r[row] (no next row; stream_y: each row's y streamed as apply
+    // streams it).
     void (*block_sums)(size_t rows, size_t n, const T *x, ptrdiff_t x_stride, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const C *r, const T *x, ptrdiff_t x_stride, const W *w, T *y,
-                        ptrdiff_t y_stride);
+                        ptrdiff_t y_stride, bool stream_y);
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded once
     // into registers, the group's sums side by side, rstd[r] (1/sqrt(mean(x^2) + eps) in F64, as the caller computes
     // it for longer rows) and y. NULL where the types have none (F64): block_sums and block_apply then. stream_y: y
