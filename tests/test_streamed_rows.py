@@ -1,8 +1,9 @@
-"""From cpu::kStreamShortRowsBytes (32 MiB) the CPU's row kernels stream their output past the caches on rows of any
-length (cpu::RowPlan::stream_output), also the rows run one at a time: the forwards' F32 rows of 128 here, too long
-for their short-row block kernels, and the backwards' F32 rows of 256; and the short rows that block kernels run
-(streamed, of up to cpu::kShortStreamedRowBytes: RMSNorm backward's, and the forwards' 16-bit rows of 256, which
-their halves run row by row). Each thread fences its streamed
+"""From cpu::kStreamShortRowsBytes (32 MiB) the CPU's row kernels stream their output past the caches
+(cpu::RowPlan::stream_output), rows of fewer than 4096 bytes where they are whole aligned vectors (cpu::RowPlan::streams;
+F32 rows of 100 here are not), also the rows run one at a time: the forwards' F32 rows of 128 here, too long for their
+short-row block kernels, and the backwards' F32 rows of 256; and the short rows that block kernels run (streamed, of up
+to cpu::kShortStreamedRowBytes: RMSNorm backward's, and the forwards' 16-bit rows of 256, which their halves run row
+by row). Each thread fences its streamed
 stores once, after its run of rows or row block (cpu::runRows), not after every row. Streamed or cached, each row
 comes from the same instructions: a 32 MiB call must give the bits of its two 16 MiB halves called alone (cached),
 and those must match the float64 reference. LayerNorm's seed form streams its xhat with y."""
@@ -18,15 +19,15 @@ from test_rms_norm import assert_y_close as assert_rms_norm_close
 
 ROWS, DIM = 65536, 128  # a 32 MiB F32 output, streamed; each half 16 MiB, cached
 # The forwards, 32 MiB: F32 rows of 128 run one at a time, BF16 rows of 256 as row blocks of the row kernels
-# (cpu::forwardShortStreamedRowBytes).
-FORWARD_CASES = [(F32, (ROWS, DIM)), (BF16, (ROWS, 2 * DIM))]
+# (cpu::forwardShortStreamedRowBytes); F32 rows of 100, not whole vectors, one at a time and cached.
+FORWARD_CASES = [(F32, (ROWS, DIM)), (BF16, (ROWS, 2 * DIM)), (F32, (84000, 100))]
 EPS = 1e-5
 # The backwards, 32 MiB too: F32 rows of 256 run one at a time; their block kernels run F32 rows of 64 (a vector
 # column at a time down a group of rows) and BF16 rows of 128 (row by row), and RMSNorm's F32 rows of 128 and BF16
 # rows of 256 (kShortStreamedRowBytes; their halves run row by row, with the same bits; LayerNorm's run one at a
-# time).
+# time); F32 rows of 100 one at a time, cached.
 BACKWARD_CASES = [(F32, (32768, 256)), (F32, (ROWS, DIM)), (F32, (131072, 64)), (BF16, (131072, 128)),
-                  (BF16, (65536, 256))]
+                  (BF16, (65536, 256)), (F32, (84000, 100))]
 
 
 def halves(arrays):

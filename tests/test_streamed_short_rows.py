@@ -1,10 +1,10 @@
 """The CPU's LayerNorm and RMSNorm forwards stream y past the caches on short rows of whole vectors (F32 read in place,
 simd::RowView; F16 and BF16 widened, simd::RowBlock) where y is large (cpu::kStreamShortRowsBytes, 32 MiB), aligned for
-the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::RowPlan::streamsShortRows).
+the streamed stores (16 elements) and every row a whole number of 16 elements from the first (cpu::RowPlan::streams).
 Streamed or cached, each element comes from the same instructions: every layout of y must hold the bits of a run that
 cannot stream (y 16 bytes off a 64-byte boundary), and those must be close to the float64 reference. Streamed layouts:
 contiguous, and rows 96 apart (the gaps left as they were); cached ones: rows 72 apart, and in place. LayerNorm's seed
-form streams xhat with y where both can (cpu::RowPlan::streamsShortRows), else neither."""
+form streams xhat with y where both can (cpu::RowPlan::streams), else neither."""
 
 import numpy as np
 import pytest

@@ -50,7 +50,8 @@ constexpr size_t kCachedPartialBytes = size_t(256) << 10;
 // 1.00-1.05).
 constexpr size_t kShortRowBytes = 256;
 constexpr size_t kShortCachedRowBytes = 512;
-// Streamed rows (RowPlan::stream_output) of at most this many bytes run as row blocks where an op asks for it
+// Streamed rows (RowPlan::stream_output) of whole vectors (RowPlan::streams: others are not streamed) of at most this
+// many bytes run as row blocks where an op asks for it
 // (short_streamed_row_bytes): RMSNorm's backward, whose block kernels stream grad_x, and the forwards' longer rows
 // (forwardShortStreamedRowBytes). 2026-12-06, AVX-512 Xeon, 2 threads, A/B in alternating processes, back to back,
 // RMSNorm backward's rows of 512 bytes as blocks against row by row: F32 65536x128 0.93-0.95 of the time, BF16
@@ -112,7 +113,8 @@ struct RowPlan {
     // 32768x512 0.69, RMSNorm F32 131072x128 0.69, LayerNorm backward F32 131072x128 0.75, RMSNorm backward BF16
     // 65536x512 0.86; with the kernels' fence per row, 131072x128 took 2.8x as long. The backwards' short rows
     // (their block kernels) at 64 MiB: F32 rows of 64 0.62-0.65, LayerNorm F32 1048576x16 0.86, BF16 rows of 128
-    // 0.88 (RMSNorm) and 0.97 (LayerNorm, nearly bound by its arithmetic on 2 threads).
+    // 0.88 (RMSNorm) and 0.97 (LayerNorm, nearly bound by its arithmetic on 2 threads). Whether a call's short rows
+    // stream is streams()'s.
     bool stream_output;
     // Long rows reduce the next row inside their elementwise pass, where the next row comes from DRAM. Short
     // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured
@@ -134,9 +136,9 @@ struct RowPlan {
                         rows * dim * element_bytes >= kStreamShortRowsBytes),
           reduce_alongside(!cached && dim * element_bytes >= kLongRunBytes),
           short_rows(block_kernel && rows > 1 &&
-                     dim * element_bytes <= (cached          ? short_cached_row_bytes
-                                             : stream_output ? short_streamed_row_bytes
-                                                             : kShortRowBytes)) {}
+                     dim * element_bytes <= (cached ? short_cached_row_bytes
+                                             : stream_output && dim % kStreamElements == 0 ? short_streamed_row_bytes
+                                                                                          : kShortRowBytes)) {}
 
     // Whether the kernels read a 16-bit weight as stored (kMaxRowsReadingWeightAsStored).
     bool readsWeightAsStored() const {
@@ -144,11 +146,18 @@ struct RowPlan {
                (rows <= kMaxRowsReadingWeightAsStored || selectedIsa() >= Isa::avx512);
     }
 
-    // Whether the block kernels (short_rows) stream these outputs of their input `in` (rows_aligned: every output's
-    // rows a whole number of kStreamElements apart): stream_output, and each can (shortRowsStreamable).
-    bool streamsShortRows(std::initializer_list<const void *> outputs, const void *in, size_t element_bytes,
-                          bool rows_aligned) const {
+    // Whether a call streams these outputs of its input `in` (rows_aligned: every output's rows a whole number of
+    // kStreamElements apart): stream_output, and for rows shorter than kLongRunBytes, row by row as in the block
+    // kernels, where each output can (shortRowsStreamable). Short rows that are not whole aligned vectors have a
+    // cached partial vector at each end, and lines written partly by cached and partly by streamed stores cost far
+    // more than either: 2026-12-06, AVX-512 Xeon, 2 threads, A/B in alternating processes, back to back, those rows
+    // cached against streamed: LayerNorm forward F16 131072x200 0.40 of the time, backward BF16 131072x200 0.34,
+    // RMSNorm F32 131072x100 forward 0.84 and backward 0.92. Long rows gain from streaming even so (BF16
+    // 16384x2056 forward 1.24x as long cached, RMSNorm backward 1.13x, F32 8192x1028 forward 1.17x).
+    bool streams(std::initializer_list<const void *> outputs, const void *in, size_t element_bytes,
+                 bool rows_aligned) const {
         if (!stream_output) return false;
+        if (dim * element_bytes >= kLongRunBytes) return true;
         for (const void *out : outputs) {
             if (!shortRowsStreamable(out, in, dim, element_bytes, rows_aligned)) return false;
         }
@@ -158,13 +167,13 @@ struct RowPlan {
     // Whether the column schedule may run these rows: cached, few enough to keep their sums, and not short.
     bool sliced() const { return !short_rows && cached && rows <= kMaxSlicedRows; }
 
-    // The hints of the elements of `row` from `begin`: the plan's streaming and, if reduce_next, the same
-    // elements of row + 1 to reduce and of row + 2 (where there is one) to fetch, of the two inputs a and b
+    // The hints of the elements of `row` from `begin`: the call's streaming (streams()) and, if reduce_next, the
+    // same elements of row + 1 to reduce and of row + 2 (where there is one) to fetch, of the two inputs a and b
     // (each placed by its row layout).
     template <typename T, typename Layout>
-    RowHints<T> hints(size_t row, size_t begin, bool reduce_next, const T *a, const Layout &a_rows, const T *b,
-                      const Layout &b_rows) const {
-        RowHints<T> hints{stream_output};
+    RowHints<T> hints(bool stream, size_t row, size_t begin, bool reduce_next, const T *a, const Layout &a_rows,
+                      const T *b, const Layout &b_rows) const {
+        RowHints<T> hints{stream};
         if (!reduce_next) return hints;
         hints.next_a = a + a_rows.offset(row + 1) + begin;
         hints.next_b = b + b_rows.offset(row + 1) + begin;

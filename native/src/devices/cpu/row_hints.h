@@ -45,7 +45,7 @@ constexpr size_t kStreamShortRowsBytes = size_t(32) << 20;
 // Whether short rows of dim elements can stream their output `out` (NULL: none, nothing to hold back): not in place
 // over their input `in` (there is no read for ownership to save), each row whole vectors for the streamed stores
 // (kStreamElements of element_bytes), the first aligned for them and every other a whole number of them from it
-// (rows_aligned). Whether they do is RowPlan::streamsShortRows'.
+// (rows_aligned). Whether they do is RowPlan::streams'.
 inline bool shortRowsStreamable(const void *out, const void *in, size_t dim, size_t element_bytes, bool rows_aligned) {
     const bool out_aligned = reinterpret_cast<uintptr_t>(out) % (kStreamElements * element_bytes) == 0;
     return out == nullptr || (out != in && out_aligned && dim % kStreamElements == 0 && rows_aligned);

@@ -790,7 +790,7 @@ struct RowParts {
     }
 
     // Row r's output: out(j) for each of its vectors, stored at y's row r. stream: past the caches (storeStream;
-    // y's rows aligned for it, cpu::RowPlan::streamsShortRows), honoured where the rows are whole vectors; the
+    // y's rows aligned for it, cpu::RowPlan::streams), honoured where the rows are whole vectors; the
     // caller fences (fenceStreams) once it has stored all its rows.
     template <typename T, typename Out>
     SIMD_INLINE void storeRow(T *y, ptrdiff_t y_stride, size_t r, Out out, bool stream = false) const {

@@ -200,9 +200,8 @@ class CpuDescriptor final : public Descriptor {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
             const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
-            const bool stream = whole_rows && plan_.streamsShortRows({y, xhat}, x, sizeof(T),
-                                                                     stridesMultipleOf(cpu::kStreamElements,
-                                                                                       {info.y, info.xhat}));
+            const bool stream =
+                plan_.streams({y, xhat}, x, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.y, info.xhat}));
             cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) {
@@ -214,8 +213,7 @@ class CpuDescriptor final : public Descriptor {
                     if (begin == 0) writeStatistics(row, r);
                     kernels.apply(n, statisticsOf(r), x + info.x.offset(row) + begin, w_k + begin,
                                   b_k != nullptr ? b_k + begin : nullptr, y + info.y.offset(row) + begin,
-                                  xhat != nullptr ? xhat + info.xhat.offset(row) + begin : nullptr,
-                                  plan_.stream_output);
+                                  xhat != nullptr ? xhat + info.xhat.offset(row) + begin : nullptr, stream);
                     return cpu::PairSums{};
                 },
                 [](size_t, size_t) {}, // no weight gradient to finish
@@ -245,7 +243,7 @@ class CpuDescriptor final : public Descriptor {
                         kernels.block_apply(count, dim, statistics, x_rows, info.x.stride(), w_k, b_k,
                                             y + info.y.offset(row), info.y.stride(),
                                             xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                            info.xhat.stride(), plan_.stream_output);
+                                            info.xhat.stride(), stream);
                     }
                 });
         });

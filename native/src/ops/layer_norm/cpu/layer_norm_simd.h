@@ -51,7 +51,7 @@ struct Kernels {
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
     // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
     // the types have none (F64): block_sums and block_apply then. stream: y and xhat past the caches, their rows whole
-    // vectors (cpu::RowPlan::streamsShortRows), the next group's x fetched meanwhile, for the caller to fence
+    // vectors (cpu::RowPlan::streams), the next group's x fetched meanwhile, for the caller to fence
     // (cpu::fenceStreams) after its last group.
     void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b,
                        T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments,

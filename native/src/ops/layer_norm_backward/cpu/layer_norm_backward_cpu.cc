@@ -177,8 +177,8 @@ class CpuDescriptor final : public Descriptor {
         };
         const bool single_row = space_.single_row;
         const bool as_stored = plan_.readsWeightAsStored();
-        const bool stream = plan_.streamsShortRows({grad_input}, grad_output, sizeof(T),
-                                                   stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
+        const bool stream = plan_.streams({grad_input}, grad_output, sizeof(T),
+                                          stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
         cpu::withKernelVector(dim, weight, info.weight_stride, as_stored, weight_copy, [&](const auto *weight_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(weight_k)>>;
             const cpu::BlockPartials<C, K> weight_block_partials(
@@ -212,8 +212,8 @@ class CpuDescriptor final : public Descriptor {
                                          skip_partials ? cpu::GradientTerms<C, K>{}
                                                        : bias_block_partials.at(block, begin),
                                          partial_rows == PartialRows::with_next, row == plan_.blocks.begin(block),
-                                         plan_.hints(row, begin, reduce_next, grad_output, info.grad_output,
-                                                     row_input, info.row_input));
+                                         plan_.hints(stream, row, begin, reduce_next, grad_output,
+                                                     info.grad_output, row_input, info.row_input));
                 },
                 [&](size_t begin, size_t n) {
                     weight_block_partials.finishColumns(grad_weight, info.grad_weight_stride, begin, n);

@@ -53,7 +53,7 @@ struct FormKernels {
     // sums, then apply, of `rows` rows of n elements, row r's data at r times each stride and its statistics in
     // statistics[r]; both gradients' terms go to partials (NULL: not wanted), which the first row writes where
     // `starts`. The same arithmetic as calling the two per row (RowPlan::short_rows). stream: grad_input past the
-    // caches, its rows whole vectors (cpu::RowPlan::streamsShortRows), for the caller to fence.
+    // caches, its rows whole vectors (cpu::RowPlan::streams), for the caller to fence.
     void (*rows)(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_output_stride, const T *row_input,
                  ptrdiff_t row_input_stride, T *grad_input, ptrdiff_t grad_input_stride, const W *weight,
                  const RowStatistics<C> *statistics, C *weight_partial, C *bias_partial, bool starts, bool stream);

@@ -215,7 +215,7 @@ void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_o
             bias_terms += go;
             const f32v gi = (go * weight_v - simd::splat(mean_g[r]) - xh * simd::splat(mean_g_xhat[r])) * rstd_v;
             T *gi_at = gi_rows + row * grad_input_stride + j;
-            if (stream) { // whole vectors, aligned (the caller's streamsShortRows)
+            if (stream) { // whole vectors, aligned (the caller's RowPlan::streams)
                 simd::storeStream(gi_at, gi);
             } else {
                 simd::storePart(gi_at, gi, lanes);

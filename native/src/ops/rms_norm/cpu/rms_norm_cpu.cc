@@ -95,8 +95,7 @@ class CpuDescriptor final : public Descriptor {
             const Kernels<T, K> &kernels = cpu::kernelsFor<Kernels, T, K>(kF64Kernels);
             const bool whole_rows = kernels.block_rows != nullptr && dim <= cpu::kBlockRowsMaxDim;
             const bool stream_y =
-                whole_rows &&
-                plan_.streamsShortRows({y}, x, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.y}));
+                plan_.streams({y}, x, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.y}));
             cpu::runRows(
                 plan_, chunk_sums,
                 [&](size_t row, size_t begin, size_t n) { return kernels.sums(n, x + info.x.offset(row) + begin); },
@@ -107,7 +106,7 @@ class CpuDescriptor final : public Descriptor {
                     const T *x_row = x + info.x.offset(row);
                     return kernels.apply(n, static_cast<C>(r), x_row + begin, w_k + begin,
                                          y + info.y.offset(row) + begin,
-                                         plan_.hints(row, begin, reduce_next, x, info.x, x, info.x));
+                                         plan_.hints(stream_y, row, begin, reduce_next, x, info.x, x, info.x));
                 },
                 [](size_t, size_t) {}, // no weight gradient to finish
                 [&](size_t, size_t first, size_t end) {
@@ -135,7 +134,7 @@ class CpuDescriptor final : public Descriptor {
                             if (info.has_rstd) static_cast<C *>(rstd)[info.rstd.offset(row + i)] = r[i];
                         }
                         kernels.block_apply(count, dim, r, x_rows, info.x.stride(), w_k, y + info.y.offset(row),
-                                            info.y.stride(), plan_.stream_output);
+                                            info.y.stride(), stream_y);
                     }
                 });
         });

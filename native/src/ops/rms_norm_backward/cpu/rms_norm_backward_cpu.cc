@@ -129,7 +129,7 @@ class CpuDescriptor final : public Descriptor {
             return std::pair<C, C>{static_cast<C>(r), static_cast<C>(r * r * r * total.second / static_cast<double>(dim))};
         };
         const bool stream =
-            plan_.streamsShortRows({grad_x}, grad_y, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.grad_x}));
+            plan_.streams({grad_x}, grad_y, sizeof(T), stridesMultipleOf(cpu::kStreamElements, {info.grad_x}));
         cpu::withKernelVector(dim, w, info.w_stride, plan_.readsWeightAsStored(), w_copy, [&](const auto *w_k) {
             using K = std::remove_const_t<std::remove_pointer_t<decltype(w_k)>>;
             const cpu::BlockPartials<C, K> block_partials(plan_.blocks.count, dim, info.has_grad_w ? grad_w : nullptr,
@@ -148,7 +148,7 @@ class CpuDescriptor final : public Descriptor {
                                          x + info.x.offset(row) + begin, w_k + begin,
                                          grad_x + info.grad_x.offset(row) + begin, block_partials.at(block, begin),
                                          row == plan_.blocks.begin(block),
-                                         plan_.hints(row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
+                                         plan_.hints(stream, row, begin, reduce_next, grad_y, info.grad_y, x, info.x));
                 },
                 [&](size_t begin, size_t n) { block_partials.finishColumns(grad_w, info.grad_w_stride, begin, n); },
                 [&](size_t block, size_t first, size_t end) {

@@ -30,7 +30,7 @@ struct Kernels {
     // Short rows a few at a time (cpu::RowPlan::short_rows), each array's rows one stride apart: sums of `rows` rows
     // into totals[i], and apply of `rows` rows with r[i] and x_coef[i], grad_w's terms into `partial` (NULL: not
     // wanted), which the first row writes where `starts` (no next row). stream: grad_x past the caches, its rows
-    // whole vectors (cpu::RowPlan::streamsShortRows), for the caller to fence.
+    // whole vectors (cpu::RowPlan::streams), for the caller to fence.
     void (*block_sums)(size_t rows, size_t n, const T *grad_y, ptrdiff_t grad_y_stride, const T *x,
                        ptrdiff_t x_stride, const W *w, cpu::PairSums *totals);
     void (*block_apply)(size_t rows, size_t n, const C *r, const C *x_coef, const T *grad_y, ptrdiff_t grad_y_stride,
