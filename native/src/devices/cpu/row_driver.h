@@ -124,10 +124,10 @@ struct RowPlan {
     // gradients are rounded straight, BlockPartials, which the block kernels do not do).
     bool short_rows;
 
-    // short_cached_row_bytes and short_streamed_row_bytes: the limits for cached and streamed rows, where an op's
+    // short_streamed_row_bytes and short_cached_row_bytes: the limits for streamed and cached rows, where an op's
     // block kernels gain on longer ones.
     RowPlan(size_t rows, size_t dim, size_t element_bytes, bool block_kernel = false,
-            size_t short_cached_row_bytes = kShortCachedRowBytes, size_t short_streamed_row_bytes = kShortRowBytes)
+            size_t short_streamed_row_bytes = kShortRowBytes, size_t short_cached_row_bytes = kShortCachedRowBytes)
         : rows(rows), dim(dim), cached(2 * rows * dim * element_bytes <= kCachedInputBytes),
           blocks(Blocks::split(rows, cached ? cachedRowBlocks(rows, dim) : blocksFitting(dim, kPartialBytes))),
           chunks(Blocks::ofSize(dim, kRowChunk)),

@@ -482,9 +482,11 @@ SIMD_INLINE void storePart(T *p, f32v v, size_t count) {
 // vectors: work interleaved with the pass (RowSums::step), or NoSideWork. A caller that streams calls
 // fenceStreams() once its whole output is written (per call here would cost a fence per short run).
 // Streamed, no line is written both ways: a 16-bit vector is half a line, so a lone full vector at either end of
-// the streamed part that shares its line with a partial vector (stored cached) is stored cached too. A line written partly by cached and partly by
-// streamed stores costs far more than either (2026-12-06, AVX-512 Xeon, 2 threads: LayerNorm forward BF16
-// 16384x2056 took 4.5 ms, 16384x2048 3.3 ms, before this).
+// the streamed part that shares its line with a partial vector (stored cached) is stored cached too. A line
+// written partly by cached and partly by streamed stores costs far more than either (2026-12-06, AVX-512 Xeon,
+// 2 threads: LayerNorm forward BF16 16384x2056 took 4.5 ms, 16384x2048 3.3 ms, before this). The stream tags
+// stay compile-time constants: with a runtime choice for the lone vectors, RMSNorm backward BF16 took 1.09-1.13x
+// as long, rows of whole vectors too (2026-12-06, same machine, A/B in alternating processes).
 template <typename Step, typename SideWork, typename T, typename... Arrays>
 SIMD_FLATTEN inline void forEachVector(size_t n, bool stream, Step &&step, SideWork &&side_work, T *out, Arrays *...arrays) {
     constexpr auto kArrays = std::index_sequence_for<Arrays...>{};

@@ -41,12 +41,18 @@ void blockApplyF64(size_t rows, size_t n, const double *r, const double *x, ptrd
 
 const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, blockApplyF64, nullptr};
 
+// The forward's plan: the backward's, with the forwards' longer streamed short rows.
+cpu::RowPlan planOf(const Info &info) {
+    const size_t element_bytes = infini::dtypeSize(info.dtype);
+    return cpu::RowPlan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform(),
+                        cpu::forwardShortStreamedRowBytes(element_bytes));
+}
+
 class CpuDescriptor final : public Descriptor {
   public:
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info),
-          plan_(info.rows, info.dim, infini::dtypeSize(info.dtype), info.x.uniform() && info.y.uniform(),
-                cpu::kShortCachedRowBytes, cpu::forwardShortStreamedRowBytes(infini::dtypeSize(info.dtype))),
+          plan_(planOf(info)),
           copies_w_(!cpu::readAsStored(true, info.w_stride, info.weight_dtype == cpu::computeDtypeOf(info.dtype),
                                      plan_.readsWeightAsStored())),
           workspace_(workspaceOf(info, plan_, copies_w_)) {}

@@ -63,8 +63,7 @@ class CpuDescriptor final : public Descriptor {
     CpuDescriptor(int device_id, const Info &info)
         : Descriptor(INFINI_DEVICE_CPU, device_id, info),
           plan_(info.rows, info.dim, infini::dtypeSize(info.dtype),
-                info.grad_y.uniform() && info.x.uniform() && info.grad_x.uniform(), cpu::kShortCachedRowBytes,
-                cpu::kShortStreamedRowBytes),
+                info.grad_y.uniform() && info.x.uniform() && info.grad_x.uniform(), cpu::kShortStreamedRowBytes),
           space_(parameterSpaceOf(info, plan_)), workspace_(workspaceOf(info, plan_, space_)) {}
 
     size_t workspaceSize() const override { return workspace_.value(); }
