@@ -41,7 +41,7 @@ void blockApplyF64(size_t rows, size_t n, const double *r, const double *x, ptrd
 
 const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, blockApplyF64, nullptr};
 
-// The forward's plan: the backward's, with the forwards' longer streamed short rows.
+// The forward's plan: the default limits, but the forwards' one for streamed short rows (16-bit rows of 256 too).
 cpu::RowPlan planOf(const Info &info) {
     const size_t element_bytes = infini::dtypeSize(info.dtype);
     return cpu::RowPlan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform(),
