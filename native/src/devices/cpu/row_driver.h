@@ -119,6 +119,10 @@ struct RowPlan {
     // ones alternate their two passes often enough for the hardware prefetchers to keep DRAM busy, and measured
     // 5% slower with the fused pass; cached rows come from the caches anyway.
     bool reduce_alongside;
+    // Where they do not, whether the next row's sums come before this row's apply rather than after, so that its
+    // loads overlap the apply and the row's statistics (an F64 division and square root) rather than wait for them.
+    // Same arithmetic, same bits. An op sets it where it gained: LayerNorm's forward (layer_norm_cpu.cc).
+    bool reduce_next_first = false;
     // Rows short enough that a row block's rows run in one kernel call (runRows' block_rows), where the op asks
     // for it (block_kernel: it has such a kernel for these operands), and more than one (a single row's 16-bit
     // gradients are rounded straight, BlockPartials, which the block kernels do not do).
@@ -220,8 +224,11 @@ bool runRows(const RowPlan &plan, PairSums *scratch, Sums &&sums, Apply &&apply,
     auto finishThenReduceNext = [&](size_t block, size_t row, const PairSums &total, size_t begin, size_t n,
                                     bool has_next) {
         if (plan.reduce_alongside && has_next) return apply(block, row, total, begin, n, true);
+        PairSums next;
+        if (has_next && plan.reduce_next_first) next = sums(row + 1, begin, n);
         apply(block, row, total, begin, n, false);
-        return has_next ? sums(row + 1, begin, n) : PairSums{};
+        if (has_next && !plan.reduce_next_first) next = sums(row + 1, begin, n);
+        return next;
     };
     if (plan.blocks.count >= 2 * threads || threads == 1) {
         parallelFor(plan.blocks.count, [&](size_t block) {
