@@ -121,7 +121,8 @@ struct RowPlan {
     bool reduce_alongside;
     // Where they do not, whether the next row's sums come before this row's apply rather than after, so that its
     // loads overlap the apply and the row's statistics (an F64 division and square root) rather than wait for them.
-    // Same arithmetic, same bits. An op sets it where it gained: LayerNorm's forward (layer_norm_cpu.cc).
+    // Same arithmetic, same bits. An op sets it where it gained: LayerNorm's forward (layer_norm_cpu.cc), RMSNorm's
+    // on 16-bit rows (rms_norm_cpu.cc, which says where it did not).
     bool reduce_next_first = false;
     // Rows short enough that a row block's rows run in one kernel call (runRows' block_rows), where the op asks
     // for it (block_kernel: it has such a kernel for these operands), and more than one (a single row's 16-bit
