@@ -325,7 +325,7 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
             return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
         }, stream);
-        if (stream) block.fetchAhead(x, x_stride, rows, r); // x from DRAM too: the next group's row r loads meanwhile
+        block.fetchAhead(stream, x, x_stride, rows, r); // the next group's row r loads meanwhile
     }
 }
 

@@ -91,7 +91,7 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         block.storeRow(y, y_stride, r,
                        [&](size_t j) SIMD_LAMBDA_INLINE { return block.value(r, j) * scale * w_lanes[j]; },
                        stream_y);
-        if (stream_y) block.fetchAhead(x, x_stride, rows, r); // x from DRAM too: the next group's row r loads meanwhile
+        block.fetchAhead(stream_y, x, x_stride, rows, r); // the next group's row r loads meanwhile
     }
 }
 
