@@ -71,6 +71,7 @@ constexpr size_t kWidth = 16; // floats per vector
 // Row reductions run in chunks of this many elements: F32 lanes inside a chunk, F64 across chunks.
 // Chunk boundaries are fixed relative to the row start, so a row split across threads sums identically.
 constexpr size_t kChunk = 4096;
+constexpr size_t kLineBytes = 64; // a cache line
 
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef uint32_t u32v __attribute__((vector_size(64)));
@@ -490,7 +491,6 @@ SIMD_INLINE void storePart(T *p, f32v v, size_t count) {
 template <typename Step, typename SideWork, typename T, typename... Arrays>
 SIMD_FLATTEN inline void forEachVector(size_t n, bool stream, Step &&step, SideWork &&side_work, T *out, Arrays *...arrays) {
     constexpr auto kArrays = std::index_sequence_for<Arrays...>{};
-    constexpr size_t kLineBytes = 64;
     constexpr bool kHalfLines = kStreamAlignment<T> < kLineBytes;
     static_assert(2 * kStreamAlignment<T> >= kLineBytes, "a pair of vectors fills a line");
     size_t j = 0;
@@ -830,23 +830,32 @@ struct RowParts {
         for (size_t j = 0; j < block.vectors; ++j) storePart(row + j * kWidth, out(j), block.countOf(j));
     }
 
-    // Fetch row r of the group `rows` rows on (x's rows x_stride apart) into the caches, a line at a time, while
-    // this group's outputs are stored (harmless past x's end: a prefetch never faults). Where the call streams (x
-    // from DRAM too), and for a RowView of rows longer than a line, whose vectors load one by one as the group's
-    // chains of sums reach them, so that without it each group starts waiting on L3 or DRAM; a RowBlock loads its
-    // group whole, at once. Unstreamed F32 rows of 32-128 fetching ahead, 2026-12-07, AVX-512 Xeon, 2 threads, A/B
-    // in alternating processes, same bits, back to back / each call after a 256 MiB copy: LayerNorm forward
-    // 8192x128 0.96-1.00 / 0.83-0.93 of the time, 32768x32 0.87 / 0.93, 16384x64 1.00-1.07 / 0.91-0.94, 65536x64 0.98 /
-    // 0.92; RMSNorm forward 8192x128 0.95-0.99 / 0.98-1.00, 65536x64 0.99 / 0.92; the AVX2 kernels on the same
-    // machine, LayerNorm 8192x128 0.95 / 0.84, 16384x64 0.84 / 0.86. Not rows of a line (F32 rows of 16), which the
-    // hardware prefetchers follow: LayerNorm 65536x16 0.99 / 0.99, 131072x16 1.03 / 1.03, AVX2 0.99 / 1.09. Nor
-    // RowBlocks in the caches: BF16 16384x128 1.02-1.10x as long back to back, F16 2048x128 1.06x.
+    // Fetch row r of the group `rows` rows on (x's rows x_stride apart) into the caches, a line at a time, while this
+    // group's outputs are stored (harmless past x's end: a prefetch never faults). Where the call streams (x from DRAM
+    // too); and for rows longer than a line, where the call's inputs do not fit the caches (`cached`:
+    // cpu::RowPlan::cached) or the block is a RowView, whose vectors load one by one as the group's chains of sums
+    // reach them, so that without it each group starts waiting on L3 or DRAM. A RowBlock loads its group whole, at
+    // once, which the caches serve fast enough.
+    // RowBlocks of uncached, unstreamed calls fetching ahead, 2026-12-07, AVX-512 Xeon, 2 threads, A/B in alternating
+    // processes, same bits, back to back / each call after a 256 MiB copy: LayerNorm forward BF16 65536x128 0.96-1.01 /
+    // 0.82-0.86 of the time, F16 98304x128 1.01 / 0.84, BF16 131072x64 0.96 / 0.96, BF16 65536x100 1.02 / 0.85, F32
+    // 131072x40 0.87 / 0.88; RMSNorm forward BF16 65536x128 0.93 / 0.84, F16 65536x64 0.81-0.82 / 0.95, F32 131072x24
+    // 0.91 / 0.89; the AVX2 kernels, LayerNorm BF16 65536x128 0.96 / 0.86, RMSNorm F16 65536x64 0.91 / 0.89.
+    // Unstreamed F32 rows of 32-128 fetching ahead, 2026-12-07, AVX-512 Xeon, 2 threads, A/B in alternating processes,
+    // same bits, back to back / each call after a 256 MiB copy: LayerNorm forward 8192x128 0.96-1.00 / 0.83-0.93 of the
+    // time, 32768x32 0.87 / 0.93, 16384x64 1.00-1.07 / 0.91-0.94, 65536x64 0.98 / 0.92; RMSNorm forward 8192x128
+    // 0.95-0.99 / 0.98-1.00, 65536x64 0.99 / 0.92; the AVX2 kernels on the same machine, LayerNorm 8192x128 0.95 /
+    // 0.84, 16384x64 0.84 / 0.86. Not rows of a line (F32 rows of 16), which the hardware prefetchers follow: LayerNorm
+    // 65536x16 0.99 / 0.99, 131072x16 1.03 / 1.03, AVX2 0.99 / 1.09. Nor RowBlocks in the caches: BF16 16384x128
+    // 1.02-1.10x as long back to back, F16 2048x128 1.06x.
     template <typename T>
-    SIMD_INLINE void fetchAhead(bool stream, const T *x, ptrdiff_t x_stride, size_t rows, size_t r) const {
+    SIMD_INLINE void fetchAhead(bool stream, bool cached, const T *x, ptrdiff_t x_stride, size_t rows,
+                                size_t r) const {
         const Block &block = static_cast<const Block &>(*this);
-        if (!stream && !(Block::kReadsInPlace && block.vectors * kWidth * sizeof(T) > 64)) return;
+        const size_t row_bytes = block.vectors * kWidth * sizeof(T);
+        if (!stream && !(row_bytes > kLineBytes && (Block::kReadsInPlace || !cached))) return;
         const char *row = reinterpret_cast<const char *>(x + static_cast<ptrdiff_t>(rows + r) * x_stride);
-        for (size_t line = 0; line < block.vectors * kWidth * sizeof(T); line += 64) __builtin_prefetch(row + line);
+        for (size_t line = 0; line < row_bytes; line += kLineBytes) __builtin_prefetch(row + line);
     }
 };
 

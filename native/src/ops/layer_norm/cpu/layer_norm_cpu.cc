@@ -235,7 +235,7 @@ class CpuDescriptor final : public Descriptor {
                             kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k, b_k,
                                                y + info.y.offset(row), info.y.stride(),
                                                xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                               info.xhat.stride(), &moments, stream);
+                                               info.xhat.stride(), &moments, stream, plan_.cached);
                             writeGroupStatistics(row, count, moments);
                             continue;
                         }

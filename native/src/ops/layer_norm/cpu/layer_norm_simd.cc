@@ -230,7 +230,7 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const RowStatist
 template <typename T, typename W, bool kBias, bool kXhat, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
                                             const W *w, const W *b, T *y, ptrdiff_t y_stride, T *xhat,
-                                            ptrdiff_t xhat_stride, BlockMoments *moments, bool stream) {
+                                            ptrdiff_t xhat_stride, BlockMoments *moments, bool stream, bool cached) {
     const Block block(rows, n, x, x_stride);
     // A constant 1 where the block holds one vector a row: no loop over a row's vectors is left to reach a second.
     const size_t vectors = Block::kVectorsMost == 1 ? 1 : block.vectors, last = block.last;
@@ -325,18 +325,18 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         block.storeRow(y, y_stride, r, [&](size_t j) SIMD_LAMBDA_INLINE {
             return kBias ? simd::mulAdd(standardized(j), w_lanes[j], b_lanes[j]) : standardized(j) * w_lanes[j];
         }, stream);
-        block.fetchAhead(stream, x, x_stride, rows, r); // the next group's row r loads meanwhile
+        block.fetchAhead(stream, cached, x, x_stride, rows, r); // the next group's row r loads meanwhile
     }
 }
 
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b, T *y,
-               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments, bool stream) {
+               ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments, bool stream, bool cached) {
     simd::withRowBlock<T>(n, [&](auto block_tag) {
         auto run = [&](auto bias, auto with_xhat) {
             using Block = typename decltype(block_tag)::type;
             blockRowsWith<T, W, decltype(bias)::value, decltype(with_xhat)::value, Block>(
-                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments, stream);
+                rows, n, epsilon, x, x_stride, w, b, y, y_stride, xhat, xhat_stride, moments, stream, cached);
         };
         if (b != nullptr) {
             return xhat != nullptr ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});

@@ -51,11 +51,12 @@ struct Kernels {
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded
     // once into registers, the group's sums, moments (into `moments`) and outputs computed side by side. NULL where
     // the types have none (F64): block_sums and block_apply then. stream: y and xhat past the caches, their rows whole
-    // vectors (cpu::RowPlan::streams), the next group's x fetched meanwhile, for the caller to fence
-    // (cpu::fenceStreams) after its last group.
+    // vectors (cpu::RowPlan::streams), for the caller to fence (cpu::fenceStreams) after its last group. cached: the
+    // call's inputs fit the caches (cpu::RowPlan::cached). The next group's x is fetched meanwhile where
+    // simd::RowParts::fetchAhead says.
     void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, const W *b,
                        T *y, ptrdiff_t y_stride, T *xhat, ptrdiff_t xhat_stride, BlockMoments *moments,
-                       bool stream);
+                       bool stream, bool cached);
 };
 
 } // namespace op::layer_norm

@@ -134,7 +134,8 @@ class CpuDescriptor final : public Descriptor {
                         if (whole_rows) {
                             double rstds[cpu::kBlockRows];
                             kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k,
-                                               y + info.y.offset(row), info.y.stride(), rstds, stream_y);
+                                               y + info.y.offset(row), info.y.stride(), rstds, stream_y,
+                                               plan_.cached);
                             if (info.has_rstd) {
                                 info.rstd.forRows(row, count, [&](size_t i, ptrdiff_t at) {
                                     static_cast<C *>(rstd)[at] = static_cast<C>(rstds[i]);

@@ -68,7 +68,8 @@ __attribute__((flatten)) void blockApply(size_t rows, size_t n, const float *r, 
 // by row, the block kernels loaded each row twice and finished each row's sum and square root alone.
 template <typename T, typename W, typename Block>
 __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride,
-                                            const W *w, T *y, ptrdiff_t y_stride, double *rstd, bool stream_y) {
+                                            const W *w, T *y, ptrdiff_t y_stride, double *rstd, bool stream_y,
+                                            bool cached) {
     const Block block(rows, n, x, x_stride); // a RowBlock's zeros past a row's end add nothing to its sum
     const f32v square_lanes = simd::laneSums(rows, [&](size_t r) SIMD_LAMBDA_INLINE {
         f32v sum = block.value(r, 0) * block.value(r, 0);
@@ -91,16 +92,16 @@ __attribute__((flatten)) void blockRowsWith(size_t rows, size_t n, double epsilo
         block.storeRow(y, y_stride, r,
                        [&](size_t j) SIMD_LAMBDA_INLINE { return block.value(r, j) * scale * w_lanes[j]; },
                        stream_y);
-        block.fetchAhead(stream_y, x, x_stride, rows, r); // the next group's row r loads meanwhile
+        block.fetchAhead(stream_y, cached, x, x_stride, rows, r); // the next group's row r loads meanwhile
     }
 }
 
 template <typename T, typename W>
 void blockRows(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, T *y,
-               ptrdiff_t y_stride, double *rstd, bool stream_y) {
+               ptrdiff_t y_stride, double *rstd, bool stream_y, bool cached) {
     simd::withRowBlock<T>(n, [&](auto block_tag) {
         using Block = typename decltype(block_tag)::type;
-        blockRowsWith<T, W, Block>(rows, n, epsilon, x, x_stride, w, y, y_stride, rstd, stream_y);
+        blockRowsWith<T, W, Block>(rows, n, epsilon, x, x_stride, w, y, y_stride, rstd, stream_y, cached);
     });
 }
 

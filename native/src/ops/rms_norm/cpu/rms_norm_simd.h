@@ -31,10 +31,11 @@ struct Kernels {
     // Rows of at most cpu::kBlockRowsMaxDim elements, at most cpu::kBlockRows of them, whole: each row loaded once
     // into registers, the group's sums side by side, rstd[r] (1/sqrt(mean(x^2) + eps) in F64, as the caller computes
     // it for longer rows) and y. NULL where the types have none (F64): block_sums and block_apply then. stream_y: y
-    // past the caches, its rows whole vectors (cpu::RowPlan::streams), the next group's x fetched
-    // meanwhile, for the caller to fence (cpu::fenceStreams) after its last group.
+    // past the caches, its rows whole vectors (cpu::RowPlan::streams), for the caller to fence (cpu::fenceStreams)
+    // after its last group. cached: the call's inputs fit the caches (cpu::RowPlan::cached). The next group's x is
+    // fetched meanwhile where simd::RowParts::fetchAhead says.
     void (*block_rows)(size_t rows, size_t n, double epsilon, const T *x, ptrdiff_t x_stride, const W *w, T *y,
-                       ptrdiff_t y_stride, double *rstd, bool stream_y);
+                       ptrdiff_t y_stride, double *rstd, bool stream_y, bool cached);
 };
 
 } // namespace op::rms_norm
