@@ -940,7 +940,7 @@ class RowFetch {
     RowFetch(const T *a, const T *b) : a_(reinterpret_cast<const char *>(a)), b_(reinterpret_cast<const char *>(b)) {}
 
     SIMD_INLINE void step() {
-        for (size_t line = 0; line < 2 * kWidth * sizeof(T); line += 64) {
+        for (size_t line = 0; line < 2 * kWidth * sizeof(T); line += kLineBytes) {
             __builtin_prefetch(a_ + offset_ + line, 0, 1);
             __builtin_prefetch(b_ + offset_ + line, 0, 1);
         }
