@@ -3,7 +3,7 @@ against a copy measured in the same run, and its table and plot.
 
 Effective bandwidth = 3 x elements x itemsize / time (read two row-sized inputs, write one output; the
 O(D) vectors are left out), reported as a fraction of the copy bandwidth. Times are medians. On the CPU the
-copy, our op and torch's op are timed in interleaved rounds (each call timed right after an untimed call of
+copy, our op and torch's op are timed in interleaved rounds (each call timed right after two untimed calls of
 itself), and each case is set against its own rounds' copy: a shared machine's memory bandwidth drifts from
 minute to minute, and one copy timed at the start would put that drift into every fraction. The run goes over
 all cases several times (visits, each on freshly allocated data) and reports each time as the median over the

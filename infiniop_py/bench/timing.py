@@ -24,6 +24,9 @@ def median_seconds(run, repeats, min_seconds=0.2):
     return statistics.median(times)
 
 
+UNTIMED_CALLS = 2  # before each timed call of a run in interleaved_medians: why, in its docstring
+
+
 def balanced_orders(count):
     """Orders of `count` runs (a Williams design) in which each run comes right after each other run equally
     often: twice in 2 x count orders where count is odd, once in count orders where it is even."""
@@ -35,23 +38,26 @@ def balanced_orders(count):
 
 
 def interleaved_medians(runs, repeats, min_seconds=0.05):
-    """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn twice and
-    times the second call, so each is timed right after itself, as in a loop of repeated calls (timed right after
-    the 256 MiB copy, a call would pay for writing back the copy's dirty cache lines, and a small case would find
-    the caches cold). The rounds go through balanced_orders, so each run follows each other run equally often:
-    on the project's VM a call behind the copy took up to twice as long as behind another op, however often it
-    ran itself first, and one fixed order had charged that to whichever came right after the copy. All get the
-    same rounds: at least `repeats`, and more until each has run min_seconds in all (at most 20 x repeats
-    rounds), so a drift in the machine's speed reaches all of them alike. The fastest sets the count, so
-    min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms one. The order
-    depends only on the round, so processes running the same rounds call the same runs together."""
+    """Median wall time of each callable in `runs`, timed in rounds: every round calls each in turn UNTIMED_CALLS
+    times and then once more, timed, so each is timed right after itself, as in a loop of repeated calls. Right
+    after the 256 MiB copy a call pays for writing back the copy's dirty cache lines and a small case finds the
+    caches cold, and on the project's VMs that lasts beyond one call: with one untimed call, LayerNorm F32
+    8192x128 took 0.34-0.37 ms behind the copy and 0.17-0.20 ms behind anything else, so a run's median depended on
+    which runs shared its rounds (0.18-0.24 ms for the same bare call); with two, 0.18-0.21 and 0.17-0.20. The
+    rounds go through balanced_orders, so each run follows each other run equally often, and what is left of that
+    falls on all alike. All get the same rounds: at least `repeats`, and more until each has run min_seconds in
+    all (at most 20 x repeats rounds), so a drift in the machine's speed reaches all of them alike. The fastest
+    sets the count, so min_seconds stays small: at 0.2 s, torch's 200 ms RMSNorm ran 67 rounds beside our 3 ms
+    one. The order depends only on the round, so processes running the same rounds call the same runs
+    together."""
     times = [[] for _ in runs]
     totals = [0.0] * len(runs)
     orders = balanced_orders(len(runs))
     while len(times[0]) < repeats or min(totals) < min_seconds:
         for index in orders[len(times[0]) % len(orders)]:
             run = runs[index]
-            run()
+            for _ in range(UNTIMED_CALLS):
+                run()
             begin = time.perf_counter()
             run()
             times[index].append(time.perf_counter() - begin)
