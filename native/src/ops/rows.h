@@ -57,6 +57,15 @@ struct RowLayout {
     bool uniform() const { return depth <= 1; }
     ptrdiff_t stride() const { return depth == 0 ? 0 : strides[0]; }
 
+    // The stride between neighbouring rows of the innermost dim, and how many rows from `row` on (at most `most`)
+    // lie that far apart before the next dim steps: every row on where uniform.
+    ptrdiff_t innerStride() const { return depth == 0 ? 0 : strides[depth - 1]; }
+    size_t rowsInStride(size_t row, size_t most) const {
+        if (uniform()) return most;
+        const size_t left = sizes[depth - 1] - row % sizes[depth - 1];
+        return left < most ? left : most;
+    }
+
     // f(i, offset(row + i)) for i in [0, count): one stride apart where uniform, with no division per row (a row
     // block's statistics: dividing each row's index took a tenth of LayerNorm's time on CPU rows of 16).
     template <typename F>

@@ -62,9 +62,8 @@ constexpr size_t kShortStreamedRowBytes = 512;
 // kernels take (cpu::kBlockRowsMaxDim elements: 16-bit rows of 129-256), which their block_sums and block_apply run,
 // the row kernels inlined, with each row's y (and xhat) streamed as row by row, and the same bits. 2026-12-06, AVX-512
 // Xeon, 2 threads, A/B in alternating processes, back to back: RMSNorm BF16 65536x256 0.82 of the time, F16
-// 131072x256 0.79, LayerNorm BF16 65536x256 0.78, F16 131072x256 0.75. Elsewhere kShortRowBytes: F32 rows of 65-128
-// would run the whole-row kernels, which sum in another order (a 32 MiB call would not have the bits of its 16 MiB
-// halves, run row by row), and LayerNorm's took 1.03-1.05x as long (RMSNorm's 0.94).
+// 131072x256 0.79, LayerNorm BF16 65536x256 0.78, F16 131072x256 0.75. Elsewhere kShortRowBytes (the rows of at
+// most kBlockRowsMaxDim elements, F32 rows of 65-128 among them, run as row blocks anyway: runWholeRowsAlways).
 inline size_t forwardShortStreamedRowBytes(size_t element_bytes) {
     return kBlockRowsMaxDim * element_bytes < kShortStreamedRowBytes ? kShortStreamedRowBytes : kShortRowBytes;
 }
@@ -197,6 +196,20 @@ struct RowPlan {
         return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
     }
 };
+
+// The forwards' rows of at most kBlockRowsMaxDim elements run as row blocks (short_rows) at every size, count and
+// layout, so that their whole-row kernels (block_rows) give every such row its bits whatever call it is in: those
+// kernels sum in another order than the row kernels, which had run a single row, rows of a non-uniform layout (now
+// in groups one stride apart, RowLayout::rowsInStride) and F32 rows of 65-128 in calls over kCachedInputBytes, a few
+// F32 roundings apart from the same rows among many (tests/test_determinism.py). F64 has no whole-row kernels: its
+// block kernels are its row kernels. 2026-12-07, AVX-512 Xeon, 2 threads, A/B in alternating processes, back to
+// back / each call after a 256 MiB copy, F32: LayerNorm 32768x128 0.90 / 1.02-1.05 of the time, 65536x100 0.87-0.90 /
+// 1.07-1.09, 131072x128 (streamed) 0.70-0.82 / 0.91-0.97; RMSNorm 32768x128 0.92-0.98 / 1.01-1.04, 65536x80
+// 0.77-0.83 / 0.94-0.95, 131072x128 0.57-0.63 / 0.94-0.96. Non-uniform layouts (16384 rows, 64 a group), back to
+// back: LayerNorm F32 rows of 40 0.46, of 128 0.88, BF16 rows of 128 0.72; RMSNorm F32 rows of 16 0.37, of 64 0.74.
+inline void runWholeRowsAlways(RowPlan &plan) {
+    if (plan.dim <= kBlockRowsMaxDim) plan.short_rows = true;
+}
 
 // sums(row, begin, n) -> PairSums of the row's elements [begin, begin + n);
 // apply(block, row, total, begin, n, reduce_next) finishes those elements given the row's total sums and, if

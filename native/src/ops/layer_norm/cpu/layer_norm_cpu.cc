@@ -92,6 +92,7 @@ cpu::RowPlan planOf(const Info &info) {
                       cpu::forwardShortStreamedRowBytes(element_bytes), kForwardShortCachedRowBytes);
     plan.reduce_alongside = false;
     plan.reduce_next_first = true;
+    cpu::runWholeRowsAlways(plan);
     return plan;
 }
 
@@ -227,28 +228,32 @@ class CpuDescriptor final : public Descriptor {
                     cpu::PairSums totals[kRowsPerCall];
                     RowStatistics<C> statistics[kRowsPerCall];
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
-                    for (size_t row = first; row < end; row += kRowsPerCall) {
-                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                    // Groups of rows one stride apart in each layout (cpu::runWholeRowsAlways takes any layout).
+                    for (size_t row = first, count; row < end; row += count) {
+                        count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        for (const RowLayout *layout : {&info.x, &info.y, &info.xhat}) {
+                            count = layout->rowsInStride(row, count);
+                        }
                         const T *x_rows = x + info.x.offset(row);
                         if (whole_rows) {
                             BlockMoments moments;
-                            kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k, b_k,
-                                               y + info.y.offset(row), info.y.stride(),
+                            kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.innerStride(), w_k, b_k,
+                                               y + info.y.offset(row), info.y.innerStride(),
                                                xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                               info.xhat.stride(), &moments, stream, plan_.cached);
+                                               info.xhat.innerStride(), &moments, stream, plan_.cached);
                             writeGroupStatistics(row, count, moments);
                             continue;
                         }
-                        kernels.block_sums(count, dim, x_rows, info.x.stride(), totals);
+                        kernels.block_sums(count, dim, x_rows, info.x.innerStride(), totals);
                         for (size_t i = 0; i < count; ++i) {
                             const Row r = rowOf(row + i, totals[i]);
                             writeStatistics(row + i, r);
                             statistics[i] = statisticsOf(r);
                         }
-                        kernels.block_apply(count, dim, statistics, x_rows, info.x.stride(), w_k, b_k,
-                                            y + info.y.offset(row), info.y.stride(),
+                        kernels.block_apply(count, dim, statistics, x_rows, info.x.innerStride(), w_k, b_k,
+                                            y + info.y.offset(row), info.y.innerStride(),
                                             xhat != nullptr ? xhat + info.xhat.offset(row) : nullptr,
-                                            info.xhat.stride(), stream);
+                                            info.xhat.innerStride(), stream);
                     }
                 });
         });

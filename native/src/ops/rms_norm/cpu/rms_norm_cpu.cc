@@ -53,6 +53,7 @@ cpu::RowPlan planOf(const Info &info) {
     cpu::RowPlan plan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform(),
                       cpu::forwardShortStreamedRowBytes(element_bytes));
     plan.reduce_next_first = element_bytes == 2;
+    cpu::runWholeRowsAlways(plan);
     return plan;
 }
 
@@ -128,13 +129,15 @@ class CpuDescriptor final : public Descriptor {
                     static_assert(kRowsPerCall <= cpu::kBlockRows, "block_rows takes at most kBlockRows rows");
                     cpu::PairSums totals[kRowsPerCall];
                     C r[kRowsPerCall];
-                    for (size_t row = first; row < end; row += kRowsPerCall) {
-                        const size_t count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                    // Groups of rows one stride apart in each layout (cpu::runWholeRowsAlways takes any layout).
+                    for (size_t row = first, count; row < end; row += count) {
+                        count = end - row < kRowsPerCall ? end - row : kRowsPerCall;
+                        for (const RowLayout *layout : {&info.x, &info.y}) count = layout->rowsInStride(row, count);
                         const T *x_rows = x + info.x.offset(row);
                         if (whole_rows) {
                             double rstds[cpu::kBlockRows];
-                            kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.stride(), w_k,
-                                               y + info.y.offset(row), info.y.stride(), rstds, stream_y,
+                            kernels.block_rows(count, dim, info.epsilon, x_rows, info.x.innerStride(), w_k,
+                                               y + info.y.offset(row), info.y.innerStride(), rstds, stream_y,
                                                plan_.cached);
                             if (info.has_rstd) {
                                 info.rstd.forRows(row, count, [&](size_t i, ptrdiff_t at) {
@@ -143,13 +146,13 @@ class CpuDescriptor final : public Descriptor {
                             }
                             continue;
                         }
-                        kernels.block_sums(count, dim, x_rows, info.x.stride(), totals);
+                        kernels.block_sums(count, dim, x_rows, info.x.innerStride(), totals);
                         for (size_t i = 0; i < count; ++i) {
                             r[i] = static_cast<C>(rstdOf(totals[i].first));
                             if (info.has_rstd) static_cast<C *>(rstd)[info.rstd.offset(row + i)] = r[i];
                         }
-                        kernels.block_apply(count, dim, r, x_rows, info.x.stride(), w_k, y + info.y.offset(row),
-                                            info.y.stride(), stream_y);
+                        kernels.block_apply(count, dim, r, x_rows, info.x.innerStride(), w_k, y + info.y.offset(row),
+                                            info.y.innerStride(), stream_y);
                     }
                 });
         });
