@@ -18,8 +18,8 @@ from test_layer_norm import assert_y_close as assert_layer_norm_close, seed_form
 from test_rms_norm import assert_y_close as assert_rms_norm_close
 
 ROWS, DIM = 65536, 128  # a 32 MiB F32 output, streamed; each half 16 MiB, cached
-# The forwards, 32 MiB: F32 rows of 128 run one at a time, BF16 rows of 256 as row blocks of the row kernels
-# (cpu::forwardShortStreamedRowBytes); F32 rows of 100, not whole vectors, one at a time and cached.
+# The forwards, 32 MiB: F32 rows of 128 and of 100 (not whole vectors: cached) run the whole-row kernels
+# (cpu::runWholeRowsAlways), BF16 rows of 256 row blocks of the row kernels (cpu::kShortStreamedRowBytes).
 FORWARD_CASES = [(F32, (ROWS, DIM)), (BF16, (ROWS, 2 * DIM)), (F32, (84000, 100))]
 EPS = 1e-5
 # The backwards, 32 MiB too: F32 rows of 256 run one at a time; their block kernels run F32 rows of 64 (a vector

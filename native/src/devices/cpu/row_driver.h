@@ -52,21 +52,16 @@ constexpr size_t kShortRowBytes = 256;
 constexpr size_t kShortCachedRowBytes = 512;
 // Streamed rows (RowPlan::stream_output) of whole vectors (RowPlan::streams: others are not streamed) of at most this
 // many bytes run as row blocks where an op asks for it (short_streamed_row_bytes): RMSNorm's backward, whose block
-// kernels stream grad_x, and the forwards' longer rows (forwardShortStreamedRowBytes). 2026-12-06, AVX-512 Xeon,
-// 2 threads, A/B in alternating processes, back to back, RMSNorm backward's rows of 512 bytes as blocks against row
-// by row: F32 65536x128 0.93-0.95 of the time, BF16 65536x256 0.79-0.80, 262144x256 0.84, F16 131072x256 0.89-0.96,
-// F32 65536x100 0.98-1.00 (before streams() kept such rows cached). Not LayerNorm's backward: 0.79 to 1.06 between
-// runs on F32 rows of 128 and 1.01-1.09 on 16-bit rows of 256 (its 16-bit block kernel is bound by its arithmetic).
+// kernels stream grad_x, and the forwards. 2026-12-06, AVX-512 Xeon, 2 threads, A/B in alternating processes, back to
+// back, RMSNorm backward's rows of 512 bytes as blocks against row by row: F32 65536x128 0.93-0.95 of the time, BF16
+// 65536x256 0.79-0.80, 262144x256 0.84, F16 131072x256 0.89-0.96, F32 65536x100 0.98-1.00 (before streams() kept such
+// rows cached). Not LayerNorm's backward: 0.79 to 1.06 between runs on F32 rows of 128 and 1.01-1.09 on 16-bit rows
+// of 256 (its 16-bit block kernel is bound by its arithmetic). The forwards' rows of at most kBlockRowsMaxDim elements
+// run as row blocks at any size anyway (runWholeRowsAlways), so this limit decides only their 16-bit rows of 129-256,
+// which their block_sums and block_apply run, the row kernels inlined, with each row's y (and xhat) streamed as row
+// by row, and the same bits: RMSNorm BF16 65536x256 0.82 of the time, F16 131072x256 0.79, LayerNorm BF16 65536x256
+// 0.78, F16 131072x256 0.75 (2026-12-06, the same A/B).
 constexpr size_t kShortStreamedRowBytes = 512;
-// The forwards' limit for streamed rows: kShortStreamedRowBytes where such rows are longer than their whole-row block
-// kernels take (cpu::kBlockRowsMaxDim elements: 16-bit rows of 129-256), which their block_sums and block_apply run,
-// the row kernels inlined, with each row's y (and xhat) streamed as row by row, and the same bits. 2026-12-06, AVX-512
-// Xeon, 2 threads, A/B in alternating processes, back to back: RMSNorm BF16 65536x256 0.82 of the time, F16
-// 131072x256 0.79, LayerNorm BF16 65536x256 0.78, F16 131072x256 0.75. Elsewhere kShortRowBytes (the rows of at
-// most kBlockRowsMaxDim elements, F32 rows of 65-128 among them, run as row blocks anyway: runWholeRowsAlways).
-inline size_t forwardShortStreamedRowBytes(size_t element_bytes) {
-    return kBlockRowsMaxDim * element_bytes < kShortStreamedRowBytes ? kShortStreamedRowBytes : kShortRowBytes;
-}
 // Cached ops of at most this many rows keep every row's sums (one PairSums each) for the column schedule.
 constexpr size_t kMaxSlicedRows = 4096;
 // Column slices start at multiples of this many elements: whole vectors, and partials in whole cache lines.

@@ -89,7 +89,7 @@ constexpr size_t kForwardShortCachedRowBytes = 1024;
 cpu::RowPlan planOf(const Info &info) {
     const size_t element_bytes = infini::dtypeSize(info.dtype);
     cpu::RowPlan plan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform() && info.xhat.uniform(),
-                      cpu::forwardShortStreamedRowBytes(element_bytes), kForwardShortCachedRowBytes);
+                      cpu::kShortStreamedRowBytes, kForwardShortCachedRowBytes);
     plan.reduce_alongside = false;
     plan.reduce_next_first = true;
     cpu::runWholeRowsAlways(plan);

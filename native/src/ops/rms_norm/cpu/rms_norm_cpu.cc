@@ -51,7 +51,7 @@ const Kernels<double, double> kF64Kernels{sumsF64, applyF64, blockSumsF64, block
 cpu::RowPlan planOf(const Info &info) {
     const size_t element_bytes = infini::dtypeSize(info.dtype);
     cpu::RowPlan plan(info.rows, info.dim, element_bytes, info.x.uniform() && info.y.uniform(),
-                      cpu::forwardShortStreamedRowBytes(element_bytes));
+                      cpu::kShortStreamedRowBytes);
     plan.reduce_next_first = element_bytes == 2;
     cpu::runWholeRowsAlways(plan);
     return plan;
