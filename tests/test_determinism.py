@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from _devices import DEVICES, call_on
 from _helpers import BF16, F16, F32, LAYER_NORM, OPS, RMS_NORM, assert_matches_reference
 
 # Many rows / a large batch, so that the work splits into several row blocks and partial sums.
@@ -168,38 +169,57 @@ def test_identical_rows_give_identical_bits_however_they_are_reduced(case, dtype
         assert grad[row].tobytes() == grad[0].tobytes(), f"row {row} differs from row 0"
 
 
-# Row lengths around the forwards' whole-row kernels (rows of at most 128 elements), and longer ones (the row kernels).
+# Row lengths around the CPU forwards' whole-row kernels (rows of at most 128 elements), and longer ones (the row
+# kernels); on a GPU around the packed kernels' limits.
 FORWARD_DIMS = (1, 16, 17, 40, 64, 65, 100, 128, 129, 200, 1000, 4500)
 
 
-def _forward(op, x, w, b):
+def _forward(device, op, x, w, b):
     import infiniop_py as ip
 
-    outputs = ip.layer_norm(x, w, b, need_stats=True) if op == "layer_norm" else ip.rms_norm(x, w, need_rstd=True)
-    return [np.asarray(o) for o in outputs]
+    if op == "layer_norm":
+        return call_on(device, ip.layer_norm, x, w, b, need_stats=True)
+    return call_on(device, ip.rms_norm, x, w, need_rstd=True)
 
 
+def _off_the_vector_grid(x):
+    """x's copy, its rows one stride apart as x's, starting an element past a 16-byte boundary (the kernels' vector
+    loads and streaming stores need that alignment; on a GPU another kernel takes such rows)."""
+    flat = np.zeros(x.size + 16 // x.itemsize, x.dtype)
+    start = (-(flat.__array_interface__["data"][0] // x.itemsize) + 1) % (16 // x.itemsize)
+    copy = flat[start:start + x.size].reshape(x.shape)
+    copy[...] = x
+    assert copy.__array_interface__["data"][0] % 16 == x.itemsize
+    return copy
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dim", FORWARD_DIMS)
 @pytest.mark.parametrize("op", ("layer_norm", "rms_norm"))
 @pytest.mark.parametrize("dtype", (F32, BF16, F16), ids=str)
-def test_a_forward_rows_bits_do_not_depend_on_the_call_it_is_in(op, dtype, dim):
-    """Alone, among rows one stride apart, among rows of a non-uniform layout, and first in a call over the caches'
-    8 MiB, a row gives the same y and statistics (cpu::runWholeRowsAlways): F32 rows of 17-128 had come out a few
-    roundings apart between the whole-row kernels and the row kernels."""
+def test_a_forward_rows_bits_do_not_depend_on_the_call_it_is_in(device, op, dtype, dim):
+    """Alone, among rows one stride apart, among rows of a non-uniform layout, off the 16-byte grid, and (on the
+    CPU) first in a call over the caches' 8 MiB, a row gives the same y and statistics (cpu::runWholeRowsAlways):
+    F32 rows of 17-128 had come out a few roundings apart between the CPU's whole-row kernels and its row
+    kernels."""
     rng = np.random.default_rng(dim)
     rows = 40
     x = (rng.standard_normal((rows, dim)) * 3 + 1).astype(dtype)
     w, b = rng.standard_normal(dim).astype(dtype), rng.standard_normal(dim).astype(dtype)
-    together = _forward(op, x, w, b)
-    alone = [np.concatenate(parts) for parts in zip(*(_forward(op, x[i:i + 1], w, b) for i in range(rows)))]
+    together = _forward(device, op, x, w, b)
+    assert together[0].view(np.uint8).any(), "the rows' outputs should not be all zero bits"
+    alone = [np.concatenate(parts) for parts in zip(*(_forward(device, op, x[i:i + 1], w, b) for i in range(rows)))]
     padded = np.zeros((4, 11, dim), dtype)  # 4 x 10 rows, 11 rows apart between the groups: not one stride
     padded[:, :10] = x.reshape(4, 10, dim)
-    strided = [o.reshape(together_o.shape) for o, together_o in zip(_forward(op, padded[:, :10], w, b), together)]
-    big_rows = (4 << 20) // (dim * dtype.itemsize) + rows  # x over 4 MiB: x and y over 8 MiB, not cached
-    big_x = np.concatenate([x, (rng.standard_normal((big_rows - rows, dim)) * 3 + 1).astype(dtype)])
-    first_of_big = [o[:rows] for o in _forward(op, big_x, w, b)]
-    for name, outputs in (("alone", alone), ("non-uniform layout", strided), ("first in a call over 8 MiB",
-                                                                             first_of_big)):
+    strided = [o.reshape(together_o.shape) for o, together_o in zip(_forward(device, op, padded[:, :10], w, b),
+                                                                     together)]
+    ways = {"alone": alone, "non-uniform layout": strided,
+            "off the 16-byte grid": _forward(device, op, _off_the_vector_grid(x), w, b)}
+    if device == "cpu":  # the CPU's plans depend on whether a call fits its caches
+        big_rows = (4 << 20) // (dim * dtype.itemsize) + rows  # x over 4 MiB: x and y over 8 MiB, not cached
+        big_x = np.concatenate([x, (rng.standard_normal((big_rows - rows, dim)) * 3 + 1).astype(dtype)])
+        ways["first in a call over 8 MiB"] = [o[:rows] for o in _forward(device, op, big_x, w, b)]
+    for name, outputs in ways.items():
         for index, (got, want) in enumerate(zip(outputs, together)):
             differ = np.count_nonzero(got.view(np.uint8) != want.view(np.uint8))
             assert differ == 0, f"{name}: output {index} has {differ} bytes apart from the rows called together"

@@ -3,13 +3,15 @@
 //  - Rows of D <= kMaxGroup * kItems: a group of G threads (a warp, or a whole CTA) holds the row in registers
 //    between its reductions and its output, so x is read from DRAM once and y written once. Each thread keeps the
 //    same columns for every row it takes, so it loads w (and b) once.
-//  - Packed (F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim one stride apart, a multiple of 16 bytes): a CTA a
-//    row, each thread 8 elements of it as loaded (one 16-byte vector of raw 16-bit values, or two of F32; past
-//    kMaxOneVectorDim twice that), the CTA's next row already loading. Shorter rows laid out so: 4-32 lanes of a
-//    warp a row, in the same vectors (packedShortRowsKernel).
+//  - Packed (F16/BF16/F32 rows of kMinPackedDim..kMaxPackedDim): a CTA a row, each thread 8 elements of it as loaded
+//    (one 16-byte vector of raw 16-bit values, or two of F32; past kMaxOneVectorDim twice that), the CTA's next row
+//    already loading. Shorter rows: 4-32 lanes of a warp a row, in the same vectors (packedShortRowsKernel).
 //  - Longer rows: a CTA of kMaxGroup threads per row, reading the row again from L2 for each reduction and for
 //    the output.
-// Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing.
+// Reductions are fixed trees in the compute type (F32, F64 for F64 data): results do not depend on timing. Nor on
+// the call a row is in: which kernel takes a row, and which thread each element, depend on its dtype and length
+// alone. Rows of any layout and alignment take the same kernel, with vector loads where their rows are 16-byte
+// aligned and element by element where not, into the same registers (tests/test_determinism.py).
 #ifndef INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
 #define INFINIOP_OPS_ROW_FORWARD_NVIDIA_CUH
 
@@ -192,9 +194,11 @@ __device__ __forceinline__ RowStats rowStats(ForEach &&for_each, size_t dim, dou
     }
 }
 
-// Rows in registers. CTA threads: G, or kWarpCta for G == 32; each group takes rows group, group + groups, ...
+// Rows in registers (F64, and rows that the packed kernels do not take). CTA threads: G, or kWarpCta for G == 32;
+// each group takes rows group, group + groups, ... Thread `lane` holds V-element spans of the row, loaded as one
+// vector each where `vectors` (every row 16-byte aligned), else element by element into the same registers.
 template <bool kCentres, typename T, typename W, typename S, int G, int V>
-__global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(Args<T, W, S> args) {
+__global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(Args<T, W, S> args, bool vectors) {
     using C = ComputeOf<T>;
     __shared__ C scratch[66];
     constexpr int kGroups = (G == 32 ? kWarpCta : G) / G;
@@ -215,7 +219,7 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
         const T *x_row = args.x + args.x_rows.offset(row);
 #pragma unroll
         for (int k = 0; k < kItems / V; ++k) {
-            nvidia::loadSpan<V>(x_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+            nvidia::loadSpan<V>(x_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V, vectors);
         }
         const RowStats stats = rowStats<kCentres, G>(
             [&](auto &&f) {
@@ -232,7 +236,7 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
             T *xhat_row = args.xhat + args.xhat_rows.offset(row);
 #pragma unroll
             for (int k = 0; k < kItems / V; ++k) {
-                nvidia::storeSpan<V>(xhat_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+                nvidia::storeSpan<V>(xhat_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V, vectors);
             }
         }
 #pragma unroll
@@ -246,16 +250,17 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
         T *y_row = args.y + args.y_rows.offset(row);
 #pragma unroll
         for (int k = 0; k < kItems / V; ++k) {
-            nvidia::storeSpan<V>(y_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V);
+            nvidia::storeSpan<V>(y_row, static_cast<size_t>(k * G + lane) * V, args.dim, x + k * V, vectors);
         }
     }
 }
 
-// Packed rows: F16/BF16/F32 rows of kMinPackedDim..kMaxOneVectorDim elements whose rows start 16-byte vectors apart. A
-// CTA of ceil(D / 8) threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements
-// [8t, 8t + 8) of a row as loaded (nvidia::Packed: one raw 16-byte vector of 16-bit values, or two of F32) and
-// widens them where it computes, with its columns of w and b widened in registers once. The CTA's next row is
-// loaded before this row's reductions, so it is in flight through them and the stores. A reduction (PackedCtaSum):
+// Packed rows: F16/BF16/F32 rows of kMinPackedDim..kMaxOneVectorDim elements, of any layout (rowOffset; vector loads
+// where `vectors`, every row 16-byte aligned, else element by element into the same registers). A CTA of ceil(D / 8)
+// threads (whole warps) takes rows blockIdx.x, + gridDim.x, ...; thread t holds elements [8t, 8t + 8) of a row as
+// loaded (nvidia::Packed: one raw 16-byte vector of 16-bit values, or two of F32) and widens them where it
+// computes, with its columns of w and b widened in registers once. The CTA's next row is loaded before this row's
+// reductions, so it is in flight through them and the stores. A reduction (PackedCtaSum):
 // one barrier. RMSNorm makes one a row, LayerNorm two (the first mean, then the sums of d = x - that mean
 // and of d^2: the corrected two-pass moments, as the other kernels); the kernel for other rows made two and six
 // (F32 LayerNorm ran at 0.43-0.60 of copy on an H200). The sums and statistics are F32 (rstdOfMeanSquare: F64
@@ -265,6 +270,18 @@ __global__ void __launch_bounds__(G == 32 ? kWarpCta : G) rowsInRegistersKernel(
 constexpr size_t kMinPackedDim = 512, kMaxPackedDim = 16384;
 constexpr int kMaxPackedThreads = 1024;
 constexpr size_t kMaxOneVectorDim = kMaxPackedThreads * nvidia::kPackedItems; // 8192: one vector a thread up to here
+
+// A row's offset in a packed kernel: kFlat where its layout's rows are one stride apart (flatOffset: no division,
+// and the registers that the general offset() takes), else offset(), for the rows of any other layout, which then
+// sum in the same order as rows one stride apart.
+template <bool kFlat>
+__device__ __forceinline__ ptrdiff_t rowOffset(const RowLayout &rows, size_t row) {
+    if constexpr (kFlat) {
+        return flatOffset(rows, row);
+    } else {
+        return rows.offset(row);
+    }
+}
 
 // A packed kernel's sums over its CTA (nvidia::CtaSumSlots says how), keeping the slots' parity.
 struct PackedCtaSum {
@@ -346,7 +363,7 @@ __device__ __forceinline__ void writePackedStats(const Args<T, W, S> &args, size
                                    static_cast<double>(stats.rstd)});
 }
 
-template <bool kCentres, typename T, typename W, typename S>
+template <bool kCentres, bool kFlat, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
     __shared__ CtaSumSlots slots;
@@ -361,13 +378,15 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         w[e] = weightAt<float>(args, c, in_row);
         if constexpr (kCentres) b[e] = biasAt<float>(args, c, in_row);
     }
+    auto load = [&](size_t row) { return nvidia::loadPacked(args.x + rowOffset<kFlat>(args.x_rows, row), col, args.dim,
+                                                            vectors); };
     size_t row = blockIdx.x;
     nvidia::Packed<T> x_raw = {};
-    if (row < args.rows) x_raw = nvidia::loadPacked(args.x + flatOffset(args.x_rows, row), col, args.dim, vectors);
+    if (row < args.rows) x_raw = load(row);
     for (; row < args.rows; row += gridDim.x) {
         const size_t next = row + gridDim.x;
         nvidia::Packed<T> x_next = {};
-        if (next < args.rows) x_next = nvidia::loadPacked(args.x + flatOffset(args.x_rows, next), col, args.dim, vectors);
+        if (next < args.rows) x_next = load(next);
         float x[kPackedItems]; // past the row's end: 0 (loadPacked)
         nvidia::unpack<T>(x_raw, x);
         const PackedStats stats = packedRowStats<kCentres>(
@@ -379,7 +398,9 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
         if (t == 0) writePackedStats(args, row, stats);
 #pragma unroll
         for (int e = 0; e < kPackedItems; ++e) x[e] = stats.xhat(x[e]); // in place
-        if (args.xhat != nullptr) nvidia::storePacked(args.xhat + flatOffset(args.xhat_rows, row), col, args.dim, vectors, x);
+        if (args.xhat != nullptr) {
+            nvidia::storePacked(args.xhat + rowOffset<kFlat>(args.xhat_rows, row), col, args.dim, vectors, x);
+        }
 #pragma unroll
         for (int e = 0; e < kPackedItems; ++e) {
             if constexpr (kCentres) {
@@ -388,7 +409,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedRowsKernel(Args<T,
                 x[e] = x[e] * w[e];
             }
         }
-        nvidia::storePacked(args.y + flatOffset(args.y_rows, row), col, args.dim, vectors, x);
+        nvidia::storePacked(args.y + rowOffset<kFlat>(args.y_rows, row), col, args.dim, vectors, x);
         x_raw = x_next;
     }
 }
@@ -408,7 +429,7 @@ constexpr size_t packedTwoVectorSharedBytes() {
            (kCentres ? 2 : 1);
 }
 
-template <bool kCentres, typename T, typename W, typename S>
+template <bool kCentres, bool kFlat, typename T, typename W, typename S>
 __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
     constexpr int kQuads = kTwoVectors * kPackedItems / 4; // float4s of w a thread
@@ -434,7 +455,7 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKerne
     }
     // Each thread reads only its own columns of w and b, so no barrier is needed before their first use.
     auto load = [&](size_t row, nvidia::Packed<T> (&raw)[kTwoVectors]) {
-        const T *x_row = args.x + flatOffset(args.x_rows, row);
+        const T *x_row = args.x + rowOffset<kFlat>(args.x_rows, row);
 #pragma unroll
         for (int v = 0; v < kTwoVectors; ++v) raw[v] = nvidia::loadPacked(x_row, colOf(v), dim, vectors);
     };
@@ -448,8 +469,8 @@ __global__ void __launch_bounds__(kMaxPackedThreads, 1) packedTwoVectorRowsKerne
         const PackedStats stats = packedRowStats<kCentres>(
             [&](auto &&f) { forEachPacked<T>(x_raw, colOf, dim, f); }, args.dim, args.epsilon, cta_sum);
         if (t == 0) writePackedStats(args, row, stats);
-        T *y_row = args.y + flatOffset(args.y_rows, row);
-        T *xhat_row = args.xhat != nullptr ? args.xhat + flatOffset(args.xhat_rows, row) : nullptr;
+        T *y_row = args.y + rowOffset<kFlat>(args.y_rows, row);
+        T *xhat_row = args.xhat != nullptr ? args.xhat + rowOffset<kFlat>(args.xhat_rows, row) : nullptr;
 #pragma unroll
         for (int v = 0; v < kTwoVectors; ++v) {
             float x[kPackedItems];
@@ -511,7 +532,7 @@ __global__ void emptyRowsKernel(Args<T, W, S> args) {
     }
 }
 
-// Short rows: F16/BF16/F32 rows of D < kMinPackedDim one stride apart, a multiple of 16 bytes. A group of G lanes
+// Short rows: F16/BF16/F32 rows of D < kMinPackedDim, of any layout (rowOffset). A group of G lanes
 // of a warp takes a row (G = 4..32, the fewest whose vectors hold it: a warp for D > 128): lane l holds vectors l,
 // l + G, .. (K of them) of it as loaded, with its columns of w and b widened in registers once. The CTA's groups take
 // neighbouring rows, and each group's next row is loading while it works on this one. A row's sums are a butterfly
@@ -520,7 +541,7 @@ __global__ void emptyRowsKernel(Args<T, W, S> args) {
 // after this one: a BF16 row of 128 left half its warp idle, and an SM's 64 warps kept at most 64 rows in flight.
 constexpr int kShortRowThreads = 256;
 
-template <bool kCentres, typename T, typename W, typename S, int G, int K>
+template <bool kCentres, bool kFlat, typename T, typename W, typename S, int G, int K>
 __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T, W, S> args, bool vectors) {
     using nvidia::kPackedItems;
     constexpr int kGroups = kShortRowThreads / G; // rows a CTA takes at a time
@@ -538,7 +559,7 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
         }
     }
     auto load = [&](size_t row, nvidia::Packed<T> (&raw)[K]) {
-        const T *x_row = args.x + flatOffset(args.x_rows, row);
+        const T *x_row = args.x + rowOffset<kFlat>(args.x_rows, row);
 #pragma unroll
         for (int v = 0; v < K; ++v) raw[v] = nvidia::loadPacked(x_row, colOf(v), dim, vectors);
     };
@@ -557,8 +578,8 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
                                                            [](float2 part) { return nvidia::warpAllSum<G>(part); });
         if (row < args.rows) {
             if (lane == 0) writePackedStats(args, row, stats);
-            T *y_row = args.y + flatOffset(args.y_rows, row);
-            T *xhat_row = args.xhat != nullptr ? args.xhat + flatOffset(args.xhat_rows, row) : nullptr;
+            T *y_row = args.y + rowOffset<kFlat>(args.y_rows, row);
+            T *xhat_row = args.xhat != nullptr ? args.xhat + rowOffset<kFlat>(args.xhat_rows, row) : nullptr;
 #pragma unroll
             for (int v = 0; v < K; ++v) {
                 float x[kPackedItems];
@@ -579,11 +600,20 @@ __global__ void __launch_bounds__(kShortRowThreads) packedShortRowsKernel(Args<T
     }
 }
 
-// Calls body(kernel) with the instantiation of packedShortRowsKernel for `groups`.
+// body(std::bool_constant<flat>{}): the packed kernels' kFlat.
+template <typename Body>
+decltype(auto) withFlatRows(bool flat, Body &&body) {
+    return flat ? body(std::true_type{}) : body(std::false_type{});
+}
+
+// Calls body(kernel) with the instantiation of packedShortRowsKernel for `groups` and `flat`.
 template <bool kCentres, typename T, typename W, typename S, typename Body>
-infiniStatus_t withShortRowsKernel(nvidia::LaneGroups groups, Body &&body) {
-    return nvidia::withLaneGroups(groups, [&](auto lanes, auto vectors) {
-        return body(packedShortRowsKernel<kCentres, T, W, S, decltype(lanes)::value, decltype(vectors)::value>);
+infiniStatus_t withShortRowsKernel(nvidia::LaneGroups groups, bool flat, Body &&body) {
+    return withFlatRows(flat, [&](auto flat_tag) {
+        return nvidia::withLaneGroups(groups, [&](auto lanes, auto vectors) {
+            return body(packedShortRowsKernel<kCentres, decltype(flat_tag)::value, T, W, S, decltype(lanes)::value,
+                                              decltype(vectors)::value>);
+        });
     });
 }
 
@@ -606,33 +636,37 @@ inline unsigned gridFor(size_t rows, int rows_per_cta, int multiprocessors) {
     return static_cast<unsigned>(std::max<size_t>(1, std::min(wanted, cap)));
 }
 
-template <bool kCentres, typename T, typename W, typename S, int V>
-void launchInRegisters(const Args<T, W, S> &args, int group, int multiprocessors, cudaStream_t stream) {
+template <bool kCentres, typename T, typename W, typename S>
+void launchInRegisters(const Args<T, W, S> &args, bool vectors, int group, int multiprocessors, cudaStream_t stream) {
+    constexpr int V = nvidia::kVec<T>;
     const int threads = group == 32 ? kWarpCta : group;
     const unsigned grid = gridFor(args.rows, threads / group, multiprocessors);
     switch (group) {
-    case 32: rowsInRegistersKernel<kCentres, T, W, S, 32, V><<<grid, threads, 0, stream>>>(args); break;
-    case 64: rowsInRegistersKernel<kCentres, T, W, S, 64, V><<<grid, threads, 0, stream>>>(args); break;
-    case 128: rowsInRegistersKernel<kCentres, T, W, S, 128, V><<<grid, threads, 0, stream>>>(args); break;
-    case 256: rowsInRegistersKernel<kCentres, T, W, S, 256, V><<<grid, threads, 0, stream>>>(args); break;
-    case 512: rowsInRegistersKernel<kCentres, T, W, S, 512, V><<<grid, threads, 0, stream>>>(args); break;
-    default: rowsInRegistersKernel<kCentres, T, W, S, 1024, V><<<grid, threads, 0, stream>>>(args); break;
+    case 32: rowsInRegistersKernel<kCentres, T, W, S, 32, V><<<grid, threads, 0, stream>>>(args, vectors); break;
+    case 64: rowsInRegistersKernel<kCentres, T, W, S, 64, V><<<grid, threads, 0, stream>>>(args, vectors); break;
+    case 128: rowsInRegistersKernel<kCentres, T, W, S, 128, V><<<grid, threads, 0, stream>>>(args, vectors); break;
+    case 256: rowsInRegistersKernel<kCentres, T, W, S, 256, V><<<grid, threads, 0, stream>>>(args, vectors); break;
+    case 512: rowsInRegistersKernel<kCentres, T, W, S, 512, V><<<grid, threads, 0, stream>>>(args, vectors); break;
+    default: rowsInRegistersKernel<kCentres, T, W, S, 1024, V><<<grid, threads, 0, stream>>>(args, vectors); break;
     }
 }
 
 // What a descriptor decides once, at its creation: the device's SMs, and for rows a packed kernel takes, its
-// threads (or the short rows' shape) and grid (the CTAs its SMs hold at once).
+// threads (or the short rows' shape), grid (the CTAs its SMs hold at once) and row offsets.
 struct Plan {
     int multiprocessors = 1;
     int packed_threads = 0;   // 0: not packedRowsKernel or packedTwoVectorRowsKernel
     nvidia::LaneGroups short_rows; // vectors 0: not packedShortRowsKernel
     unsigned packed_ctas = 0;
+    bool flat_rows = true; // the packed kernels' kFlat
 };
 
-// packable_rows: x's, y's and xhat's rows are one stride apart, a multiple of 16 bytes (flatRows, vectorStrides).
+// flat_rows: x's, y's and xhat's rows are one stride apart (flatRows). The kernel and the threads of a row depend on
+// its dtype and length alone, so that a row's bits do not depend on the layout, alignment or rows of its call.
 template <bool kCentres, typename T, typename W, typename S>
-infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_id, Plan *plan) {
+infiniStatus_t makePlan(size_t rows, size_t dim, bool flat_rows, int device_id, Plan *plan) {
     Plan p;
+    p.flat_rows = flat_rows;
     const nvidia::DeviceScope device_scope(device_id);
     INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
@@ -642,30 +676,32 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool packable_rows, int device_
             INFINI_CHECK(nvidia::sharedFits(device_id, packedTwoVectorSharedBytes<kCentres>(),
                                             sizeof(CtaSumSlots), &two_vectors_fit));
         }
-        if (packable_rows && dim > 0 && dim < kMinPackedDim && rows > 0) {
+        if (dim > 0 && dim < kMinPackedDim && rows > 0) {
             int per_sm = 1;
             p.short_rows = nvidia::LaneGroups::of(dim);
-            INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, [&](auto kernel) {
+            INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, flat_rows, [&](auto kernel) {
                 return nvidia::residentCtas(kernel, kShortRowThreads, &per_sm);
             })));
             const size_t groups = kShortRowThreads / p.short_rows.lanes; // rows a CTA takes at a time
             const size_t ctas = (rows + groups - 1) / groups;
             p.packed_ctas = static_cast<unsigned>(std::min(ctas, static_cast<size_t>(p.multiprocessors) * per_sm));
         }
-        if (packable_rows && dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
+        if (dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;
-            if (dim > kMaxOneVectorDim) {
-                p.packed_threads = kMaxPackedThreads;
-                constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
-                // Over 48 KiB of dynamic shared memory a kernel must be allowed it (once; here, at planning).
-                const auto kernel = packedTwoVectorRowsKernel<kCentres, T, W, S>;
-                CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(shared)));
-                INFINI_CHECK(nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared));
-            } else {
+            INFINI_CHECK(withFlatRows(flat_rows, [&](auto flat_tag) -> infiniStatus_t {
+                constexpr bool kFlat = decltype(flat_tag)::value;
+                if (dim > kMaxOneVectorDim) {
+                    p.packed_threads = kMaxPackedThreads;
+                    constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
+                    // Over 48 KiB of dynamic shared memory a kernel must be allowed it (once; here, at planning).
+                    const auto kernel = packedTwoVectorRowsKernel<kCentres, kFlat, T, W, S>;
+                    CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                    static_cast<int>(shared)));
+                    return nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared);
+                }
                 p.packed_threads = nvidia::packedThreads(dim);
-                INFINI_CHECK(nvidia::residentCtas(packedRowsKernel<kCentres, T, W, S>, p.packed_threads, &per_sm));
-            }
+                return nvidia::residentCtas(packedRowsKernel<kCentres, kFlat, T, W, S>, p.packed_threads, &per_sm);
+            }));
             p.packed_ctas = static_cast<unsigned>(std::min(rows, static_cast<size_t>(p.multiprocessors) * per_sm));
         }
     }
@@ -692,33 +728,34 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
         longRowsKernel<kCentres><<<gridFor(rows, 1, multiprocessors), kMaxGroup, 0, stream>>>(args);
         return nvidia::launchStatus();
     }
+    // Vector loads and stores where every row of x, y and xhat starts on a 16-byte boundary; elsewhere the same
+    // kernels load and store element by element.
+    const bool vectors = rowsAligned16(call.x, call.x_rows, sizeof(T)) &&
+                         rowsAligned16(call.y, call.y_rows, sizeof(T)) &&
+                         rowsAligned16(call.xhat, call.xhat_rows, sizeof(T));
     if constexpr (!std::is_same_v<T, double>) {
-        const bool vectors = nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
-                             (call.xhat == nullptr || nvidia::aligned16(call.xhat));
         if (plan.short_rows.vectors > 0) {
-            return withShortRowsKernel<kCentres, T, W, S>(plan.short_rows, [&](auto kernel) {
+            return withShortRowsKernel<kCentres, T, W, S>(plan.short_rows, plan.flat_rows, [&](auto kernel) {
                 kernel<<<plan.packed_ctas, kShortRowThreads, 0, stream>>>(args, vectors);
                 return nvidia::launchStatus();
             });
         }
         if (plan.packed_threads > 0) {
-            if (dim > kMaxOneVectorDim) {
-                packedTwoVectorRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads,
-                                                      packedTwoVectorSharedBytes<kCentres>(), stream>>>(args, vectors);
-            } else {
-                packedRowsKernel<kCentres><<<plan.packed_ctas, plan.packed_threads, 0, stream>>>(args, vectors);
-            }
+            withFlatRows(plan.flat_rows, [&](auto flat_tag) {
+                constexpr bool kFlat = decltype(flat_tag)::value;
+                const unsigned ctas = plan.packed_ctas;
+                const int threads = plan.packed_threads;
+                if (dim > kMaxOneVectorDim) {
+                    constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
+                    packedTwoVectorRowsKernel<kCentres, kFlat><<<ctas, threads, shared, stream>>>(args, vectors);
+                } else {
+                    packedRowsKernel<kCentres, kFlat><<<ctas, threads, 0, stream>>>(args, vectors);
+                }
+            });
             return nvidia::launchStatus();
         }
     }
-    const int group = groupFor(dim);
-    const bool vectors = rowsAligned16(call.x, call.x_rows, sizeof(T)) && rowsAligned16(call.y, call.y_rows, sizeof(T)) &&
-                         rowsAligned16(call.xhat, call.xhat_rows, sizeof(T));
-    if (vectors) {
-        launchInRegisters<kCentres, T, W, S, nvidia::kVec<T>>(args, group, multiprocessors, stream);
-    } else {
-        launchInRegisters<kCentres, T, W, S, 1>(args, group, multiprocessors, stream);
-    }
+    launchInRegisters<kCentres>(args, vectors, groupFor(dim), multiprocessors, stream);
     return nvidia::launchStatus();
 }
 

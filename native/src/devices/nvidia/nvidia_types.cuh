@@ -92,10 +92,10 @@ __device__ __forceinline__ void storeValues(T *p, const ComputeOf<T> *in) {
 }
 
 // V elements starting at column `col` of a row of length dim, zero past the end: one vector load when the
-// whole vector is inside the row, else element by element.
+// whole vector is inside the row and `vectors` (the row's vectors are 16-byte aligned), else element by element.
 template <int V, typename T>
-__device__ __forceinline__ void loadSpan(const T *row, size_t col, size_t dim, ComputeOf<T> *out) {
-    if (V > 1 && col + V <= dim) {
+__device__ __forceinline__ void loadSpan(const T *row, size_t col, size_t dim, ComputeOf<T> *out, bool vectors = true) {
+    if (V > 1 && vectors && col + V <= dim) {
         loadValues<V>(row + col, out);
         return;
     }
@@ -104,8 +104,8 @@ __device__ __forceinline__ void loadSpan(const T *row, size_t col, size_t dim, C
 }
 
 template <int V, typename T>
-__device__ __forceinline__ void storeSpan(T *row, size_t col, size_t dim, const ComputeOf<T> *in) {
-    if (V > 1 && col + V <= dim) {
+__device__ __forceinline__ void storeSpan(T *row, size_t col, size_t dim, const ComputeOf<T> *in, bool vectors = true) {
+    if (V > 1 && vectors && col + V <= dim) {
         storeValues<V>(row + col, in);
         return;
     }
