@@ -225,6 +225,69 @@ def test_a_forward_rows_bits_do_not_depend_on_the_call_it_is_in(device, op, dtyp
             assert differ == 0, f"{name}: output {index} has {differ} bytes apart from the rows called together"
 
 
+# The row backwards' forms: each takes (grad, x, row statistics) and gives grad_x; the statistics come from the
+# forward (rstd; mean and rstd), or the seed LayerNorm's xhat and std stand for x and its statistics.
+def _backward(form, g, x, statistics, w):
+    import infiniop_py as ip
+
+    if form == "rms_norm":
+        return ip.rms_norm_backward(g, x, w)[0]
+    if form == "rms_norm, rstd":
+        return ip.rms_norm_backward(g, x, w, rstd=statistics[0])[0]
+    if form == "layer_norm, xhat and std":
+        return ip.layer_norm_backward(g, w, x, statistics[0])[0]
+    return ip.layer_norm_backward(g, w, input=x, mean=statistics[0], rstd=statistics[1])[0]
+
+
+def _row_statistics(form, x, w):
+    import infiniop_py as ip
+
+    if form == "rms_norm, rstd":
+        return [ip.rms_norm(x, w, need_rstd=True)[1]]
+    if form == "layer_norm, xhat and std":
+        return [np.sqrt(x.astype(np.float64).var(-1) + 1e-5).astype(x.dtype)]  # x stands for xhat
+    if form == "layer_norm, input, mean and rstd":
+        return list(ip.layer_norm(x, w, None, need_stats=True)[1:])
+    return []
+
+
+# CPU only: on the NVIDIA backend a row's grad_x still depends on its call (a single long row takes the split plan,
+# rows off the 16-byte grid other kernels), which the backward kernels' rewrite (issue 53) is to remove.
+@pytest.mark.parametrize("dim", FORWARD_DIMS)
+@pytest.mark.parametrize("form", ("rms_norm", "rms_norm, rstd", "layer_norm, xhat and std",
+                                  "layer_norm, input, mean and rstd"))
+@pytest.mark.parametrize("dtype", (F32, BF16, F16), ids=str)
+def test_a_backward_rows_grad_x_does_not_depend_on_the_call_it_is_in(form, dtype, dim):
+    """As the forwards: alone, among rows one stride apart, in a non-uniform layout, off the 16-byte grid, and first
+    in a call over the caches' 8 MiB, a row's grad_x has the same bits."""
+    rng = np.random.default_rng(dim)
+    rows, big_rows = 40, (4 << 20) // (dim * dtype.itemsize) + 40
+    big_x = (rng.standard_normal((big_rows, dim)) * 3 + 1).astype(dtype)
+    big_g = rng.standard_normal((big_rows, dim)).astype(dtype)
+    w = rng.standard_normal(dim).astype(dtype)
+    big_statistics = _row_statistics(form, big_x, w)
+    x, g, statistics = big_x[:rows].copy(), big_g[:rows].copy(), [s[:rows].copy() for s in big_statistics]
+    together = _backward(form, g, x, statistics, w)
+    # (A LayerNorm row of one element has grad_x 0 from its input: its xhat is 0.)
+    assert together.view(np.uint8).any() or form.endswith("mean and rstd") and dim == 1, "grad_x is all zero bits"
+
+    def non_uniform(a):  # 4 x 10 rows, 11 rows apart between the groups
+        padded = np.zeros((4, 11) + a.shape[1:], a.dtype)
+        padded[:, :10] = a.reshape((4, 10) + a.shape[1:])
+        return padded[:, :10]
+    ways = {
+        "alone": np.concatenate([_backward(form, g[i:i + 1], x[i:i + 1], [s[i:i + 1] for s in statistics], w)
+                                 for i in range(rows)]),
+        "non-uniform layout": _backward(form, non_uniform(g), non_uniform(x), [non_uniform(s) for s in statistics],
+                                        w).reshape(together.shape),
+        "off the 16-byte grid": _backward(form, _off_the_vector_grid(g), _off_the_vector_grid(x), statistics, w),
+        "first in a call over 8 MiB": _backward(form, big_g, big_x, big_statistics, w)[:rows],
+    }
+    for name, grad_x in ways.items():
+        differ = np.count_nonzero(grad_x.view(np.uint8) != together.view(np.uint8))
+        assert differ == 0, f"{name}: grad_x has {differ} bytes apart from the rows called together"
+
+
 @pytest.mark.parametrize("case", OPS, ids=str)
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=str)
 def test_repeated_runs_give_identical_bits(case, dtype):

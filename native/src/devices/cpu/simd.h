@@ -127,6 +127,17 @@ SIMD_INLINE f32v mulAdd(f32v a, f32v b, f32v c) {
 #endif
 }
 
+// The same for one float, rounded once where mulAdd's lanes are: where a sum's terms must not depend on how the
+// compiler contracts `c += a * b`, which it did differently where one function was inlined into two kernels (a
+// LayerNorm backward row's sums, in its row and its block kernels).
+SIMD_INLINE float mulAdd(float a, float b, float c) {
+#if defined(__FMA__)
+    return __builtin_fmaf(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+
 SIMD_INLINE f32v load(const float *p) {
 #if defined(__AVX__) && !defined(__AVX512F__)
     return joinHalves(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));

@@ -56,12 +56,12 @@ void rowsF64(size_t rows, size_t n, const double *grad_output, ptrdiff_t grad_ou
              ptrdiff_t row_input_stride, double *grad_input, ptrdiff_t grad_input_stride, const double *weight,
              const RowStatistics<double> *statistics, double *weight_partial, double *bias_partial, bool starts,
              bool) { // F64 streams nothing
+    const double inverse_n = 1.0 / static_cast<double>(n); // as the driver's apply (CpuDescriptor::run)
     for (size_t r = 0; r < rows; ++r) {
         const ptrdiff_t row = static_cast<ptrdiff_t>(r);
         const double *go = grad_output + row * grad_output_stride, *in = row_input + row * row_input_stride;
         const cpu::PairSums total = sumsF64<kFromInput>(n, go, in, weight, statistics[r]);
-        applyF64<kFromInput>(n, statistics[r], {}, total.first / static_cast<double>(n),
-                             total.second / static_cast<double>(n), go, in, weight,
+        applyF64<kFromInput>(n, statistics[r], {}, total.first * inverse_n, total.second * inverse_n, go, in, weight,
                              grad_input + row * grad_input_stride, {weight_partial, nullptr}, {bias_partial, nullptr},
                              false, starts && r == 0, cpu::RowHints<double>{false});
     }
@@ -177,6 +177,9 @@ class CpuDescriptor final : public Descriptor {
         };
         const bool single_row = space_.single_row;
         const bool as_stored = plan_.readsWeightAsStored();
+        // The means of a row's sums as the block kernels form them (blockRows: times 1 / D, where this had divided
+        // by D), so that the same sums give the same means whichever kernels ran the row.
+        const double inverse_dim = 1.0 / static_cast<double>(dim);
         const bool stream = plan_.streams({grad_input}, grad_output, sizeof(T),
                                           stridesMultipleOf(cpu::kStreamElements, {info.grad_input}));
         cpu::withKernelVector(dim, weight, info.weight_stride, as_stored, weight_copy, [&](const auto *weight_k) {
@@ -202,8 +205,8 @@ class CpuDescriptor final : public Descriptor {
                     const RowStatistics<C> next =
                         kFromInput && reduce_next ? statisticsOf(row + 1) : RowStatistics<C>{};
                     return kernels.apply(n, statisticsOf(row), next,
-                                         static_cast<C>(total.first / static_cast<double>(dim)),
-                                         static_cast<C>(total.second / static_cast<double>(dim)),
+                                         static_cast<C>(total.first * inverse_dim),
+                                         static_cast<C>(total.second * inverse_dim),
                                          grad_output + info.grad_output.offset(row) + begin,
                                          row_input + info.row_input.offset(row) + begin, weight_k + begin,
                                          grad_input + info.grad_input.offset(row) + begin,

@@ -18,7 +18,18 @@ namespace {
 
 using simd::f32v;
 
-// The reduction of one row: sums of g and g*xhat with g = grad_output*weight, xhat formed from the row input.
+// grad_input's elements, (g - mean_g - xhat * mean_g_xhat) * rstd with g = grad_output * weight, in the row kernels
+// and the block kernels alike: its multiply-adds fused by hand (simd::mulAdd), so that a row's grad_input does not
+// depend on which kernels ran it (a single row takes the row kernels) through how the compiler fused each. The
+// means come negated.
+SIMD_INLINE f32v gradInput(f32v go, f32v weight, f32v xh, f32v minus_mean_g, f32v minus_mean_g_xhat, f32v rstd) {
+    return simd::mulAdd(xh, minus_mean_g_xhat, simd::mulAdd(go, weight, minus_mean_g)) * rstd;
+}
+
+// The reduction of one row: sums of g and g*xhat with g = grad_output*weight, xhat formed from the row input. Its
+// multiply-adds fused by hand (simd::mulAdd), as gradInput's: left to the compiler, a BF16 row of 100 summed
+// g*xhat a few F32 roundings apart in the row kernels (a single row) and the block kernels (many), and its grad_input
+// came out an ulp apart where rounding to BF16 met a tie.
 // Inlined: out of line, when simd::RowSums still copied its closures in, that copy's stall took a third of the time
 // of rows of 16 on AVX2. RowSums now builds them in place (its comment says why); GCC inlines this either way now.
 template <bool kFromInput, typename T, typename W>
@@ -31,14 +42,16 @@ SIMD_INLINE auto rowSums(size_t n, const T *grad_output, const T *row_input, con
             return [=](size_t j, f32v &sum_g, f32v &sum_g_xhat) SIMD_LAMBDA_INLINE {
                 f32v g = simd::load(grad_output + j) * simd::load(weight + j);
                 sum_g += g;
-                sum_g_xhat += g * standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v);
+                sum_g_xhat =
+                    simd::mulAdd(g, standardized<kFromInput>(simd::load(row_input + j), mean_v, rstd_v), sum_g_xhat);
             };
         },
         [&] {
             return [=](size_t j, float &sum_g, float &sum_g_xhat) {
                 float g = cpu::toFloat(grad_output[j]) * cpu::toFloat(weight[j]);
                 sum_g += g;
-                sum_g_xhat += g * standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd);
+                sum_g_xhat = simd::mulAdd(g, standardized<kFromInput>(cpu::toFloat(row_input[j]), row.mean, row.rstd),
+                                          sum_g_xhat);
             };
         });
 }
@@ -66,8 +79,8 @@ template <bool kFromInput, typename T, typename W, typename P, bool kWeight, boo
 cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> next, float mean_g, float mean_g_xhat,
                        const T *grad_output, const T *row_input, const W *weight, T *grad_input, P *weight_partial,
                        P *bias_partial, const cpu::RowHints<T> &hints) {
-    const f32v inv_std_v = simd::splat(row.rstd), mean_g_v = simd::splat(mean_g),
-               mean_g_xhat_v = simd::splat(mean_g_xhat);
+    const f32v inv_std_v = simd::splat(row.rstd), minus_mean_g_v = simd::splat(-mean_g),
+               minus_mean_g_xhat_v = simd::splat(-mean_g_xhat);
     const f32v mean_v = simd::splat(row.mean), next_mean_v = simd::splat(next.mean), next_rstd_v = simd::splat(next.rstd);
     // rest: the next row's grad_output and row input if kWithNext, then the wanted partials, weight's first.
     // The coefficients by value: captured by reference, AVX2 code loaded each one's address and then the vector
@@ -106,7 +119,7 @@ cpu::PairSums applyRow(size_t n, RowStatistics<float> row, RowStatistics<float> 
         } else if constexpr (kBias) {
             simd::store(std::get<kFirstPartial + kWeight>(at), bias_sum);
         }
-        simd::put(stream, out, (go * weight_v - mean_g_v - xh * mean_g_xhat_v) * inv_std_v);
+        simd::put(stream, out, gradInput(go, weight_v, xh, minus_mean_g_v, minus_mean_g_xhat_v, inv_std_v));
     };
     auto run = [&](auto &&side_work) {
         const auto rest = std::tuple_cat(arraysIf<kWithNext>(hints.next_a, hints.next_b),
@@ -213,7 +226,8 @@ void blockRowsWith(size_t rows, size_t n, const T *grad_output, ptrdiff_t grad_o
                                                      simd::splat(statistics_r.mean), rstd_v);
             weight_terms += go * xh;
             bias_terms += go;
-            const f32v gi = (go * weight_v - simd::splat(mean_g[r]) - xh * simd::splat(mean_g_xhat[r])) * rstd_v;
+            const f32v gi =
+                gradInput(go, weight_v, xh, simd::splat(-mean_g[r]), simd::splat(-mean_g_xhat[r]), rstd_v);
             T *gi_at = gi_rows + row * grad_input_stride + j;
             // Streamed rows are whole vectors, aligned (the caller's RowPlan::streams). A runtime test: as a template
             // parameter (2026-12-07, AVX-512 Xeon, A/B in alternating processes) BF16 16384x128 took 0.91 of the time

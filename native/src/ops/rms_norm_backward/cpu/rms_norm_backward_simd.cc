@@ -10,7 +10,8 @@ namespace {
 
 using simd::f32v;
 
-// The reduction of one row: sums of x^2 and grad_y*w*x.
+// The reduction of one row: sums of x^2 and grad_y*w*x, multiply-adds fused by hand (simd::mulAdd), so that the row
+// and block kernels, into which this is inlined, sum alike whatever the compiler would fuse in each.
 template <typename T, typename W>
 SIMD_INLINE auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
     return simd::RowSums(
@@ -18,15 +19,15 @@ SIMD_INLINE auto rowSums(size_t n, const T *grad_y, const T *x, const W *w) {
         [&] {
             return [=](size_t j, f32v &sum_squares, f32v &sum_gwx) SIMD_LAMBDA_INLINE {
                 f32v xj = simd::load(x + j);
-                sum_squares += xj * xj;
-                sum_gwx += simd::load(grad_y + j) * simd::load(w + j) * xj;
+                sum_squares = simd::mulAdd(xj, xj, sum_squares);
+                sum_gwx = simd::mulAdd(simd::load(grad_y + j) * simd::load(w + j), xj, sum_gwx);
             };
         },
         [&] {
             return [=](size_t j, float &sum_squares, float &sum_gwx) {
                 float xj = cpu::toFloat(x[j]);
-                sum_squares += xj * xj;
-                sum_gwx += cpu::toFloat(grad_y[j]) * cpu::toFloat(w[j]) * xj;
+                sum_squares = simd::mulAdd(xj, xj, sum_squares);
+                sum_gwx = simd::mulAdd(cpu::toFloat(grad_y[j]) * cpu::toFloat(w[j]), xj, sum_gwx);
             };
         });
 }
