@@ -32,7 +32,8 @@ SIMD_INLINE simd::RowLanes chunkLanes(size_t m, const T *x, VectorTerm vector_te
     return {even_first + odd_first, even_second + odd_second, tail_first, tail_second};
 }
 
-// sum(x - shift) and sum((x - shift)^2) over one chunk of m elements, before the sum across lanes.
+// sum(x - shift) and sum((x - shift)^2) over one chunk of m elements, before the sum across lanes; the squares'
+// multiply-adds fused by hand (simd::mulAdd), so that the row and block kernels that inline this sum alike.
 template <typename T>
 SIMD_INLINE simd::RowLanes centredLanes(size_t m, const T *chunk, float shift) {
     const f32v shift_v = simd::splat(shift);
@@ -41,12 +42,12 @@ SIMD_INLINE simd::RowLanes centredLanes(size_t m, const T *chunk, float shift) {
         [=](f32v xj, f32v &r, f32v &q) SIMD_LAMBDA_INLINE {
             const f32v d = xj - shift_v;
             r += d;
-            q += d * d;
+            q = simd::mulAdd(d, d, q);
         },
         [=](float xj, float &r, float &q) {
             const float d = xj - shift;
             r += d;
-            q += d * d;
+            q = simd::mulAdd(d, d, q);
         });
 }
 

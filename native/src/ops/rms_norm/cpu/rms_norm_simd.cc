@@ -10,7 +10,8 @@ namespace {
 
 using simd::f32v;
 
-// The reduction of one row: the sum of x^2 (the pair's second sum stays zero).
+// The reduction of one row: the sum of x^2 (the pair's second sum stays zero), its multiply-adds fused by hand
+// (simd::mulAdd), so that the row and block kernels that inline it sum alike whatever the compiler would fuse.
 template <typename T>
 SIMD_INLINE auto rowSums(size_t n, const T *x) {
     return simd::RowSums(
@@ -18,13 +19,13 @@ SIMD_INLINE auto rowSums(size_t n, const T *x) {
         [&] {
             return [=](size_t j, f32v &sum_squares, f32v &) SIMD_LAMBDA_INLINE {
                 const f32v xj = simd::load(x + j);
-                sum_squares += xj * xj;
+                sum_squares = simd::mulAdd(xj, xj, sum_squares);
             };
         },
         [&] {
             return [=](size_t j, float &sum_squares, float &) {
                 const float xj = cpu::toFloat(x[j]);
-                sum_squares += xj * xj;
+                sum_squares = simd::mulAdd(xj, xj, sum_squares);
             };
         });
 }
