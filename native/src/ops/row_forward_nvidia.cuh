@@ -617,9 +617,17 @@ infiniStatus_t withShortRowsKernel(nvidia::LaneGroups groups, bool flat, Body &&
     });
 }
 
-// Whether every row of these tensors starts on a 16-byte boundary (vector loads and stores are then legal).
-inline bool rowsAligned16(const void *base, const RowLayout &rows, size_t element_size) {
-    return base == nullptr || (nvidia::aligned16(base) && vectorStrides(element_size, {rows}));
+// Calls body(kernel, shared bytes) with the packed kernel for rows of `dim` (packedTwoVectorRowsKernel past
+// kMaxOneVectorDim, else packedRowsKernel) and `flat`.
+template <bool kCentres, typename T, typename W, typename S, typename Body>
+infiniStatus_t withPackedRowsKernel(size_t dim, bool flat, Body &&body) {
+    return withFlatRows(flat, [&](auto flat_tag) {
+        constexpr bool kFlat = decltype(flat_tag)::value;
+        if (dim > kMaxOneVectorDim) {
+            return body(packedTwoVectorRowsKernel<kCentres, kFlat, T, W, S>, packedTwoVectorSharedBytes<kCentres>());
+        }
+        return body(packedRowsKernel<kCentres, kFlat, T, W, S>, size_t{0});
+    });
 }
 
 // Threads per row for a row of `dim`: the fewest (a power of two, at least a warp) that hold it in registers.
@@ -658,15 +666,20 @@ struct Plan {
     int packed_threads = 0;   // 0: not packedRowsKernel or packedTwoVectorRowsKernel
     nvidia::LaneGroups short_rows; // vectors 0: not packedShortRowsKernel
     unsigned packed_ctas = 0;
-    bool flat_rows = true; // the packed kernels' kFlat
+    bool flat_rows = true;      // the packed kernels' kFlat: every row layout one stride apart (flatRows)
+    bool vector_strides = true; // every row starts 16 bytes apart from its tensor's first (vectorStrides)
 };
 
-// flat_rows: x's, y's and xhat's rows are one stride apart (flatRows). The kernel and the threads of a row depend on
-// its dtype and length alone, so that a row's bits do not depend on the layout, alignment or rows of its call.
+// row_layouts: x's, y's and xhat's (an empty RowLayout where a tensor is absent). The kernel and the threads of a
+// row depend on its dtype and length alone, so that a row's bits do not depend on the layout, alignment or rows of
+// its call; the layouts only pick the offsets (flat_rows) and whether loads may be vectors.
 template <bool kCentres, typename T, typename W, typename S>
-infiniStatus_t makePlan(size_t rows, size_t dim, bool flat_rows, int device_id, Plan *plan) {
+infiniStatus_t makePlan(size_t rows, size_t dim, std::initializer_list<RowLayout> row_layouts, int device_id,
+                        Plan *plan) {
     Plan p;
-    p.flat_rows = flat_rows;
+    p.flat_rows = flatRows(row_layouts);
+    p.vector_strides = vectorStrides(sizeof(T), row_layouts);
+    const bool flat_rows = p.flat_rows;
     const nvidia::DeviceScope device_scope(device_id);
     INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
@@ -688,20 +701,14 @@ infiniStatus_t makePlan(size_t rows, size_t dim, bool flat_rows, int device_id, 
         }
         if (dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;
-            INFINI_CHECK(withFlatRows(flat_rows, [&](auto flat_tag) -> infiniStatus_t {
-                constexpr bool kFlat = decltype(flat_tag)::value;
-                if (dim > kMaxOneVectorDim) {
-                    p.packed_threads = kMaxPackedThreads;
-                    constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
-                    // Over 48 KiB of dynamic shared memory a kernel must be allowed it (once; here, at planning).
-                    const auto kernel = packedTwoVectorRowsKernel<kCentres, kFlat, T, W, S>;
+            p.packed_threads = dim > kMaxOneVectorDim ? kMaxPackedThreads : nvidia::packedThreads(dim);
+            INFINI_CHECK((withPackedRowsKernel<kCentres, T, W, S>(dim, flat_rows, [&](auto kernel, size_t shared) {
+                if (shared > 0) { // over 48 KiB of dynamic shared memory a kernel must be allowed it, once
                     CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     static_cast<int>(shared)));
-                    return nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared);
                 }
-                p.packed_threads = nvidia::packedThreads(dim);
-                return nvidia::residentCtas(packedRowsKernel<kCentres, kFlat, T, W, S>, p.packed_threads, &per_sm);
-            }));
+                return nvidia::residentCtas(kernel, p.packed_threads, &per_sm, shared);
+            })));
             p.packed_ctas = static_cast<unsigned>(std::min(rows, static_cast<size_t>(p.multiprocessors) * per_sm));
         }
     }
@@ -728,11 +735,10 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
         longRowsKernel<kCentres><<<gridFor(rows, 1, multiprocessors), kMaxGroup, 0, stream>>>(args);
         return nvidia::launchStatus();
     }
-    // Vector loads and stores where every row of x, y and xhat starts on a 16-byte boundary; elsewhere the same
-    // kernels load and store element by element.
-    const bool vectors = rowsAligned16(call.x, call.x_rows, sizeof(T)) &&
-                         rowsAligned16(call.y, call.y_rows, sizeof(T)) &&
-                         rowsAligned16(call.xhat, call.xhat_rows, sizeof(T));
+    // Vector loads and stores where every row of x, y and xhat starts on a 16-byte boundary (the strides were checked
+    // at planning; a null xhat counts as aligned); elsewhere the same kernels load and store element by element.
+    const bool vectors = plan.vector_strides && nvidia::aligned16(call.x) && nvidia::aligned16(call.y) &&
+                         nvidia::aligned16(call.xhat);
     if constexpr (!std::is_same_v<T, double>) {
         if (plan.short_rows.vectors > 0) {
             return withShortRowsKernel<kCentres, T, W, S>(plan.short_rows, plan.flat_rows, [&](auto kernel) {
@@ -741,18 +747,10 @@ infiniStatus_t run(const RowCall &call, size_t rows, size_t dim, const Plan &pla
             });
         }
         if (plan.packed_threads > 0) {
-            withFlatRows(plan.flat_rows, [&](auto flat_tag) {
-                constexpr bool kFlat = decltype(flat_tag)::value;
-                const unsigned ctas = plan.packed_ctas;
-                const int threads = plan.packed_threads;
-                if (dim > kMaxOneVectorDim) {
-                    constexpr size_t shared = packedTwoVectorSharedBytes<kCentres>();
-                    packedTwoVectorRowsKernel<kCentres, kFlat><<<ctas, threads, shared, stream>>>(args, vectors);
-                } else {
-                    packedRowsKernel<kCentres, kFlat><<<ctas, threads, 0, stream>>>(args, vectors);
-                }
+            return withPackedRowsKernel<kCentres, T, W, S>(dim, plan.flat_rows, [&](auto kernel, size_t shared) {
+                kernel<<<plan.packed_ctas, plan.packed_threads, shared, stream>>>(args, vectors);
+                return nvidia::launchStatus();
             });
-            return nvidia::launchStatus();
         }
     }
     launchInRegisters<kCentres>(args, vectors, groupFor(dim), multiprocessors, stream);

@@ -61,15 +61,14 @@ class NvidiaDescriptor final : public Descriptor {
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
     const RowLayout xhat = info.has_xhat ? info.xhat : RowLayout{};
-    const bool flat_rows = flatRows({info.x, info.y, xhat});
     const bool xhat_form = info.form == Info::Form::xhat;
     rf::Plan plan;
     INFINI_CHECK(nvidia::withDataAndParameterTypes(info.dtype, info.parameter_dtype, [&](auto data_tag, auto parameter_tag) {
         using T = decltype(data_tag);
         using W = decltype(parameter_tag);
-        return xhat_form ? rf::makePlan<true, T, W, W>(info.rows, info.dim, flat_rows, device_id, &plan)
-                         : rf::makePlan<true, T, W, nvidia::ComputeOf<T>>(info.rows, info.dim, flat_rows, device_id,
-                                                                          &plan);
+        const auto rows = {info.x, info.y, xhat};
+        return xhat_form ? rf::makePlan<true, T, W, W>(info.rows, info.dim, rows, device_id, &plan)
+                         : rf::makePlan<true, T, W, nvidia::ComputeOf<T>>(info.rows, info.dim, rows, device_id, &plan);
     }));
     *desc = new NvidiaDescriptor(device_id, info, plan);
     return INFINI_STATUS_SUCCESS;

@@ -44,12 +44,11 @@ class NvidiaDescriptor final : public Descriptor {
 } // namespace
 
 infiniStatus_t Backends::nvidia(const Info &info, int device_id, Descriptor **desc) {
-    const bool flat_rows = flatRows({info.x, info.y});
     rf::Plan plan;
     INFINI_CHECK(nvidia::withDataAndParameterTypes(info.dtype, info.weight_dtype, [&](auto data_tag, auto parameter_tag) {
         using T = decltype(data_tag);
         using W = decltype(parameter_tag);
-        return rf::makePlan<false, T, W, nvidia::ComputeOf<T>>(info.rows, info.dim, flat_rows, device_id, &plan);
+        return rf::makePlan<false, T, W, nvidia::ComputeOf<T>>(info.rows, info.dim, {info.x, info.y}, device_id, &plan);
     }));
     *desc = new NvidiaDescriptor(device_id, info, plan);
     return INFINI_STATUS_SUCCESS;
