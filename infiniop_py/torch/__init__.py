@@ -18,7 +18,9 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
   GemmaRMSNorm, each checked on a probe before it is swapped (see ``foreign_rms_norm``).
 - Under torch.func's transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) the
   functionals and modules are torch.nn.functional's own functions: the kernels read plain memory, which
-  functorch's wrapped and batched tensors do not have. Double backward is refused (no backward of a backward).
+  functorch's wrapped and batched tensors do not have. Double backward
+  (create_graph=True: gradient penalties, Hessian-vector products) takes PyTorch's own backward formulas, which
+  it differentiates as stock's: the kernels serve the first-order backward.
 - Under autocast they do what torch's do: where its autocast runs layer_norm or rms_norm in F32 (CUDA; rms_norm
   from torch 2.12), F16/BF16 operands are cast to F32 first and the output is F32 (see ``functional``).
 - Every forward makes torch.nn.functional's argument checks first and raises torch's own error (``checks``):

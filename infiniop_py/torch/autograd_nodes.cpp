@@ -17,7 +17,6 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
@@ -71,6 +70,13 @@ at::ScalarType statisticsDtype(const Tensor &input) {
 Tensor statistics(const Tensor &tensor, const Tensor &input) {
     const auto dtype = statisticsDtype(input);
     return tensor.scalar_type() == dtype ? tensor : tensor.to(dtype);
+}
+
+// The shape of statistics with the normalized dims kept (ones), as PyTorch's forwards return them.
+std::vector<int64_t> keptDims(at::IntArrayRef leading, size_t normalized_dims) {
+    std::vector<int64_t> shape(leading.begin(), leading.end());
+    shape.insert(shape.end(), normalized_dims, 1);
+    return shape;
 }
 
 // A tensor descriptor for the life of one descriptor creation (NULL for an absent tensor).
@@ -234,30 +240,29 @@ Tensor gradientLike(const Tensor &parameter, bool wanted) {
     return wanted && parameter.defined() ? at::empty_like(parameter, at::MemoryFormat::Contiguous) : Tensor();
 }
 
-// The backward's gradients as autograd takes them. Where the engine records the backward (create_graph=True) and
-// an incoming gradient requires grad, each is given an error node, as Python's once_differentiable does: the
-// kernels compute nothing autograd could differentiate, so differentiating them again raises.
-variable_list onceDifferentiable(const variable_list &incoming, variable_list gradients) {
-    if (!at::GradMode::is_enabled()) return gradients;
-    bool requires_grad = false;
-    for (const Tensor &grad : incoming) requires_grad = requires_grad || (grad.defined() && grad.requires_grad());
-    if (!requires_grad) return gradients;
-    variable_list aliases;
-    for (const Tensor &gradient : gradients) {
-        if (!gradient.defined()) continue;
-        Tensor alias = gradient.detach();
-        alias.set_requires_grad(true);
-        aliases.push_back(alias);
-    }
-    const auto count = static_cast<int64_t>(aliases.size());
-    variable_list wrapped = torch::autograd::DelayedError(
-        "trying to differentiate twice a function that was marked with @once_differentiable", count)
-                                .apply(std::move(aliases));
-    size_t next = 0;
-    for (Tensor &gradient : gradients) {
-        if (gradient.defined()) gradient = wrapped[next++];
-    }
-    return gradients;
+// Where the engine records the backward (create_graph=True: a gradient penalty, a Hessian-vector product), the
+// gradients come from PyTorch's differentiable formulas instead of the kernels, so that they can be differentiated
+// again, as stock's are (the <op>RecordedGradients functions). Error nodes in their place, as Python's
+// once_differentiable makes, refused a .backward() through them, but torch.autograd.grad(penalty, parameters) does not
+// run a node that leads to none of its inputs: such a penalty's gradient silently lacked the norm's second-order
+// terms.
+bool recordsBackward() { return at::GradMode::is_enabled(); }
+
+// `tensor` in F32 where it is 16-bit (the formulas take F32 and F64, with statistics of the same dtype), else itself.
+Tensor wide(const Tensor &tensor) {
+    const bool half = tensor.defined() && (tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16);
+    return half ? tensor.to(at::kFloat) : tensor;
+}
+
+// `tensor` in the dtype of `like` (undefined stays so).
+Tensor asDtypeOf(const Tensor &tensor, const Tensor &like) {
+    return tensor.defined() && tensor.scalar_type() != like.scalar_type() ? tensor.to(like.scalar_type()) : tensor;
+}
+
+// A gradient in its operand's dtype (undefined where not wanted).
+Tensor gradientOf(const Tensor &gradient, const Tensor &operand, bool wanted) {
+    if (!wanted || !gradient.defined()) return Tensor();
+    return gradient.scalar_type() == operand.scalar_type() ? gradient : gradient.to(operand.scalar_type());
 }
 
 // ------------------------------------------------------------------------------------------------------ RMSNorm
@@ -291,28 +296,59 @@ variable_list rmsNormGradients(const Tensor &grad_output, const Tensor &saved_in
     return {want_input ? grad_input : Tensor(), grad_weight};
 }
 
+// RMSNorm's gradients by PyTorch's differentiable ops (recordsBackward), in F32 or F64: rstd formed again from the
+// input, so that its own derivative is recorded; eps as the forward took it (none: PyTorch's default, the compute
+// type's epsilon).
+variable_list rmsNormRecordedGradients(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                                       std::optional<double> eps, bool want_input, bool want_weight) {
+    const Tensor x = wide(input), w = asDtypeOf(weight, x), grad = asDtypeOf(grad_output, x);
+    const int64_t leading_dims = input.dim() - weight.dim();
+    std::vector<int64_t> normalized, leading;
+    for (int64_t d = 0; d < input.dim(); ++d) (d < leading_dims ? leading : normalized).push_back(d);
+    const double epsilon = eps ? *eps
+                               : x.scalar_type() == at::kDouble ? std::numeric_limits<double>::epsilon()
+                                                                : std::numeric_limits<float>::epsilon();
+    const Tensor rstd = at::rsqrt(x.square().mean(normalized, /*keepdim=*/true) + epsilon);
+    const Tensor xhat = x * rstd, grad_xhat = grad * w;
+    Tensor grad_input, grad_weight;
+    if (want_input) grad_input = rstd * (grad_xhat - xhat * (grad_xhat * xhat).mean(normalized, true));
+    if (want_weight) grad_weight = leading.empty() ? grad * xhat : (grad * xhat).sum(leading);
+    return {gradientOf(grad_input, input, want_input), gradientOf(grad_weight, weight, want_weight)};
+}
+
+variable_list rmsNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                              const Tensor &rstd, std::optional<double> eps, bool want_input, bool want_weight) {
+    return recordsBackward() ? rmsNormRecordedGradients(grad_output, input, weight, eps, want_input, want_weight)
+                             : rmsNormGradients(grad_output, input, weight, rstd, want_input, want_weight);
+}
+
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
-    // (output, rstd, input, weight): output and rstd from the forward; weight of the data's dtype or F32 (16-bit
-    // data), as the kernel takes it. rstd: input.shape[:-normalized_dims] + (1,) * normalized_dims, or that
-    // without the ones.
+    // (output, rstd, input, weight, eps): output and rstd from the forward; weight of the data's dtype or F32
+    // (16-bit data), as the kernel takes it. rstd: input.shape[:-normalized_dims] + (1,) * normalized_dims, or
+    // that without the ones. eps: the forward's (for recordsBackward).
     static Tensor forward(AutogradContext *ctx, Tensor output, const Tensor &rstd, const Tensor &input,
-                          const Tensor &weight) {
+                          const Tensor &weight, std::optional<double> eps) {
         ctx->mark_dirty({output});
         ctx->save_for_backward({input, weight, rstd});
+        if (eps) ctx->saved_data["eps"] = *eps;
         return output;
     }
 
     static variable_list backward(AutogradContext *ctx, variable_list grads) {
-        if (!grads[0].defined()) return {Tensor(), Tensor(), Tensor(), Tensor()};
+        if (!grads[0].defined()) return variable_list(5);
         const variable_list saved = ctx->get_saved_variables();
-        variable_list gradients = rmsNormGradients(grads[0], saved[0], saved[1], saved[2], ctx->needs_input_grad(2),
-                                                   ctx->needs_input_grad(3));
-        return onceDifferentiable(grads, {Tensor(), Tensor(), gradients[0], gradients[1]});
+        const auto eps = ctx->saved_data.find("eps");
+        variable_list gradients = rmsNormBackward(
+            grads[0], saved[0], saved[1], saved[2],
+            eps == ctx->saved_data.end() ? std::nullopt : std::optional<double>(eps->second.toDouble()),
+            ctx->needs_input_grad(2), ctx->needs_input_grad(3));
+        return {Tensor(), Tensor(), gradients[0], gradients[1], Tensor()};
     }
 };
 
-Tensor rmsNorm(Tensor output, const Tensor &rstd, const Tensor &input, const Tensor &weight) {
-    return RMSNormNode::apply(output, rstd, input, weight);
+Tensor rmsNorm(Tensor output, const Tensor &rstd, const Tensor &input, const Tensor &weight,
+               std::optional<double> eps) {
+    return RMSNormNode::apply(output, rstd, input, weight, eps);
 }
 
 // ---------------------------------------------------------------------------------------------------- LayerNorm
@@ -352,6 +388,31 @@ variable_list layerNormGradients(const Tensor &grad_output, const Tensor &saved_
     return {want_input ? grad_input : Tensor(), grad_weight, grad_bias};
 }
 
+// LayerNorm's gradients by PyTorch's differentiable native_layer_norm_backward (recordsBackward), in F32 or F64,
+// from the forward's mean and rstd, as PyTorch's own LayerNorm differentiates its backward.
+variable_list layerNormRecordedGradients(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                                         const Tensor &bias, const Tensor &saved_mean, const Tensor &saved_rstd,
+                                         int64_t normalized_dims, bool want_input, bool want_weight,
+                                         bool want_bias) {
+    const Tensor x = wide(input);
+    const auto leading = input.sizes().slice(0, input.dim() - normalized_dims);
+    const auto kept = keptDims(leading, static_cast<size_t>(normalized_dims));
+    const Tensor mean = asDtypeOf(saved_mean, x).reshape(kept), rstd = asDtypeOf(saved_rstd, x).reshape(kept);
+    const auto gradients = at::native_layer_norm_backward(
+        asDtypeOf(grad_output, x), x, input.sizes().slice(input.dim() - normalized_dims), mean, rstd,
+        asDtypeOf(weight, x), asDtypeOf(bias, x), {want_input, want_weight, want_bias});
+    return {gradientOf(std::get<0>(gradients), input, want_input),
+            gradientOf(std::get<1>(gradients), weight, want_weight),
+            gradientOf(std::get<2>(gradients), bias, want_bias)};
+}
+
+variable_list layerNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                                const Tensor &bias, const Tensor &mean, const Tensor &rstd, int64_t normalized_dims,
+                                bool want_input, bool want_weight, bool want_bias) {
+    return (recordsBackward() ? layerNormRecordedGradients : layerNormGradients)(
+        grad_output, input, weight, bias, mean, rstd, normalized_dims, want_input, want_weight, want_bias);
+}
+
 struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
     // (output, mean, rstd, input, weight, bias, normalized_dims): the kernel's from-input form; weight and bias
     // (either may be undefined) share a dtype, the data's or F32 (16-bit data).
@@ -372,11 +433,10 @@ struct LayerNormNode : public torch::autograd::Function<LayerNormNode> {
         const bool want_weight = weight.defined() && ctx->needs_input_grad(4);
         const bool want_bias = bias.defined() && ctx->needs_input_grad(weight.defined() ? 5 : 4);
         variable_list gradients =
-            layerNormGradients(grads[0], saved[0], weight, bias, saved[3], saved[4],
-                               ctx->saved_data["normalized_dims"].toInt(), ctx->needs_input_grad(3), want_weight,
-                               want_bias);
-        return onceDifferentiable(grads,
-                                  {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2], Tensor()});
+            layerNormBackward(grads[0], saved[0], weight, bias, saved[3], saved[4],
+                              ctx->saved_data["normalized_dims"].toInt(), ctx->needs_input_grad(3), want_weight,
+                              want_bias);
+        return {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2], Tensor()};
     }
 };
 
@@ -439,6 +499,33 @@ variable_list batchNormGradients(const Tensor &grad_output, const Tensor &saved_
     return {want_input ? grad_input : Tensor(), grad_weight, grad_bias};
 }
 
+// BatchNorm's gradients by PyTorch's differentiable native_batch_norm_backward (recordsBackward), in F32 or F64,
+// from the statistics the kernel would take, as PyTorch's own BatchNorm differentiates its backward. grad_bias in
+// the dtype the kernel's would have (the weight's, else the running statistics', else the data's).
+variable_list batchNormRecordedGradients(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                                         const Tensor &running_mean, const Tensor &running_var,
+                                         const Tensor &saved_mean, const Tensor &saved_invstd, bool training,
+                                         double eps, bool want_input, bool want_weight, bool want_bias) {
+    const Tensor x = wide(input);
+    const auto gradients = at::native_batch_norm_backward(
+        asDtypeOf(grad_output, x), x, asDtypeOf(weight, x), asDtypeOf(running_mean, x), asDtypeOf(running_var, x),
+        training ? asDtypeOf(saved_mean, x) : Tensor(), training ? asDtypeOf(saved_invstd, x) : Tensor(), training,
+        eps, {want_input, want_weight, want_bias});
+    const Tensor &parameter = weight.defined() ? weight : running_mean.defined() ? running_mean : input;
+    return {gradientOf(std::get<0>(gradients), input, want_input),
+            gradientOf(std::get<1>(gradients), weight, want_weight),
+            gradientOf(std::get<2>(gradients), parameter, want_bias)};
+}
+
+variable_list batchNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
+                                const Tensor &running_mean, const Tensor &running_var, const Tensor &saved_mean,
+                                const Tensor &saved_invstd, bool training, double eps, bool want_input,
+                                bool want_weight, bool want_bias) {
+    return (recordsBackward() ? batchNormRecordedGradients : batchNormGradients)(
+        grad_output, input, weight, running_mean, running_var, saved_mean, saved_invstd, training, eps, want_input,
+        want_weight, want_bias);
+}
+
 struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
     // (output, save_mean, save_invstd, input, weight, bias, running_mean, running_var, training, eps): training
     // takes the saved statistics, eval the running ones (constants there); weight and the running statistics of
@@ -467,11 +554,11 @@ struct BatchNormNode : public torch::autograd::Function<BatchNormNode> {
         // needs_input_grad counts the inputs that are tensors: an absent weight takes no place.
         const bool want_weight = weight.defined() && ctx->needs_input_grad(4);
         const bool want_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(weight.defined() ? 5 : 4);
-        variable_list gradients = batchNormGradients(
+        variable_list gradients = batchNormBackward(
             grads[0], saved[0], weight, saved[2], saved[3], saved[4], saved[5], ctx->saved_data["training"].toBool(),
             ctx->saved_data["eps"].toDouble(), ctx->needs_input_grad(3), want_weight, want_bias);
-        return onceDifferentiable(grads, {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2],
-                                          Tensor(), Tensor(), Tensor(), Tensor()});
+        return {Tensor(), Tensor(), Tensor(), gradients[0], gradients[1], gradients[2],
+                Tensor(), Tensor(), Tensor(), Tensor()};
     }
 };
 
@@ -515,12 +602,12 @@ void record(const Tensor &output, const NodePointer &node, const Operands &...op
 
 struct RMSNormBackward : public torch::autograd::Node {
     SavedVariable input, weight, rstd; // edges: input, weight
+    std::optional<double> eps;         // the forward's (for recordsBackward)
 
     variable_list apply(variable_list &&grads) override {
         if (!grads[0].defined()) return variable_list(2);
-        return onceDifferentiable(grads, rmsNormGradients(grads[0], input.unpack(), weight.unpack(), rstd.unpack(),
-                                                          task_should_compute_output(0),
-                                                          task_should_compute_output(1)));
+        return rmsNormBackward(grads[0], input.unpack(), weight.unpack(), rstd.unpack(), eps,
+                               task_should_compute_output(0), task_should_compute_output(1));
     }
     void release_variables() override {
         input.reset_data();
@@ -536,10 +623,9 @@ struct LayerNormBackward : public torch::autograd::Node {
 
     variable_list apply(variable_list &&grads) override {
         if (!grads[0].defined()) return variable_list(3);
-        return onceDifferentiable(
-            grads, layerNormGradients(grads[0], input.unpack(), weight.unpack(), bias.unpack(), mean.unpack(),
-                                      rstd.unpack(), normalized_dims, task_should_compute_output(0),
-                                      task_should_compute_output(1), task_should_compute_output(2)));
+        return layerNormBackward(grads[0], input.unpack(), weight.unpack(), bias.unpack(), mean.unpack(),
+                                 rstd.unpack(), normalized_dims, task_should_compute_output(0),
+                                 task_should_compute_output(1), task_should_compute_output(2));
     }
     void release_variables() override {
         input.reset_data();
@@ -560,11 +646,10 @@ struct BatchNormBackward : public torch::autograd::Node {
 
     variable_list apply(variable_list &&grads) override {
         if (!grads[0].defined()) return variable_list(3);
-        return onceDifferentiable(
-            grads, batchNormGradients(grads[0], input.unpack(), weight.unpack(), running_mean.unpack(),
-                                      running_var.unpack(), save_mean.unpack(), save_invstd.unpack(), training, eps,
-                                      task_should_compute_output(0), task_should_compute_output(1),
-                                      task_should_compute_output(2)));
+        return batchNormBackward(grads[0], input.unpack(), weight.unpack(), running_mean.unpack(),
+                                 running_var.unpack(), save_mean.unpack(), save_invstd.unpack(), training, eps,
+                                 task_should_compute_output(0), task_should_compute_output(1),
+                                 task_should_compute_output(2));
     }
     void release_variables() override {
         for (SavedVariable *saved : {&input, &weight, &running_mean, &running_var, &save_mean, &save_invstd}) {
@@ -643,12 +728,6 @@ bool rowShapes(const Tensor &input, at::IntArrayRef normalized_shape,
     return true;
 }
 
-std::vector<int64_t> keptDims(at::IntArrayRef leading, size_t normalized_dims) {
-    std::vector<int64_t> shape(leading.begin(), leading.end());
-    shape.insert(shape.end(), normalized_dims, 1);
-    return shape;
-}
-
 Tensor defined(const std::optional<Tensor> &tensor) { return tensor.has_value() ? *tensor : Tensor(); }
 
 std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normalized_shape,
@@ -701,6 +780,7 @@ std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normaliz
         node->input = SavedVariable(input, false);
         node->weight = SavedVariable(weight, false);
         node->rstd = SavedVariable(rstd, false);
+        node->eps = eps;
         record(output, pointer, input, weight);
     }
     return {output, rstd};
@@ -872,7 +952,7 @@ std::vector<Tensor> batchNormForward(const Tensor &input, const std::optional<Te
 } // namespace
 
 TORCH_LIBRARY(infiniop_nodes, m) {
-    m.def("rms_norm(Tensor(a!) output, Tensor rstd, Tensor input, Tensor weight) -> Tensor(a!)");
+    m.def("rms_norm(Tensor(a!) output, Tensor rstd, Tensor input, Tensor weight, float? eps) -> Tensor(a!)");
     m.def("layer_norm(Tensor(a!) output, Tensor mean, Tensor rstd, Tensor input, Tensor? weight, Tensor? bias, "
           "int normalized_dims) -> Tensor(a!)");
     m.def("batch_norm(Tensor(a!) output, Tensor save_mean, Tensor save_invstd, Tensor input, Tensor? weight, "

@@ -175,7 +175,7 @@ def rms_norm(input, normalized_shape, weight, eps):
     if weight is None or not _served(input, weight.dtype):
         return None
     output, rstd = _forward_without_grad("rms_norm", (input, normalized_shape, weight, eps))
-    return _state[0][0](output, rstd, input, weight), rstd
+    return _state[0][0](output, rstd, input, weight, None if eps is None else float(eps)), rstd
 
 
 def layer_norm(input, normalized_shape, weight, bias, eps):

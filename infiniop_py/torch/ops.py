@@ -328,9 +328,9 @@ def _(input, normalized_shape, weight, eps):
 
 
 def _rms_norm_setup(ctx, inputs, output):
-    input, normalized_shape, weight, _ = inputs
+    input, normalized_shape, weight, eps = inputs
     ctx.save_for_backward(input, output[1], weight)
-    ctx.normalized_shape = normalized_shape
+    ctx.normalized_shape, ctx.eps = normalized_shape, eps
 
 
 def _rms_norm_backward(ctx, grad_output, _grad_rstd):
@@ -601,13 +601,87 @@ batch_norm.register_autograd(_batch_norm_backward, setup_context=_batch_norm_set
 # than torch's; a Function with a separate setup_context cost 0.1 ms more per forward than this one, which sets
 # up inside its forward. torch.compile traces the custom ops, which it needs.
 
+# ------------------------------------------------------------------------------------------- double backward
+# Where the engine records the backward (create_graph=True: a gradient penalty, a Hessian-vector product), the eager
+# Functions' gradients come from PyTorch's differentiable formulas instead of the kernels, so that they can be
+# differentiated again, as stock's are; autograd_nodes.cpp's <op>RecordedGradients compute the same. Error nodes in
+# their place (once_differentiable) refused a .backward() through them, but torch.autograd.grad(penalty,
+# parameters) does not run a node that leads to none of its inputs: such a penalty's gradient silently lacked the
+# norm's second-order terms. All in F32 (F64 for F64 data), each gradient then in its operand's dtype.
+
+def _wide(tensor):
+    return tensor.float() if tensor.dtype in _HALF_DTYPES else tensor
+
+
+def _as_dtype_of(tensor, like):
+    return tensor if tensor is None or tensor.dtype is like.dtype else tensor.to(like.dtype)
+
+
+def _gradient_of(gradient, operand, wanted):
+    if not wanted or gradient is None or operand is None:
+        return None
+    return gradient if gradient.dtype is operand.dtype else gradient.to(operand.dtype)
+
+
+def _rms_norm_recorded_backward(ctx, grad_output, _grad_rstd):
+    """rstd formed again from the input, so that its own derivative is recorded; eps as the forward took it (None:
+    PyTorch's default, the compute type's epsilon)."""
+    input, _, weight = ctx.saved_tensors
+    wanted = ctx.needs_input_grad  # (input, normalized_shape, weight, eps)
+    x = _wide(input)
+    grad = _as_dtype_of(grad_output, x)
+    normalized = tuple(range(input.dim() - len(ctx.normalized_shape), input.dim()))
+    eps = torch.finfo(x.dtype).eps if ctx.eps is None else ctx.eps
+    rstd = torch.rsqrt(x.square().mean(normalized, keepdim=True) + eps)
+    xhat = x * rstd
+    grad_xhat = grad if weight is None else grad * _as_dtype_of(weight, x)
+    grad_input = rstd * (grad_xhat - xhat * (grad_xhat * xhat).mean(normalized, keepdim=True)) if wanted[0] else None
+    grad_weight = None
+    if wanted[2] and weight is not None:
+        grad_weight = (grad * xhat).sum(tuple(range(normalized[0]))) if normalized[0] else grad * xhat
+    return _gradient_of(grad_input, input, wanted[0]), None, _gradient_of(grad_weight, weight, wanted[2]), None
+
+
+def _layer_norm_recorded_backward(ctx, grad_output, _grad_mean, _grad_rstd):
+    """PyTorch's native_layer_norm_backward from the forward's mean and rstd, as its own LayerNorm's backward."""
+    input, mean, rstd, weight, bias = ctx.saved_tensors
+    wanted = ctx.needs_input_grad  # (input, normalized_shape, weight, bias, eps)
+    x = _wide(input)
+    kept = tuple(_leading(input, ctx.normalized_shape)) + (1,) * len(ctx.normalized_shape)
+    grads = torch.ops.aten.native_layer_norm_backward(
+        _as_dtype_of(grad_output, x), x, list(ctx.normalized_shape), _as_dtype_of(mean, x).reshape(kept),
+        _as_dtype_of(rstd, x).reshape(kept), _as_dtype_of(weight, x), _as_dtype_of(bias, x),
+        [wanted[0], wanted[2] and weight is not None, wanted[3] and bias is not None])
+    return (_gradient_of(grads[0], input, wanted[0]), None, _gradient_of(grads[1], weight, wanted[2]),
+            _gradient_of(grads[2], bias, wanted[3]), None)
+
+
+def _batch_norm_recorded_backward(ctx, grad_output, *_grads_of_statistics):
+    """PyTorch's native_batch_norm_backward from the statistics the kernel would take, as its own BatchNorm's."""
+    input, weight, running_mean, running_var, save_mean, save_invstd = ctx.saved_tensors
+    wanted = ctx.needs_input_grad  # (input, weight, bias, running_mean, running_var, training, momentum, eps)
+    x = _wide(input)
+    flat_weight = None if weight is None else weight.reshape(-1)
+    grads = torch.ops.aten.native_batch_norm_backward(
+        _as_dtype_of(grad_output, x), x, _as_dtype_of(flat_weight, x), _as_dtype_of(running_mean, x),
+        _as_dtype_of(running_var, x), _as_dtype_of(save_mean, x), _as_dtype_of(save_invstd, x), ctx.training,
+        ctx.eps, [wanted[0], wanted[1] and weight is not None, wanted[2]])
+    parameter = next((t for t in (weight, running_mean, input) if t is not None))
+    grad_weight = _gradient_of(grads[1], weight, wanted[1])
+    grad_bias = _gradient_of(grads[2], parameter, wanted[2])
+    return (_gradient_of(grads[0], input, wanted[0]),
+            None if grad_weight is None else grad_weight.reshape(weight.shape),
+            None if grad_bias is None else grad_bias.reshape(ctx.bias_shape), None, None, None, None, None)
+
+
 def _eager(ctx):
     """Whether ctx is the eager Function's (else the custom op's, which torch.compile may be tracing)."""
     return getattr(ctx, "eager", False)
 
 
-def _eager_function(name, forward, setup_context, backward):
-    """An autograd Function of forward (no double backward: the backward ops have no formula of their own)."""
+def _eager_function(name, forward, setup_context, backward, recorded_backward):
+    """An autograd Function of forward: backward's kernels, or recorded_backward's differentiable formulas where
+    the engine records the backward (double backward)."""
     def forward_and_setup(ctx, *inputs):
         ctx.eager = True
         output = forward(*inputs)
@@ -617,15 +691,13 @@ def _eager_function(name, forward, setup_context, backward):
         ctx.mark_non_differentiable(*output[1:])
         ctx.set_materialize_grads(False)
         return output
-    refusing = torch.autograd.function.once_differentiable(backward)
-    def backward_once(ctx, *grads):
+    def backward_or_recorded(ctx, *grads):
         if grads[0] is None:  # the output's gradient is undefined (not materialized): a zero one, so are these
             return (None,) * len(ctx.needs_input_grad)
-        # The engine runs a backward with grad mode on only for create_graph=True; otherwise nothing it computes
-        # is recorded, and once_differentiable's no_grad block and checks (5 us a call) have nothing to refuse.
-        return refusing(ctx, *grads) if torch.is_grad_enabled() else backward(ctx, *grads)
+        # The engine runs a backward with grad mode on only for create_graph=True.
+        return recorded_backward(ctx, *grads) if torch.is_grad_enabled() else backward(ctx, *grads)
     return type(name, (torch.autograd.Function,), {
-        "forward": staticmethod(forward_and_setup), "backward": staticmethod(backward_once)})
+        "forward": staticmethod(forward_and_setup), "backward": staticmethod(backward_or_recorded)})
 
 
 FORWARDS = {"rms_norm": _rms_norm_forward, "layer_norm": _layer_norm_forward,
@@ -634,9 +706,10 @@ FORWARDS = {"rms_norm": _rms_norm_forward, "layer_norm": _layer_norm_forward,
 the Function's bookkeeping, about 5 us less a call."""
 
 EAGER = {
-    "rms_norm": _eager_function("RMSNormFunction", FORWARDS["rms_norm"], _rms_norm_setup, _rms_norm_backward),
+    "rms_norm": _eager_function("RMSNormFunction", FORWARDS["rms_norm"], _rms_norm_setup, _rms_norm_backward,
+                                _rms_norm_recorded_backward),
     "layer_norm": _eager_function("LayerNormFunction", FORWARDS["layer_norm"], _layer_norm_setup,
-                                  _layer_norm_backward),
+                                  _layer_norm_backward, _layer_norm_recorded_backward),
     "batch_norm": _eager_function("BatchNormFunction", FORWARDS["batch_norm"], _batch_norm_setup,
-                                  _batch_norm_backward),
+                                  _batch_norm_backward, _batch_norm_recorded_backward),
 }

@@ -59,6 +59,12 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         input, weight, mean, invstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # the engine records this backward: create_graph=True
+            # The kernels' gradients cannot be differentiated again, and autograd would take them for constants: a
+            # gradient penalty through them would silently lack this layer's second-order terms. Refused on every
+            # rank alike, before any collective.
+            raise RuntimeError("SyncBatchNorm: no double backward (create_graph=True); its backward's kernels and "
+                               "all_reduce have no derivative")
         grad_output = _same_layout(grad_output, input)
         need_input, need_weight, need_bias = ctx.needs_input_grad[:3]
         parameter_dtype = weight.dtype if weight is not None else input.dtype

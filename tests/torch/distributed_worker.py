@@ -107,6 +107,17 @@ def refused_mismatch():
     return {"error": None}
 
 
+def refused_double_backward():
+    """What a backward with create_graph=True through SyncBatchNorm raises (on every rank, before any collective)."""
+    module = ipt.SyncBatchNorm(3).to(DEVICE)
+    x = torch.randn(4, 3, 2, 2, device=DEVICE, requires_grad=True)
+    try:
+        torch.autograd.grad(module(x).square().sum(), x, create_graph=True)
+    except RuntimeError as error:
+        return {"error": "RuntimeError", "message": str(error)}
+    return {"error": None}
+
+
 def main():
     if BACKEND == "nccl":
         torch.cuda.set_device(DEVICE)
@@ -119,6 +130,7 @@ def main():
     results["ddp"] = ddp_training()
     results["sharded"] = sharded_row_norms()
     results["refusal"] = refused_mismatch()
+    results["double_backward"] = refused_double_backward()
     dist.barrier()
     torch.save(results, os.path.join(os.environ["OUT_DIR"], f"rank{RANK}.pt"))
     dist.destroy_process_group()

@@ -148,6 +148,15 @@ def test_sync_batch_norm_refuses_a_channel_mismatch_on_every_rank(ranks):
         assert "should contain 3 elements not 2" in refusal["message"] and refusal["unchanged"], refusal
 
 
+def test_sync_batch_norm_refuses_double_backward_on_every_rank(ranks):
+    """A backward with create_graph=True raises on every rank (no rank waits in an all_reduce): its gradients could
+    not be differentiated again, and a gradient penalty taken as torch.autograd.grad(penalty, parameters) would
+    have skipped the layer's second-order terms without a word."""
+    for rank in ranks:
+        refusal = rank["double_backward"]
+        assert refusal["error"] == "RuntimeError" and "no double backward" in refusal["message"], refusal
+
+
 def test_sync_batch_norm_without_a_process_group_is_batch_norm():
     """Outside an initialized process group (and so with world size 1) SyncBatchNorm is BatchNorm, on the CPU
     too (torch's refuses CPU tensors only where it synchronizes)."""

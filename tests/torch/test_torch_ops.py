@@ -1,12 +1,13 @@
 """The custom ops under torch.ops.infiniop: torch.library's own checks (schema, fake implementation, autograd
-registration, AOT dispatch), gradcheck in float64, gradients only where needed, the eager path against the custom
-ops, and the import rule."""
+registration, AOT dispatch), gradcheck and gradgradcheck in float64, gradient penalties against stock torch's,
+gradients only where needed, the eager path against the custom ops, and the import rule."""
 
 import subprocess
 import sys
 
 import pytest
 
+from _devices import DEVICES
 from _torch_helpers import torch
 
 import infiniop_py.torch as ipt
@@ -164,13 +165,88 @@ def test_without_anything_to_differentiate_the_forward_runs_alone_with_the_same_
         assert all(torch.equal(a, b) for a, b in zip(running, recorded_running))
 
 
-@pytest.mark.parametrize("op", ("rms_norm", "layer_norm", "batch_norm"))
-def test_double_backward_is_refused(op):
-    x = torch.randn(6, 4, 10, requires_grad=True)
-    running = (torch.zeros(4), torch.ones(4))
-    (grad,) = torch.autograd.grad(_functional_call(op, x, None, None, running).square().sum(), x, create_graph=True)
-    with pytest.raises(RuntimeError, match="differentiate twice"):
-        grad.sum().backward()
+def _second_order_cases():
+    """(name, function, float64 inputs) for gradgradcheck: every form the eager backwards take."""
+    g = torch.Generator().manual_seed(6)
+    x, w = _f64((3, 2, 7), g, scale=2.0, shift=0.5), _f64((2, 7), g)
+    xl, wl, bl = _f64((4, 9), g, scale=2.0, shift=1.0), _f64(9, g), _f64(9, g)
+    xb, wb, bb = _f64((4, 3, 5), g, scale=2.0), _f64(3, g), _f64(3, g)
+    running_mean, running_var = _f64(3, g, False), _f64(3, g, False).abs() + 0.5
+    channels_last = _f64((2, 3, 4, 5), g).detach().to(memory_format=torch.channels_last).requires_grad_()
+    return [
+        ("rms_norm", lambda x, w: ipt.rms_norm(x, [2, 7], w, 1e-6), (x, w)),
+        ("rms_norm default eps", lambda x: ipt.rms_norm(x, 7), (x,)),
+        ("layer_norm", lambda x, w, b: ipt.layer_norm(x, [9], w, b), (xl, wl, bl)),
+        ("layer_norm no affine", lambda x: ipt.layer_norm(x, (4, 9), eps=1e-3), (xl,)),
+        ("batch_norm training", lambda x, w, b: ipt.batch_norm(x, None, None, w, b, training=True), (xb, wb, bb)),
+        ("batch_norm eval", lambda x, w, b: ipt.batch_norm(x, running_mean, running_var, w, b, training=False),
+         (xb, wb, bb)),
+        ("batch_norm channels_last", lambda x: ipt.batch_norm(x, None, None, training=True), (channels_last,)),
+    ]
+
+
+# The grad_fn of an eager output of ours: a C++ node (autograd_nodes.cpp) or a Python Function (ops.EAGER).
+_OUR_GRAD_FNS = {"InfiniopRMSNormBackward", "InfiniopLayerNormBackward", "InfiniopBatchNormBackward",
+                 "RMSNormFunctionBackward", "LayerNormFunctionBackward", "BatchNormFunctionBackward"}
+
+
+@pytest.mark.parametrize("path", ("nodes", "python functions"))
+@pytest.mark.parametrize("name, function, inputs", _second_order_cases(), ids=[c[0] for c in _second_order_cases()])
+def test_gradgradcheck(name, function, inputs, path, request):
+    """Double backward (create_graph=True) differentiates the backward again, checked against finite differences
+    in float64, through the C++ nodes and through the Python Functions."""
+    if path == "python functions":
+        request.getfixturevalue("python_functions")
+    assert function(*inputs).grad_fn.name() in _OUR_GRAD_FNS
+    assert torch.autograd.gradgradcheck(function, inputs)
+
+
+def _penalized_gradient(norm, dtype, parameter_dtype, device="cpu"):
+    """The gradient of a gradient penalty (the squared gradient of a Linear-norm-Linear model's output with respect
+    to its input) with respect to the first Linear's weight, taken with torch.autograd.grad(inputs=...): the call
+    that skips any node which leads to none of its inputs. All in float64 but the norm's input, output and
+    parameters."""
+    g = torch.Generator().manual_seed(7)
+    features = 3 if isinstance(norm, torch.nn.BatchNorm1d) else 12
+    first = torch.nn.Linear(10, features, dtype=torch.float64)
+    last = torch.nn.Linear(features, 1, dtype=torch.float64)
+    with torch.no_grad():
+        for parameter in (*first.parameters(), *last.parameters()):
+            parameter.copy_(torch.randn(parameter.shape, generator=g, dtype=torch.float64))
+        for parameter in norm.parameters():
+            parameter.copy_(torch.rand(parameter.shape, generator=g) + 0.5)
+    for module in (first, norm, last):
+        module.to(device)
+    norm.to(parameter_dtype)
+    x = torch.randn(16, 10, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    output = last(norm(first(x).to(dtype)).double()).square().sum()
+    (grad_x,) = torch.autograd.grad(output, x, create_graph=True)
+    (grad_weight,) = torch.autograd.grad(grad_x.square().sum(), first.weight)
+    return grad_weight.cpu()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("path", ("nodes", "python functions"))
+@pytest.mark.parametrize("dtype, parameter_dtype", [(torch.float64, torch.float64), (torch.float32, torch.float32),
+                                                    (torch.bfloat16, torch.float32)], ids=str)
+@pytest.mark.parametrize("stock", (torch.nn.RMSNorm, torch.nn.LayerNorm, torch.nn.BatchNorm1d),
+                         ids=lambda c: c.__name__)
+def test_a_gradient_penalty_through_our_norms_is_torchs(stock, dtype, parameter_dtype, path, device, request):
+    """Before, the backward's gradients came from error nodes (once_differentiable): torch.autograd.grad(penalty,
+    parameters) never ran them, and the penalty's gradient silently lacked the norm's second-order terms (1.00x
+    apart, LayerNorm(1024), 2026-12-07). Ours against the same model with torch's norm, on the same weights:
+    float64 to rounding, F32 and BF16 (F32 parameters) within their dtype's rounding of the norm's output. Torch's
+    on the CPU, ours on each device (CUDA: torch 2.11's LayerNorm refuses BF16 data with F32 parameters there)."""
+    if path == "python functions":
+        request.getfixturevalue("python_functions")
+    features = 3 if stock is torch.nn.BatchNorm1d else 12
+    theirs = _penalized_gradient(stock(features, dtype=torch.float64), dtype, parameter_dtype)
+    norm = stock(features, dtype=torch.float64)
+    replaced = torch.nn.Sequential(norm)
+    assert ipt.replace_norms(replaced) == 1
+    ours = _penalized_gradient(replaced[0], dtype, parameter_dtype, {"cpu": "cpu", "nvidia": "cuda"}[device])
+    tolerance = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 5e-2}[dtype]
+    assert (ours - theirs).norm() <= tolerance * theirs.norm()
 
 
 def test_the_base_package_does_not_import_torch():
