@@ -1,8 +1,9 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the forward
 is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), the backward this library's:
 through C++ autograd nodes in eager mode (autograd_nodes.py; plain autograd Functions where those cannot be built),
-through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under torch.func's transforms (grad, vmap, jacrev, functional_call with grad, ...) they are PyTorch's own
-functions: the backward kernels read plain memory, which functorch's wrapped and batched tensors do not have.
+through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under torch.func's transforms (grad,
+vmap, jacrev, functional_call with grad, ...), while torch.jit traces and in forward-mode AD they are PyTorch's own
+functions (_torch_serves).
 
 Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
 input's device (CUDA's layer_norm; CUDA's rms_norm from torch 2.12), F16/BF16 input and parameters are cast to F32
@@ -14,6 +15,7 @@ import numbers
 from typing import List, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from . import autograd_nodes, checks, ops
 
@@ -72,9 +74,17 @@ def _torch_end_to_end(op, input):
     return minimum is not None and input.numel() < minimum
 
 
-def _in_torch_func():
-    """Whether a torch.func transform is active (the check torch.autograd.Function.apply makes itself)."""
-    return torch._C._are_functorch_transforms_active()
+def _torch_serves():
+    """Whether torch.nn.functional's own function must take the call, not ours:
+    - under a torch.func transform (the check torch.autograd.Function.apply makes itself): the kernels read plain
+      memory, which functorch's wrapped and batched tensors do not have;
+    - while torch.jit traces (torch.jit.trace, the TorchScript ONNX export): it records torch's ops, not the kernels'
+      writes, and the traced module returned its outputs unwritten (noise, with a TracerWarning);
+    - inside a forward-mode AD level (torch.autograd.forward_ad): our nodes have no forward derivative, and outputs
+      came without their tangent (None), silently."""
+    # _get_tracing_state: torch.jit.is_tracing's own test at half its cost (torch.compile folds both to "no").
+    return (torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
+            or _forward_ad._current_level >= 0)
 
 
 # The (op, device type) pairs where torch's autocast runs the op in F32 (read_autocast_policies).
@@ -124,7 +134,7 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
              eps: Optional[float] = None) -> Tensor:
     """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None: the epsilon of
     the dtype it computes in, as torch's: F32's for F16/BF16 data)."""
-    if _in_torch_func():
+    if _torch_serves():
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     if _f32_under_autocast("rms_norm", input):
         input, weight = _widened(input, weight)
@@ -141,7 +151,7 @@ def _rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Opti
 def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
-    if _in_torch_func() or _torch_end_to_end("layer_norm", input):
+    if _torch_serves() or _torch_end_to_end("layer_norm", input):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     if _f32_under_autocast("layer_norm", input):
         input, weight, bias = _widened(input, weight, bias)
@@ -154,7 +164,7 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
     statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
-    if _in_torch_func():
+    if _torch_serves():
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     # An empty input: torch's value, the input times weight[0] plus bias[0], whatever the other sizes.
     if input.numel() == 0:

@@ -1,6 +1,8 @@
 """torch.func's transforms over the drop-ins: grad, vmap of grad (per-sample gradients), jacrev and jvp give what
 they give over torch's own functions and modules, where plain autograd.Functions without setup_context raise."""
 
+import copy
+
 import pytest
 
 from _torch_helpers import torch
@@ -75,3 +77,63 @@ def test_per_sample_gradients_of_a_module(module):
     assert expected.keys() == actual.keys()
     for name in expected:
         assert actual[name].shape == (4, size) and torch.equal(actual[name], expected[name]), name
+
+
+def _module_pairs():
+    """(name, ours, theirs, input) of the replaced modules, a foreign RMSNorm (transformers' Llama) among them:
+    replace_norms on a copy of torch's, with non-trivial parameters."""
+    from _foreign_norms import LlamaStyleRMSNorm
+    generator = torch.Generator().manual_seed(3)
+    # LayerNorm F32 of at least 16384 elements: the C++ forward runs our kernel there (else PyTorch's, from C++)
+    rows, images = torch.randn(1100, 16, generator=generator), torch.randn(4, 8, 3, 3, generator=generator)
+    pairs = []
+    for name, make, x, classes in (("RMSNorm", lambda: torch.nn.RMSNorm(16), rows, ()),
+                                   ("LayerNorm", lambda: torch.nn.LayerNorm(16), rows, ()),
+                                   ("BatchNorm2d", lambda: torch.nn.BatchNorm2d(8), images, ()),
+                                   ("LlamaRMSNorm", lambda: LlamaStyleRMSNorm(16), rows, (LlamaStyleRMSNorm,))):
+        theirs = make()
+        with torch.no_grad():
+            for parameter in theirs.parameters():
+                parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
+        replaced = torch.nn.Sequential(copy.deepcopy(theirs))
+        assert ipt.replace_norms(replaced, rms_norms=list(classes)) == 1
+        pairs.append((name, replaced[0], theirs, x))
+    return pairs
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _module_pairs()])
+def test_jit_trace_records_torchs_own_norms(name):
+    """torch.jit.trace (and the TorchScript ONNX export, which traces) records torch's ops: through our kernels the
+    traced module returned its output unwritten (noise; 2026-12-07). While tracing the drop-ins are torch's."""
+    _, ours, theirs, x = next(p for p in _module_pairs() if p[0] == name)
+    other = torch.randn(x.shape, generator=torch.Generator().manual_seed(4))
+    traced = torch.jit.trace(ours.train(False), x)
+    torch.testing.assert_close(traced(other), theirs.train(False)(other))
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _module_pairs()])
+def test_forward_mode_ad_gives_torchs_tangents(name):
+    """Inside a forward-mode AD level our nodes, which have no forward derivative, gave outputs without a tangent
+    (None), silently; there the drop-ins are torch's, and the tangent its."""
+    import torch.autograd.forward_ad as forward_ad
+    _, ours, theirs, x = next(p for p in _module_pairs() if p[0] == name)
+    direction = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    tangents = []
+    for module in (ours, theirs):
+        with forward_ad.dual_level():
+            tangents.append(forward_ad.unpack_dual(module(forward_ad.make_dual(x, direction))).tangent)
+    assert tangents[0] is not None
+    torch.testing.assert_close(*tangents)
+
+
+def test_a_replaced_foreign_rms_norm_under_vmap_and_grad_is_its_class():
+    """A replaced foreign RMSNorm under torch.func runs its own class's forward (our kernels cannot read
+    functorch's tensors: 'Cannot access data pointer of Tensor that doesn't have storage', 2026-12-07)."""
+    _, ours, theirs, x = next(p for p in _module_pairs() if p[0] == "LlamaRMSNorm")
+    weights = torch.randn(x.shape, generator=torch.Generator().manual_seed(6))
+    for module in (ours, theirs):
+        module.zero_grad()
+    results = [(torch.func.vmap(module)(x), torch.func.grad(lambda z: (module(z) * weights).sum())(x))
+               for module in (ours, theirs)]
+    for actual, expected in zip(*results):
+        assert torch.equal(actual, expected)
