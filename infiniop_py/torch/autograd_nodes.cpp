@@ -246,7 +246,13 @@ Tensor gradientLike(const Tensor &parameter, bool wanted) {
 // once_differentiable makes, refused a .backward() through them, but torch.autograd.grad(penalty, parameters) does not
 // run a node that leads to none of its inputs: such a penalty's gradient silently lacked the norm's second-order
 // terms.
-bool recordsBackward() { return at::GradMode::is_enabled(); }
+// Also where the incoming gradient is batched (torch.autograd.grad(..., is_grads_batched=True) runs the backward
+// under vmap) or functorch's: the kernels read plain memory, which such tensors do not have; PyTorch's ops batch.
+bool recordsBackward(const Tensor &grad_output) {
+    static const c10::DispatchKeySet batched(
+        {c10::DispatchKey::Batched, c10::DispatchKey::FuncTorchBatched, c10::DispatchKey::FuncTorchGradWrapper});
+    return at::GradMode::is_enabled() || grad_output.key_set().has_any(batched);
+}
 
 // `tensor` in F32 where it is 16-bit (the formulas take F32 and F64, with statistics of the same dtype), else itself.
 Tensor wide(const Tensor &tensor) {
@@ -318,7 +324,7 @@ variable_list rmsNormRecordedGradients(const Tensor &grad_output, const Tensor &
 
 variable_list rmsNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
                               const Tensor &rstd, std::optional<double> eps, bool want_input, bool want_weight) {
-    return recordsBackward() ? rmsNormRecordedGradients(grad_output, input, weight, eps, want_input, want_weight)
+    return recordsBackward(grad_output) ? rmsNormRecordedGradients(grad_output, input, weight, eps, want_input, want_weight)
                              : rmsNormGradients(grad_output, input, weight, rstd, want_input, want_weight);
 }
 
@@ -409,7 +415,7 @@ variable_list layerNormRecordedGradients(const Tensor &grad_output, const Tensor
 variable_list layerNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
                                 const Tensor &bias, const Tensor &mean, const Tensor &rstd, int64_t normalized_dims,
                                 bool want_input, bool want_weight, bool want_bias) {
-    return (recordsBackward() ? layerNormRecordedGradients : layerNormGradients)(
+    return (recordsBackward(grad_output) ? layerNormRecordedGradients : layerNormGradients)(
         grad_output, input, weight, bias, mean, rstd, normalized_dims, want_input, want_weight, want_bias);
 }
 
@@ -521,7 +527,7 @@ variable_list batchNormBackward(const Tensor &grad_output, const Tensor &input, 
                                 const Tensor &running_mean, const Tensor &running_var, const Tensor &saved_mean,
                                 const Tensor &saved_invstd, bool training, double eps, bool want_input,
                                 bool want_weight, bool want_bias) {
-    return (recordsBackward() ? batchNormRecordedGradients : batchNormGradients)(
+    return (recordsBackward(grad_output) ? batchNormRecordedGradients : batchNormGradients)(
         grad_output, input, weight, running_mean, running_var, saved_mean, saved_invstd, training, eps, want_input,
         want_weight, want_bias);
 }

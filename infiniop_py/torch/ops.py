@@ -674,6 +674,13 @@ def _batch_norm_recorded_backward(ctx, grad_output, *_grads_of_statistics):
             None if grad_bias is None else grad_bias.reshape(ctx.bias_shape), None, None, None, None, None)
 
 
+def _batched(tensor):
+    """Whether ``tensor`` is batched by vmap (autograd's legacy one or torch.func's): no plain memory for the
+    kernels to read."""
+    functorch = torch._C._functorch
+    return functorch.is_legacy_batchedtensor(tensor) or functorch.is_batchedtensor(tensor)
+
+
 def _eager(ctx):
     """Whether ctx is the eager Function's (else the custom op's, which torch.compile may be tracing)."""
     return getattr(ctx, "eager", False)
@@ -694,8 +701,11 @@ def _eager_function(name, forward, setup_context, backward, recorded_backward):
     def backward_or_recorded(ctx, *grads):
         if grads[0] is None:  # the output's gradient is undefined (not materialized): a zero one, so are these
             return (None,) * len(ctx.needs_input_grad)
-        # The engine runs a backward with grad mode on only for create_graph=True.
-        return recorded_backward(ctx, *grads) if torch.is_grad_enabled() else backward(ctx, *grads)
+        # The engine runs a backward with grad mode on only for create_graph=True; is_grads_batched=True runs it
+        # under vmap, whose batched gradients the kernels cannot read (PyTorch's ops batch).
+        if torch.is_grad_enabled() or _batched(grads[0]):
+            return recorded_backward(ctx, *grads)
+        return backward(ctx, *grads)
     return type(name, (torch.autograd.Function,), {
         "forward": staticmethod(forward_and_setup), "backward": staticmethod(backward_or_recorded)})
 

@@ -2,6 +2,7 @@
 registration, AOT dispatch), gradcheck and gradgradcheck in float64, gradient penalties against stock torch's,
 gradients only where needed, the eager path against the custom ops, and the import rule."""
 
+import copy
 import subprocess
 import sys
 
@@ -247,6 +248,32 @@ def test_a_gradient_penalty_through_our_norms_is_torchs(stock, dtype, parameter_
     ours = _penalized_gradient(replaced[0], dtype, parameter_dtype, {"cpu": "cpu", "nvidia": "cuda"}[device])
     tolerance = {torch.float64: 1e-10, torch.float32: 1e-4, torch.bfloat16: 5e-2}[dtype]
     assert (ours - theirs).norm() <= tolerance * theirs.norm()
+
+
+@pytest.mark.parametrize("path", ("nodes", "python functions"))
+@pytest.mark.parametrize("stock", (torch.nn.RMSNorm, torch.nn.LayerNorm, torch.nn.BatchNorm1d),
+                         ids=lambda c: c.__name__)
+def test_batched_gradients_are_torchs(stock, path, request):
+    """torch.autograd.grad(..., is_grads_batched=True) runs the backward under vmap, whose batched gradients the
+    kernels cannot read ('Cannot access data pointer of Tensor that doesn't have storage', 2026-12-07): there the
+    backwards take PyTorch's formulas, which batch."""
+    if path == "python functions":
+        request.getfixturevalue("python_functions")
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(16, 12, generator=generator)
+    grads = torch.randn(3, 16, 12, generator=generator)
+    theirs = stock(12)
+    with torch.no_grad():
+        for parameter in theirs.parameters():
+            parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
+    replaced = torch.nn.Sequential(copy.deepcopy(theirs))
+    assert ipt.replace_norms(replaced) == 1
+    results = []
+    for module in (replaced[0], theirs):
+        leaf = x.clone().requires_grad_()
+        results.append(torch.autograd.grad(module(leaf), (leaf, module.weight), grads, is_grads_batched=True))
+    for actual, expected in zip(*results):
+        torch.testing.assert_close(actual, expected)
 
 
 def test_the_base_package_does_not_import_torch():
