@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from _torch_helpers import torch
+from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, torch
 
 import infiniop_py.torch as ipt
 
@@ -105,6 +105,8 @@ def _module_pairs():
 def test_jit_trace_records_torchs_own_norms(name):
     """torch.jit.trace (and the TorchScript ONNX export, which traces) records torch's ops: through our kernels the
     traced module returned its output unwritten (noise; 2026-12-07). While tracing the drop-ins are torch's."""
+    if TORCH_ERRORS_CRASH:  # torch.jit's pybind11 iterators end by throwing, as its errors do
+        pytest.skip(TORCH_ERRORS_CRASH_REASON)
     _, ours, theirs, x = next(p for p in _module_pairs() if p[0] == name)
     other = torch.randn(x.shape, generator=torch.Generator().manual_seed(4))
     traced = torch.jit.trace(ours.train(False), x)
