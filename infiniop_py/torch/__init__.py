@@ -20,9 +20,9 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
   torch.jit traces (torch.jit.trace, the TorchScript ONNX export) and in forward-mode AD, the functionals and modules
   are torch.nn.functional's own functions (a replaced foreign RMSNorm its own class's forward): the kernels read
   plain memory, which functorch's wrapped and batched tensors do not have, a trace records torch's ops and not the
-  kernels' writes, and our nodes have no forward derivative. torch.jit.script does not compile the drop-ins. Double backward
-  (create_graph=True: gradient penalties, Hessian-vector products) takes PyTorch's own backward formulas, which
-  it differentiates as stock's: the kernels serve the first-order backward.
+  kernels' writes, and our nodes have no forward derivative. torch.jit.script does not compile the drop-ins.
+  Double backward (create_graph=True: gradient penalties, Hessian-vector products) takes PyTorch's own backward
+  formulas, which it differentiates as stock's: the kernels serve the first-order backward.
 - Under autocast they do what torch's do: where its autocast runs layer_norm or rms_norm in F32 (CUDA; rms_norm
   from torch 2.12), F16/BF16 operands are cast to F32 first and the output is F32 (see ``functional``).
 - Every forward makes torch.nn.functional's argument checks first and raises torch's own error (``checks``):

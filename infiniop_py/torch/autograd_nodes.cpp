@@ -60,6 +60,8 @@ infiniDtype_t dtypeOf(const Tensor &tensor) {
     }
 }
 
+bool isHalf(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
+
 // The statistics' dtype of the kernels: F64 for F64 data, else F32.
 at::ScalarType statisticsDtype(const Tensor &input) {
     return input.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -256,8 +258,7 @@ bool recordsBackward(const Tensor &grad_output) {
 
 // `tensor` in F32 where it is 16-bit (the formulas take F32 and F64, with statistics of the same dtype), else itself.
 Tensor wide(const Tensor &tensor) {
-    const bool half = tensor.defined() && (tensor.scalar_type() == at::kHalf || tensor.scalar_type() == at::kBFloat16);
-    return half ? tensor.to(at::kFloat) : tensor;
+    return tensor.defined() && isHalf(tensor.scalar_type()) ? tensor.to(at::kFloat) : tensor;
 }
 
 // `tensor` in the dtype of `like` (undefined stays so).
@@ -267,8 +268,7 @@ Tensor asDtypeOf(const Tensor &tensor, const Tensor &like) {
 
 // A gradient in its operand's dtype (undefined where not wanted).
 Tensor gradientOf(const Tensor &gradient, const Tensor &operand, bool wanted) {
-    if (!wanted || !gradient.defined()) return Tensor();
-    return gradient.scalar_type() == operand.scalar_type() ? gradient : gradient.to(operand.scalar_type());
+    return wanted ? asDtypeOf(gradient, operand) : Tensor();
 }
 
 // ------------------------------------------------------------------------------------------------------ RMSNorm
@@ -324,8 +324,9 @@ variable_list rmsNormRecordedGradients(const Tensor &grad_output, const Tensor &
 
 variable_list rmsNormBackward(const Tensor &grad_output, const Tensor &input, const Tensor &weight,
                               const Tensor &rstd, std::optional<double> eps, bool want_input, bool want_weight) {
-    return recordsBackward(grad_output) ? rmsNormRecordedGradients(grad_output, input, weight, eps, want_input, want_weight)
-                             : rmsNormGradients(grad_output, input, weight, rstd, want_input, want_weight);
+    return recordsBackward(grad_output)
+               ? rmsNormRecordedGradients(grad_output, input, weight, eps, want_input, want_weight)
+               : rmsNormGradients(grad_output, input, weight, rstd, want_input, want_weight);
 }
 
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
@@ -690,8 +691,6 @@ std::vector<int64_t> forwardCalls() {
     for (const auto &count : forward_calls) calls.push_back(count.load());
     return calls;
 }
-
-bool isHalf(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
 
 // Data a node serves: of a kernel dtype, on the CPU or CUDA.
 bool servedInput(const Tensor &input) {

@@ -618,9 +618,7 @@ def _as_dtype_of(tensor, like):
 
 
 def _gradient_of(gradient, operand, wanted):
-    if not wanted or gradient is None or operand is None:
-        return None
-    return gradient if gradient.dtype is operand.dtype else gradient.to(operand.dtype)
+    return _as_dtype_of(gradient, operand) if wanted and operand is not None else None
 
 
 def _rms_norm_recorded_backward(ctx, grad_output, _grad_rstd):

@@ -679,7 +679,6 @@ infiniStatus_t makePlan(size_t rows, size_t dim, std::initializer_list<RowLayout
     Plan p;
     p.flat_rows = flatRows(row_layouts);
     p.vector_strides = vectorStrides(sizeof(T), row_layouts);
-    const bool flat_rows = p.flat_rows;
     const nvidia::DeviceScope device_scope(device_id);
     INFINI_CHECK(device_scope.status());
     INFINI_CHECK(nvidia::multiprocessorCount(device_id, &p.multiprocessors));
@@ -692,7 +691,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, std::initializer_list<RowLayout
         if (dim > 0 && dim < kMinPackedDim && rows > 0) {
             int per_sm = 1;
             p.short_rows = nvidia::LaneGroups::of(dim);
-            INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, flat_rows, [&](auto kernel) {
+            INFINI_CHECK((withShortRowsKernel<kCentres, T, W, S>(p.short_rows, p.flat_rows, [&](auto kernel) {
                 return nvidia::residentCtas(kernel, kShortRowThreads, &per_sm);
             })));
             const size_t groups = kShortRowThreads / p.short_rows.lanes; // rows a CTA takes at a time
@@ -702,7 +701,7 @@ infiniStatus_t makePlan(size_t rows, size_t dim, std::initializer_list<RowLayout
         if (dim >= kMinPackedDim && dim <= kMaxPackedDim && rows > 0 && two_vectors_fit) {
             int per_sm = 1;
             p.packed_threads = dim > kMaxOneVectorDim ? kMaxPackedThreads : nvidia::packedThreads(dim);
-            INFINI_CHECK((withPackedRowsKernel<kCentres, T, W, S>(dim, flat_rows, [&](auto kernel, size_t shared) {
+            INFINI_CHECK((withPackedRowsKernel<kCentres, T, W, S>(dim, p.flat_rows, [&](auto kernel, size_t shared) {
                 if (shared > 0) { // over 48 KiB of dynamic shared memory a kernel must be allowed it, once
                     CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                     static_cast<int>(shared)));
