@@ -1,9 +1,9 @@
 """Drop-ins for torch.nn.functional's rms_norm, layer_norm and batch_norm, same signatures and defaults: the forward
 is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), the backward this library's:
 through C++ autograd nodes in eager mode (autograd_nodes.py; plain autograd Functions where those cannot be built),
-through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). Under torch.func's transforms (grad,
-vmap, jacrev, functional_call with grad, ...), while torch.jit traces and in forward-mode AD they are PyTorch's own
-functions (_torch_serves).
+through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). For tensor subclasses (DTensor,
+FakeTensor, ...) and nested tensors, under torch.func's transforms (grad, vmap, jacrev, functional_call with grad,
+...), while torch.jit traces and in forward-mode AD they are PyTorch's own functions (_torch_serves).
 
 Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
 input's device (CUDA's layer_norm; CUDA's rms_norm from torch 2.12), F16/BF16 input and parameters are cast to F32
@@ -74,14 +74,27 @@ def _torch_end_to_end(op, input):
     return minimum is not None and input.numel() < minimum
 
 
-def _torch_serves():
+# The types of operand whose memory the kernels read as torch does (None: an absent parameter).
+_ORDINARY = {torch.Tensor, torch.nn.Parameter, type(None)}
+
+
+def _torch_serves(input, *parameters):
     """Whether torch.nn.functional's own function must take the call, not ours:
+    - for a nested input or an operand of a tensor subclass (but nn.Parameter): a subclass may override torch's
+      functions (__torch_function__, to which torch's function hands the call) or wrap other tensors and own no
+      memory (__torch_dispatch__: DTensor, FakeTensor, the jagged NestedTensor); our kernels bypassed the override
+      or raised (a null data pointer, 2026-12-07);
     - under a torch.func transform (the check torch.autograd.Function.apply makes itself): the kernels read plain
       memory, which functorch's wrapped and batched tensors do not have;
     - while torch.jit traces (torch.jit.trace, the TorchScript ONNX export): it records torch's ops, not the kernels'
       writes, and the traced module returned its outputs unwritten (noise, with a TracerWarning);
     - inside a forward-mode AD level (torch.autograd.forward_ad): our nodes have no forward derivative, and outputs
       came without their tangent (None), silently."""
+    if input is None or type(input) not in _ORDINARY or input.is_nested:  # None, not a tensor: torch's error
+        return True
+    for parameter in parameters:
+        if type(parameter) not in _ORDINARY:
+            return True
     # _get_tracing_state: torch.jit.is_tracing's own test at half its cost (torch.compile folds both to "no").
     return (torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
             or _forward_ad._current_level >= 0)
@@ -134,7 +147,7 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
              eps: Optional[float] = None) -> Tensor:
     """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None: the epsilon of
     the dtype it computes in, as torch's: F32's for F16/BF16 data)."""
-    if _torch_serves():
+    if _torch_serves(input, weight):
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     if _f32_under_autocast("rms_norm", input):
         input, weight = _widened(input, weight)
@@ -151,7 +164,7 @@ def _rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Opti
 def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
-    if _torch_serves() or _torch_end_to_end("layer_norm", input):
+    if _torch_serves(input, weight, bias) or _torch_end_to_end("layer_norm", input):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     if _f32_under_autocast("layer_norm", input):
         input, weight, bias = _widened(input, weight, bias)
@@ -164,7 +177,7 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
     statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
-    if _torch_serves():
+    if _torch_serves(input, running_mean, running_var, weight, bias):
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     # An empty input: torch's value, the input times weight[0] plus bias[0], whatever the other sizes.
     if input.numel() == 0:

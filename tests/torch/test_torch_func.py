@@ -139,3 +139,68 @@ def test_a_replaced_foreign_rms_norm_under_vmap_and_grad_is_its_class():
                for module in (ours, theirs)]
     for actual, expected in zip(*results):
         assert torch.equal(actual, expected)
+
+
+def _subclass_pairs():
+    """(name, ours, theirs, input) as _module_pairs, on inputs where our kernels serve the replaced modules eagerly
+    (above functional._TORCH_BELOW's sizes: LayerNorm F32 from 65536 elements, BatchNorm F32 from 4096)."""
+    generator = torch.Generator().manual_seed(7)
+    rows, images = torch.randn(4200, 16, generator=generator), torch.randn(8, 8, 9, 9, generator=generator)
+    return [(name, ours, theirs, images if name.startswith("Batch") else rows)
+            for name, ours, theirs, _ in _module_pairs()]
+
+
+class _Logged(torch.Tensor):
+    """A subclass that overrides torch's functions (__torch_function__), noting which it saw."""
+    seen = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _module_pairs()])
+def test_tensor_subclasses_get_torchs_own_norms(name):
+    """A tensor subclass is handed to torch's own function, as torch.nn's modules hand it: a __torch_function__
+    subclass sees the norm itself and keeps its type; a wrapper without memory of its own (TwoTensor, standing for
+    DTensor) and FakeTensorMode's tensors work. Ours raised on them ('INFINI_STATUS_NULL_POINTER', a view modified
+    in place, a numpy array in place of a tensor; 2026-12-07)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.two_tensor import TwoTensor
+    _, ours, theirs, x = next(p for p in _subclass_pairs() if p[0] == name)
+    weights = torch.randn(x.shape, generator=torch.Generator().manual_seed(8))
+    results = []
+    for module in (ours, theirs):
+        module.zero_grad()
+        _Logged.seen.clear()
+        logged = module(x.as_subclass(_Logged))
+        seen = list(_Logged.seen)
+        pair = TwoTensor(x.clone(), x.clone()).requires_grad_()
+        (module(pair) * weights).sum().backward()
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake = module(mode.from_tensor(x))
+        results.append({"types": (type(logged), type(pair.grad), type(fake)), "seen": seen,
+                        "fake": (fake.shape, fake.dtype),
+                        "values": [logged.as_subclass(torch.Tensor), pair.grad.a, pair.grad.b,
+                                   *(p.grad for p in module.parameters())]})
+    ours_result, theirs_result = results
+    assert ours_result["types"] == theirs_result["types"] == (_Logged, TwoTensor, type(fake))
+    assert ours_result["seen"] == theirs_result["seen"] and ours_result["fake"] == theirs_result["fake"]
+    assert all(map(torch.equal, ours_result["values"], theirs_result["values"]))
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _module_pairs() if not p[0].startswith("Batch")])
+def test_nested_tensors_get_torchs_own_row_norms(name):
+    """A jagged nested tensor (torch.nested, layout=torch.jagged) of rows goes through torch's own row norms, forward
+    and backward. Our RMSNorm raised 'SymIntArrayRef expected to contain only concrete integers' (2026-12-07)."""
+    _, ours, theirs, x = next(p for p in _subclass_pairs() if p[0] == name)
+    results = []
+    for module in (ours, theirs):
+        module.zero_grad()
+        nested = torch.nested.nested_tensor([x[:1000], x[1000:3500], x[3500:]], layout=torch.jagged,
+                                            requires_grad=True)
+        output = module(nested)
+        (output.values() * output.values().detach().sin()).sum().backward()
+        results.append([output.values(), nested.grad.values()] + [p.grad for p in module.parameters()])
+    assert all(map(torch.equal, *results))
