@@ -46,8 +46,19 @@ def _from_torch(tensor, name):
     if device is None:
         raise ValueError(f"{name}: the torch tensor is on {tensor.device}, which no infiniop device is; "
                          f"use one of the torch devices {', '.join(sorted(_DEVICE_BY_TORCH_TYPE))}")
+    if tensor.is_nested:
+        raise TypeError(f"{name}: a nested torch tensor has no single shape; pass a plain tensor (one of its "
+                        f"components, or a padded tensor)")
+    try:
+        data = tensor.data_ptr()
+    except RuntimeError:  # e.g. "Cannot access data pointer of Tensor that doesn't have storage"
+        data = 0
+    if data == 0 and tensor.numel():
+        raise TypeError(f"{name}: the {type(tensor).__name__} owns no memory the kernels can read (a wrapper tensor "
+                        f"subclass such as DTensor or FakeTensor); pass a plain torch.Tensor (a DTensor's "
+                        f".to_local() or .full_tensor())")
     return TensorRef(
-        data=tensor.data_ptr(), device=device, device_id=tensor.device.index or 0,
+        data=data, device=device, device_id=tensor.device.index or 0,
         dtype=dtypes.code_of(dtype_name, name), itemsize=tensor.element_size(),
         shape=tuple(tensor.shape), strides=tuple(tensor.stride()), owner=tensor,
     )
@@ -105,7 +116,8 @@ def torch_cpu_pointer(tensor, writable=False):
 
 
 def _is_torch_tensor(obj):
-    return type(obj).__module__.split(".")[0] == "torch" and hasattr(obj, "data_ptr")
+    torch = sys.modules.get("torch")  # a torch tensor's module is loaded already
+    return torch is not None and isinstance(obj, torch.Tensor)
 
 
 def as_tensor(obj, name, writable=False):

@@ -32,6 +32,16 @@ def wrong_arguments():
     yield "dtype", lambda a: a.astype(np.int32), infiniop_py.BadTensorDtypeError, r"{name}: dtype I32"
     yield "dtype", lambda a: a.astype(np.complex64), infiniop_py.BadTensorDtypeError, r"{name}: dtype complex64"
     yield "device", lambda a: torch.empty(a.shape, device="meta"), ValueError, r"{name}: .*meta"
+    # A torch tensor without memory of its own to read (TwoTensor stands for DTensor), and a nested one: they reached
+    # the kernels with a null pointer (INFINI_STATUS_NULL_POINTER) or raised torch's internal errors (2026-12-07).
+    yield "wrapper", lambda a: _two_tensor(torch.from_numpy(a)), TypeError, r"{name}: the TwoTensor owns no memory"
+    yield "nested", lambda a: torch.nested.as_nested_tensor([torch.from_numpy(a)], layout=torch.jagged), TypeError, \
+        r"{name}: a nested"
+
+
+def _two_tensor(tensor):
+    from torch.testing._internal.two_tensor import TwoTensor
+    return TwoTensor(tensor, tensor.clone())
 
 
 # Tensors the Ex entry points take as absent (None): leaving them out is no error.
