@@ -89,7 +89,9 @@ def _torch_serves(input, *parameters):
     - while torch.jit traces (torch.jit.trace, the TorchScript ONNX export): it records torch's ops, not the kernels'
       writes, and the traced module returned its outputs unwritten (noise, with a TracerWarning);
     - inside a forward-mode AD level (torch.autograd.forward_ad): our nodes have no forward derivative, and outputs
-      came without their tangent (None), silently."""
+      came without their tangent (None), silently;
+    - under a TorchDispatchMode (make_fx's tracing, FakeTensorMode, FlopCounterMode, ...): a mode sees the ops torch
+      runs, not the kernels' writes; the graph make_fx traced returned noise (2026-12-07)."""
     if input is None or type(input) not in _ORDINARY or input.is_nested:  # None, not a tensor: torch's error
         return True
     for parameter in parameters:
@@ -97,7 +99,24 @@ def _torch_serves(input, *parameters):
             return True
     # _get_tracing_state: torch.jit.is_tracing's own test at half its cost (torch.compile folds both to "no").
     return (torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
-            or _forward_ad._current_level >= 0)
+            or _forward_ad._current_level >= 0 or _dispatch_mode_active())
+
+
+@torch.compiler.assume_constant_result  # torch.compile cannot trace the call; where it traces, no mode is active
+def _dispatch_mode_active():
+    return torch._C._len_torch_dispatch_stack() > 0
+
+
+Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
+
+
+def traced_as_leaf(module, input):
+    """A module's call where torch.fx traces symbolically (``input`` a Proxy): one call_module node, as its tracer
+    records torch.nn's own norms (it does not trace into torch.nn's modules). So the traced module runs ours, kernels
+    and running statistics as in eager mode. Traced through, BatchNorm's forward raised on its input checks, and the
+    row norms became calls of torch's functions (2026-12-07)."""
+    tracer = input.tracer
+    return tracer.create_proxy("call_module", tracer.path_of_module(module), (input,), {})
 
 
 # The (op, device type) pairs where torch's autocast runs the op in F32 (read_autocast_policies).

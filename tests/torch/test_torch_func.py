@@ -204,3 +204,60 @@ def test_nested_tensors_get_torchs_own_row_norms(name):
         (output.values() * output.values().detach().sin()).sum().backward()
         results.append([output.values(), nested.grad.values()] + [p.grad for p in module.parameters()])
     assert all(map(torch.equal, *results))
+
+
+def test_fx_symbolic_trace_keeps_the_norms_as_modules():
+    """torch.fx.symbolic_trace records torch.nn's norms as leaf modules (call_module): the replaced ones too, so the
+    traced model runs them as in eager mode, kernels and running statistics, and tracing changes no buffer. Traced
+    through, BatchNorm's forward raised ('symbolically traced variables cannot be used as inputs to control flow')
+    and the row norms became torch's functions (2026-12-07)."""
+    from _foreign_norms import LlamaStyleRMSNorm
+    generator = torch.Generator().manual_seed(9)
+    stock = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(), torch.nn.Flatten(1),
+                                torch.nn.LayerNorm(288), torch.nn.RMSNorm(288), LlamaStyleRMSNorm(288))
+    ours = copy.deepcopy(stock)
+    assert ipt.replace_norms(ours, rms_norms=[LlamaStyleRMSNorm]) == 4
+    eager = copy.deepcopy(ours)
+    traced = torch.fx.symbolic_trace(ours)
+    assert ours[1].num_batches_tracked.item() == 0
+    modules = [node.target for node in traced.graph.nodes if node.op == "call_module"]
+    assert modules == [str(i) for i in range(7)]
+    assert [node.op for node in torch.fx.symbolic_trace(stock).graph.nodes][:7] == [node.op for node in
+                                                                                     traced.graph.nodes][:7]
+    x = torch.randn(70, 3, 8, 8, generator=generator)
+    weights = torch.randn(70, 288, generator=generator)
+    results = []
+    for model in (traced, eager):
+        inputs = x.clone().requires_grad_()
+        output = model(inputs)
+        (output * weights).sum().backward()
+        results.append([output, inputs.grad, *(p.grad for p in model.parameters()), *model.buffers()])
+    assert len(results[0]) == len(results[1]) and all(map(torch.equal, *results))
+
+
+@pytest.mark.parametrize("name", [p[0] for p in _module_pairs()])
+def test_make_fx_and_dispatch_modes_see_torchs_norms(name):
+    """Under a TorchDispatchMode the drop-ins are torch's: the mode sees torch's ops, and make_fx's graph (a mode)
+    computes the norm. Through our kernels that graph recorded the outputs' allocation, not the kernels' writes, and
+    returned noise (2026-12-07)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+    _, ours, theirs, x = next(p for p in _subclass_pairs() if p[0] == name)
+    other = torch.randn(x.shape, generator=torch.Generator().manual_seed(10))
+    results = []
+    for module in (ours, theirs):
+        module.train(False)
+        with Seen() as seen:
+            output = module(x)
+        results.append((seen.ops, output, make_fx(module)(x)(other)))
+    assert results[0][0] == results[1][0]
+    assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][2], results[1][2])
