@@ -68,7 +68,7 @@ _TORCH_BELOW = {
 def _torch_end_to_end(op, input):
     """Whether torch's own ``op`` (forward and backward) is the faster for this input (_TORCH_BELOW). Eager only:
     torch.compile traces our custom ops whatever the size."""
-    if not input.is_cpu or torch.compiler.is_compiling():
+    if type(input) is not torch.Tensor or not input.is_cpu or torch.compiler.is_compiling():
         return False
     minimum = _TORCH_BELOW.get((op, input.dtype))
     return minimum is not None and input.numel() < minimum
@@ -99,12 +99,9 @@ def _torch_serves(input, *parameters):
             return True
     # _get_tracing_state: torch.jit.is_tracing's own test at half its cost (torch.compile folds both to "no").
     return (torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
-            or _forward_ad._current_level >= 0 or _dispatch_mode_active())
-
-
-@torch.compiler.assume_constant_result  # torch.compile cannot trace the call; where it traces, no mode is active
-def _dispatch_mode_active():
-    return torch._C._len_torch_dispatch_stack() > 0
+            or _forward_ad._current_level >= 0
+            # torch.compile cannot trace the call (and where it traces, no mode is active): it stops before it.
+            or not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() > 0)
 
 
 Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
@@ -183,7 +180,8 @@ def _rms_norm_as_called(input: Tensor, normalized_shape: List[int], weight: Opti
 def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
-    if _torch_serves(input, weight, bias) or _torch_end_to_end("layer_norm", input):
+    # The size test first: where it holds torch's function serves whatever the operands (and at the least cost).
+    if _torch_end_to_end("layer_norm", input) or _torch_serves(input, weight, bias):
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     if _f32_under_autocast("layer_norm", input):
         input, weight, bias = _widened(input, weight, bias)
