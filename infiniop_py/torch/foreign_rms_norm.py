@@ -31,9 +31,9 @@ class ForeignRMSNorm:
     _infiniop_data_dtype = False    # the output in the data's dtype, else in the promoted type of data and weight
 
     def forward(self, hidden_states):
-        if isinstance(hidden_states, functional.Proxy):
-            return functional.traced_as_leaf(self, hidden_states)
-        if functional._torch_serves(hidden_states, self.weight):  # where the functionals take torch's own: its class's
+        if isinstance(hidden_states, functional._Proxy):
+            return functional._traced_as_leaf(self, hidden_states)
+        if functional._torch_serves(hidden_states, self.weight):  # where the functionals are torch's: its class's
             return self._infiniop_base.forward(self, hidden_states)
         weight = self.weight
         if self._infiniop_offset:

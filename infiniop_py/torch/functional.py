@@ -3,7 +3,8 @@ is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), 
 through C++ autograd nodes in eager mode (autograd_nodes.py; plain autograd Functions where those cannot be built),
 through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). For tensor subclasses (DTensor,
 FakeTensor, ...) and nested tensors, under torch.func's transforms (grad, vmap, jacrev, functional_call with grad,
-...), while torch.jit traces and in forward-mode AD they are PyTorch's own functions (_torch_serves).
+...) and dispatch modes (make_fx), while torch.jit traces and in forward-mode AD they are PyTorch's own functions
+(_torch_serves); torch.fx's symbolic tracing records the modules as leaves (_traced_as_leaf).
 
 Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
 input's device (CUDA's layer_norm; CUDA's rms_norm from torch 2.12), F16/BF16 input and parameters are cast to F32
@@ -104,10 +105,10 @@ def _torch_serves(input, *parameters):
             or not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() > 0)
 
 
-Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
+_Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
 
 
-def traced_as_leaf(module, input):
+def _traced_as_leaf(module, input):
     """A module's call where torch.fx traces symbolically (``input`` a Proxy): one call_module node, as its tracer
     records torch.nn's own norms (it does not trace into torch.nn's modules). So the traced module runs ours, kernels
     and running statistics as in eager mode. Traced through, BatchNorm's forward raised on its input checks, and the

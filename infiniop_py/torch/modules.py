@@ -18,8 +18,8 @@ class RMSNorm(torch.nn.RMSNorm):
     """torch.nn.RMSNorm with this library's backward."""
 
     def forward(self, x):
-        if isinstance(x, functional.Proxy):
-            return functional.traced_as_leaf(self, x)
+        if isinstance(x, functional._Proxy):
+            return functional._traced_as_leaf(self, x)
         return functional.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
@@ -27,8 +27,8 @@ class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm with this library's backward."""
 
     def forward(self, input):
-        if isinstance(input, functional.Proxy):
-            return functional.traced_as_leaf(self, input)
+        if isinstance(input, functional._Proxy):
+            return functional._traced_as_leaf(self, input)
         return functional.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
@@ -37,8 +37,8 @@ class _BatchNormForward:
     average as torch updates them) through functional.batch_norm."""
 
     def forward(self, input):
-        if isinstance(input, functional.Proxy):
-            return functional.traced_as_leaf(self, input)
+        if isinstance(input, functional._Proxy):
+            return functional._traced_as_leaf(self, input)
         self._check_input_dim(input)
         tracking = self.training and self.track_running_stats
         average_factor = 0.0 if self.momentum is None else self.momentum

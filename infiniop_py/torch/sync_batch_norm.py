@@ -107,8 +107,8 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
             raise ValueError("SyncBatchNorm number of input channels should be non-zero")
 
     def forward(self, input):
-        if isinstance(input, functional.Proxy):
-            return functional.traced_as_leaf(self, input)
+        if isinstance(input, functional._Proxy):
+            return functional._traced_as_leaf(self, input)
         self._check_input_dim(input)
         self._check_non_zero_input_channels(input)
         tracking = self.training and self.track_running_stats
