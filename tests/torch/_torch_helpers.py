@@ -16,6 +16,16 @@ TORCH_ERRORS_CRASH = "libasan" in os.environ.get("LD_PRELOAD", "")
 TORCH_ERRORS_CRASH_REASON = ("the sanitizer stage's preloaded ASan runtime cannot intercept the C++ exceptions torch "
                              "raises its errors with; the plain run tests this")
 
+class LoggedTensor(torch.Tensor):
+    """A subclass that overrides torch's functions (__torch_function__), noting which it saw (``seen``)."""
+    seen = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(func)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 NUMPY_DTYPE = {torch.float16: F16, torch.float32: F32, torch.bfloat16: BF16, torch.float64: F64}
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

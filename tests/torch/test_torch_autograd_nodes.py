@@ -12,7 +12,7 @@ import time
 import pytest
 
 from _devices import DEVICES
-from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, torch
+from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, LoggedTensor, torch
 
 from infiniop_py.torch import autograd_nodes, functional
 
@@ -374,16 +374,10 @@ def test_a_tensor_subclass_takes_torchs_own_function():
     if not autograd_nodes.status()[0]:
         pytest.skip(f"the nodes are not built here: {autograd_nodes.status()[1]}")
 
-    class Logged(torch.Tensor):
-        seen = []
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.seen.append(func)
-            return super().__torch_function__(func, types, args, kwargs or {})
-    x = _tensor((4, 8), torch.float32, "cpu", 63).detach().as_subclass(Logged)
+    LoggedTensor.seen.clear()
+    x = _tensor((4, 8), torch.float32, "cpu", 63).detach().as_subclass(LoggedTensor)
     before = _forward_calls()
     output = functional.layer_norm(x, [8])
-    assert _forwards_since(before) == [0] * 6 and Logged.seen[0] is torch.nn.functional.layer_norm
+    assert _forwards_since(before) == [0] * 6 and LoggedTensor.seen[0] is torch.nn.functional.layer_norm
     torch.testing.assert_close(output.as_subclass(torch.Tensor),
                                torch.nn.functional.layer_norm(x.as_subclass(torch.Tensor), [8]))

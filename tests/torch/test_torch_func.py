@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, torch
+from _torch_helpers import TORCH_ERRORS_CRASH, TORCH_ERRORS_CRASH_REASON, LoggedTensor, torch
 
 import infiniop_py.torch as ipt
 
@@ -150,16 +150,6 @@ def _subclass_pairs():
             for name, ours, theirs, _ in _module_pairs()]
 
 
-class _Logged(torch.Tensor):
-    """A subclass that overrides torch's functions (__torch_function__), noting which it saw."""
-    seen = []
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        cls.seen.append(func)
-        return super().__torch_function__(func, types, args, kwargs or {})
-
-
 @pytest.mark.parametrize("name", [p[0] for p in _module_pairs()])
 def test_tensor_subclasses_get_torchs_own_norms(name):
     """A tensor subclass is handed to torch's own function, as torch.nn's modules hand it: a __torch_function__
@@ -173,9 +163,9 @@ def test_tensor_subclasses_get_torchs_own_norms(name):
     results = []
     for module in (ours, theirs):
         module.zero_grad()
-        _Logged.seen.clear()
-        logged = module(x.as_subclass(_Logged))
-        seen = list(_Logged.seen)
+        LoggedTensor.seen.clear()
+        logged = module(x.as_subclass(LoggedTensor))
+        seen = list(LoggedTensor.seen)
         pair = TwoTensor(x.clone(), x.clone()).requires_grad_()
         (module(pair) * weights).sum().backward()
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
@@ -185,7 +175,7 @@ def test_tensor_subclasses_get_torchs_own_norms(name):
                         "values": [logged.as_subclass(torch.Tensor), pair.grad.a, pair.grad.b,
                                    *(p.grad for p in module.parameters())]})
     ours_result, theirs_result = results
-    assert ours_result["types"] == theirs_result["types"] == (_Logged, TwoTensor, type(fake))
+    assert ours_result["types"] == theirs_result["types"] == (LoggedTensor, TwoTensor, type(fake))
     assert ours_result["seen"] == theirs_result["seen"] and ours_result["fake"] == theirs_result["fake"]
     assert all(map(torch.equal, ours_result["values"], theirs_result["values"]))
 
