@@ -33,16 +33,16 @@ class ForeignRMSNorm:
     def forward(self, hidden_states):
         if isinstance(hidden_states, functional._Proxy):
             return functional._traced_as_leaf(self, hidden_states)
-        if functional._torch_serves(hidden_states, self.weight):  # where the functionals are torch's: its class's
+        weight = self.weight  # read once: a parameter is found through nn.Module.__getattr__
+        if functional._torch_serves(hidden_states, weight):  # where the functionals are torch's: its class's
             return self._infiniop_base.forward(self, hidden_states)
-        weight = self.weight
-        if self._infiniop_offset:
-            weight = 1.0 + weight.float()  # as Gemma's forward has it; autograd takes the gradient to the weight
+        # As Gemma's forward has it (1 + weight); autograd takes the gradient to the weight.
+        scale = 1.0 + weight.float() if self._infiniop_offset else weight
         # As called: autocast's policy for torch's rms_norm has no part in the module's own forward.
-        output = functional._rms_norm_as_called(hidden_states, weight.shape, weight,
+        output = functional._rms_norm_as_called(hidden_states, scale.shape, scale,
                                                getattr(self, self._infiniop_epsilon))
         dtype = (hidden_states.dtype if self._infiniop_data_dtype
-                 else torch.promote_types(hidden_states.dtype, self.weight.dtype))
+                 else torch.promote_types(hidden_states.dtype, weight.dtype))
         return output if output.dtype is dtype else output.to(dtype)
 
     def __reduce_ex__(self, protocol):
