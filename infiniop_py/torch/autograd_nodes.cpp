@@ -329,6 +329,11 @@ variable_list rmsNormBackward(const Tensor &grad_output, const Tensor &input, co
                : rmsNormGradients(grad_output, input, weight, rstd, want_input, want_weight);
 }
 
+// RMSNorm's input as its nodes save it. An inference-mode tensor cannot be saved, and torch's CPU RMSNorm (a
+// composite: it saves a product of the input) takes one where weight requires grad: a copy is saved instead, the
+// memory torch's own save takes (2026-12-08). LayerNorm and BatchNorm refuse it, as torch's do.
+Tensor savableInput(const Tensor &input) { return input.is_inference() ? input.clone() : input; }
+
 struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
     // (output, rstd, input, weight, eps): output and rstd from the forward; weight of the data's dtype or F32
     // (16-bit data), as the kernel takes it. rstd: input.shape[:-normalized_dims] + (1,) * normalized_dims, or
@@ -336,7 +341,7 @@ struct RMSNormNode : public torch::autograd::Function<RMSNormNode> {
     static Tensor forward(AutogradContext *ctx, Tensor output, const Tensor &rstd, const Tensor &input,
                           const Tensor &weight, std::optional<double> eps) {
         ctx->mark_dirty({output});
-        ctx->save_for_backward({input, weight, rstd});
+        ctx->save_for_backward({savableInput(input), weight, rstd});
         if (eps) ctx->saved_data["eps"] = *eps;
         return output;
     }
@@ -782,7 +787,7 @@ std::vector<Tensor> rmsNormForward(const Tensor &input, at::IntArrayRef normaliz
     if (recording) {
         RMSNormBackward *node = nullptr;
         const NodePointer pointer = newNode(node);
-        node->input = SavedVariable(input, false);
+        node->input = SavedVariable(savableInput(input), false);
         node->weight = SavedVariable(weight, false);
         node->rstd = SavedVariable(rstd, false);
         node->eps = eps;

@@ -329,7 +329,8 @@ def _(input, normalized_shape, weight, eps):
 
 def _rms_norm_setup(ctx, inputs, output):
     input, normalized_shape, weight, eps = inputs
-    ctx.save_for_backward(input, output[1], weight)
+    # An inference-mode input cannot be saved: a copy is (autograd_nodes.cpp, RMSNormNode).
+    ctx.save_for_backward(input.clone() if input.is_inference() else input, output[1], weight)
     ctx.normalized_shape, ctx.eps = normalized_shape, eps
 
 

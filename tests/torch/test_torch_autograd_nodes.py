@@ -154,6 +154,46 @@ def test_an_output_may_be_modified_in_place_and_gives_torchs_gradients():
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("path", ["cpp forward", "cpp node", "python functions"])
+def test_an_inference_mode_input_gives_rms_norms_weight_its_gradient(monkeypatch, path):
+    """Data made under torch.inference_mode into an RMSNorm whose weight trains: torch's CPU RMSNorm (a composite)
+    takes it; ours raised 'Inference tensors cannot be saved for backward' (2026-12-08). Each path saves a copy."""
+    with torch.inference_mode():
+        x = torch.randn(64, 32, generator=torch.Generator().manual_seed(19)).t()  # a view: any layout
+    weight = _tensor((64,), torch.float32, "cpu", 20, positive=True)
+    grad = torch.randn(32, 64, generator=torch.Generator().manual_seed(21))
+    if path == "python functions":
+        monkeypatch.setattr(autograd_nodes, "_state", (None, "off for this path"))
+    results = []
+    for rms_norm in (functional.rms_norm, torch.nn.functional.rms_norm):
+        w = weight.detach().clone().requires_grad_()
+        if rms_norm is functional.rms_norm and path == "cpp node":  # the node alone, as a Parameter input gets it
+            output = autograd_nodes.apply("rms_norm", (x, [64], w, None))[0]
+        else:
+            output = rms_norm(x, [64], w)
+        output.backward(grad)
+        results.append((output.detach(), w.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert x.is_inference() and not x.requires_grad
+
+
+@pytest.mark.skipif(TORCH_ERRORS_CRASH, reason=TORCH_ERRORS_CRASH_REASON)
+def test_an_inference_mode_input_to_a_training_layer_or_batch_norm_is_refused_as_torch_refuses_it():
+    """LayerNorm and BatchNorm save their input, in torch as here: the same error, naming the cause."""
+    with torch.inference_mode():
+        rows, images = torch.randn(256, 16), torch.randn(4, 8, 3, 3)
+    calls = []
+    for layer_norm in (functional.layer_norm, torch.nn.functional.layer_norm):
+        calls.append(lambda layer_norm=layer_norm: layer_norm(rows, [16], torch.ones(16, requires_grad=True)))
+    for batch_norm in (functional.batch_norm, torch.nn.functional.batch_norm):
+        calls.append(lambda batch_norm=batch_norm: batch_norm(images, None, None, torch.ones(8, requires_grad=True), None,
+                                                        True))
+    for call in calls:
+        with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+            call()
+
+
 @pytest.mark.skipif(TORCH_ERRORS_CRASH, reason=TORCH_ERRORS_CRASH_REASON)
 def test_a_saved_input_modified_in_place_is_refused_in_the_backward():
     x = _tensor((4, 32), torch.float32, "cpu", 17)
