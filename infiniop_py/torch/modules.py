@@ -9,6 +9,8 @@ import functools
 import warnings
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.utils import parametrize
 
 import infiniop_py
 from . import foreign_rms_norm, functional
@@ -75,9 +77,11 @@ _DEVICES = {"cpu": "cpu", "cuda": "nvidia"}
 def replace_norms(module, rms_norms=()):
     """Turn every torch.nn.RMSNorm, LayerNorm and BatchNorm1d/2d/3d in ``module`` (itself included, recursively)
     into this package's class, in place: the same objects, parameters, buffers and hooks, so an optimizer built
-    before still works. Subclasses of those classes are left alone (their forward may differ). Returns how many
-    were replaced; modules this library cannot serve (parameters of a dtype or on a device it has no kernel
-    for) stay as they are, named in one warning.
+    before still works. Subclasses of those classes are left alone (their forward may differ), but for the ones
+    torch.nn.utils.parametrize makes (a parametrized weight or bias): their forward is the class's, and they become
+    ours, parametrized as before. Lazy ones (LazyBatchNorm2d, ...) become ours when their parameters are made.
+    Returns how many were replaced; modules this library cannot serve (parameters of a dtype or on a device it has
+    no kernel for) stay as they are, named in one warning.
 
     ``rms_norms``: classes of RMSNorm modules written outside torch.nn, such as transformers' LlamaRMSNorm and
     GemmaRMSNorm (or the copies other models make of them), whose instances are replaced too (see
@@ -86,9 +90,10 @@ def replace_norms(module, rms_norms=()):
     foreign = _foreign_classes(rms_norms)
     replaced, kept = 0, []
     for name, submodule in module.named_modules():
-        replacement, reason = REPLACEMENTS.get(type(submodule)), None
+        own = _own_class(submodule)
+        replacement, reason = REPLACEMENTS.get(own), None
         if replacement is None:
-            if type(submodule) not in foreign:
+            if own not in foreign:
                 continue
             replacement, reason = foreign_rms_norm.replacement(submodule)
         if reason is None:
@@ -96,11 +101,29 @@ def replace_norms(module, rms_norms=()):
         if reason is not None:
             kept.append(f"{name or type(submodule).__name__} ({reason})")
             continue
-        submodule.__class__ = replacement
+        if own is type(submodule):
+            submodule.__class__ = replacement
+        elif parametrize.is_parametrized(submodule):  # parametrize's class over ours: its properties, its base ours
+            submodule.__class__ = type(type(submodule).__name__, (replacement,),
+                                       {key: value for key, value in vars(type(submodule)).items()
+                                        if key not in ("__dict__", "__weakref__")})
+        else:  # lazy: the class it takes when its parameters are made (LazyModuleMixin reads it from the instance)
+            submodule.cls_to_become = replacement
         replaced += 1
     if kept:
         warnings.warn(f"replace_norms: kept these modules as they were: {', '.join(kept)}", stacklevel=2)
     return replaced
+
+
+def _own_class(module):
+    """The class a module was made as: parametrize's subclass (torch.nn.utils.parametrize) stands for its base, a
+    lazy module (LazyBatchNorm2d, ...) not yet materialized for the class it becomes."""
+    cls = type(module)
+    if parametrize.is_parametrized(module):
+        return cls.__bases__[0]
+    if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+        return module.cls_to_become
+    return cls
 
 
 def _foreign_classes(rms_norms):
@@ -117,7 +140,7 @@ def _foreign_classes(rms_norms):
 
 def _unservable_reason(module):
     """Why this library cannot run the module's backward, or None where it can."""
-    tensors = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    tensors = [*module.parameters(), *module.buffers()]  # a parametrized tensor's original is in a submodule
     floating = {tensor.dtype for tensor in tensors if tensor.is_floating_point()}
     unsupported = floating.difference(_DTYPES)
     if unsupported:

@@ -360,6 +360,67 @@ def test_replace_norms_keeps_what_it_cannot_serve_with_one_warning():
     assert type(model[2]) is torch.nn.BatchNorm1d
 
 
+class _Positive(torch.nn.Module):
+    def forward(self, weight):
+        return torch.nn.functional.softplus(weight)
+
+
+@pytest.mark.parametrize("make, shape", [(lambda: torch.nn.RMSNorm(16), (300, 16)),
+                                         (lambda: torch.nn.LayerNorm(16), (5000, 16)),  # above its _TORCH_BELOW
+                                         (lambda: torch.nn.BatchNorm2d(8), (16, 8, 9, 9))], ids=["rms", "ln", "bn"])
+def test_replace_norms_takes_norms_with_a_parametrized_weight(make, shape):
+    """torch.nn.utils.parametrize makes a subclass of the module's class; replace_norms left such a module as it
+    was, silently (2026-12-08). Now it becomes ours, parametrized as before, and trains as torch's."""
+    from torch.nn.utils import parametrize
+    theirs = make()
+    parametrize.register_parametrization(theirs, "weight", _Positive())
+    ours = copy.deepcopy(theirs)
+    assert ipt.replace_norms(ours) == 1 and ipt.replace_norms(ours) == 0
+    assert isinstance(ours, REPLACED[type(make())]) and parametrize.is_parametrized(ours, "weight")
+    assert type(ours).__name__ == type(theirs).__name__ and list(ours.state_dict()) == list(theirs.state_dict())
+    x, grad = _randn(shape, torch.float32, _seeded(40)), _randn(shape, torch.float32, _seeded(43))
+    results = []
+    for module in (ours, theirs):
+        input = x.clone().requires_grad_()
+        output = module(input)
+        output.backward(grad)
+        results.append((type(output.grad_fn).__name__, output, input.grad, *(p.grad for p in module.parameters())))
+    assert results[0][0] == "CppFunction" != results[1][0]  # our node served
+    for got, want in zip(results[0][1:], results[1][1:]):
+        assert error(got, want) < 1e-5
+    copy.deepcopy(ours)
+    parametrize.remove_parametrizations(ours, "weight")
+    assert type(ours) is REPLACED[type(make())]
+
+
+@pytest.mark.parametrize("lazy", [torch.nn.LazyBatchNorm1d, torch.nn.LazyBatchNorm2d, torch.nn.LazyBatchNorm3d])
+def test_replace_norms_makes_lazy_batch_norms_ours_when_they_materialize(lazy):
+    """A lazy BatchNorm becomes torch's class on its first call; replace_norms left it to, silently (2026-12-08)."""
+    shape = {torch.nn.LazyBatchNorm1d: (64, 8), torch.nn.LazyBatchNorm2d: (16, 8, 9, 9),
+             torch.nn.LazyBatchNorm3d: (4, 8, 5, 5, 5)}[lazy]
+    ours, theirs = lazy(), lazy()
+    assert ipt.replace_norms(torch.nn.Sequential(ours)) == 1
+    x, grad = _randn(shape, torch.float32, _seeded(41)), _randn(shape, torch.float32, _seeded(43))
+    results = []
+    for module in (ours, theirs):
+        module(x)  # the first call, by the lazy class's forward, makes the parameters
+        with torch.no_grad():
+            module.weight.copy_(_randn(module.weight.shape, torch.float32, _seeded(42), 0.5, 1.0))
+        input = x.clone().requires_grad_()
+        output = module(input)
+        output.backward(grad)
+        results.append((type(output.grad_fn).__name__, output, input.grad, module.weight.grad, module.bias.grad,
+                        module.running_mean, module.running_var))
+    assert type(ours) is REPLACED[type(theirs)] and ipt.replace_norms(ours) == 0
+    assert results[0][0] == "CppFunction" != results[1][0]
+    for got, want in zip(results[0][1:], results[1][1:]):
+        assert error(got, want) < 1e-5
+
+
+REPLACED = {torch.nn.RMSNorm: ipt.RMSNorm, torch.nn.LayerNorm: ipt.LayerNorm, torch.nn.BatchNorm1d: ipt.BatchNorm1d,
+            torch.nn.BatchNorm2d: ipt.BatchNorm2d, torch.nn.BatchNorm3d: ipt.BatchNorm3d}
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype, parameter_dtype", [(torch.float32, "same"), (torch.bfloat16, "same"),
                                                     (torch.bfloat16, torch.float32)])
