@@ -18,8 +18,8 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
   GemmaRMSNorm, each checked on a probe before it is swapped (see ``foreign_rms_norm``).
 - For tensor subclasses (DTensor, FakeTensor, __torch_function__ overrides) and nested tensors, under torch.func's
   transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) and TorchDispatchModes
-  (make_fx, FlopCounterMode), while torch.jit traces (torch.jit.trace, the TorchScript ONNX export) and in
-  forward-mode AD, the functionals and modules are torch.nn.functional's own functions (a replaced foreign RMSNorm
+  (make_fx, FlopCounterMode), while torch.jit traces (torch.jit.trace, the TorchScript ONNX export) or torch.export
+  exports (its program runs without this package) and in forward-mode AD, the functionals and modules are torch.nn.functional's own functions (a replaced foreign RMSNorm
   its own class's forward): the kernels read plain memory, which wrapped and batched tensors do not have, a
   subclass's override and a mode must see the norm, a trace records torch's ops and not the kernels' writes, and our
   nodes have no forward derivative. torch.fx.symbolic_trace records the modules as leaves, as torch.nn's.

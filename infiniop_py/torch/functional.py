@@ -3,8 +3,9 @@ is PyTorch's own kernel (RMSNorm's and BatchNorm's on the CPU: this library's), 
 through C++ autograd nodes in eager mode (autograd_nodes.py; plain autograd Functions where those cannot be built),
 through the custom ops torch.ops.infiniop where torch.compile traces (ops.py). For tensor subclasses (DTensor,
 FakeTensor, ...) and nested tensors, under torch.func's transforms (grad, vmap, jacrev, functional_call with grad,
-...) and dispatch modes (make_fx), while torch.jit traces and in forward-mode AD they are PyTorch's own functions
-(_torch_serves); torch.fx's symbolic tracing records the modules as leaves (_traced_as_leaf).
+...) and dispatch modes (make_fx), while torch.jit traces or torch.export exports and in forward-mode AD they are
+PyTorch's own functions (_torch_serves); torch.fx's symbolic tracing records the modules as leaves
+(_traced_as_leaf).
 
 Under autocast they do what torch.nn.functional's do: where torch's autocast has a float-32 policy for the op on the
 input's device (CUDA's layer_norm; CUDA's rms_norm from torch 2.12), F16/BF16 input and parameters are cast to F32
@@ -92,7 +93,10 @@ def _torch_serves(input, *parameters):
     - inside a forward-mode AD level (torch.autograd.forward_ad): our nodes have no forward derivative, and outputs
       came without their tangent (None), silently;
     - under a TorchDispatchMode (make_fx's tracing, FakeTensorMode, FlopCounterMode, ...): a mode sees the ops torch
-      runs, not the kernels' writes; the graph make_fx traced returned noise (2026-12-07)."""
+      runs, not the kernels' writes; the graph make_fx traced returned noise (2026-12-07);
+    - while torch.export traces: an exported program is for other runtimes (AOTInductor, ExecuTorch, a process
+      without this package), so it records torch's norms, as its non-strict tracing (a dispatch mode) did already;
+      strict export recorded torch.ops.infiniop's, which only this package runs (2026-12-08)."""
     if input is None or type(input) not in _ORDINARY or input.is_nested:  # None, not a tensor: torch's error
         return True
     for parameter in parameters:
@@ -101,8 +105,10 @@ def _torch_serves(input, *parameters):
     # _get_tracing_state: torch.jit.is_tracing's own test at half its cost (torch.compile folds both to "no").
     return (torch._C._are_functorch_transforms_active() or torch._C._get_tracing_state() is not None
             or _forward_ad._current_level >= 0
-            # torch.compile cannot trace the call (and where it traces, no mode is active): it stops before it.
-            or not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() > 0)
+            # Where torch.compile traces (it folds both calls; it cannot trace the stack's length, and no mode is
+            # active there), only while torch.export does.
+            or (torch.compiler.is_exporting() if torch.compiler.is_compiling()
+                else torch._C._len_torch_dispatch_stack() > 0))
 
 
 _Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor

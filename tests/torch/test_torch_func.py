@@ -251,3 +251,25 @@ def test_make_fx_and_dispatch_modes_see_torchs_norms(name):
         results.append((seen.ops, output, make_fx(module)(x)(other)))
     assert results[0][0] == results[1][0]
     assert torch.equal(results[0][1], results[1][1]) and torch.equal(results[0][2], results[1][2])
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_torch_export_records_torchs_norms(training):
+    """torch.export (strict: its tracing is torch.compile's) records torch's norms, as its non-strict tracing (a
+    dispatch mode) does: an exported program is for runtimes without this package. Strict export recorded
+    torch.ops.infiniop's ops, which only this package runs (2026-12-08)."""
+    from _foreign_norms import LlamaStyleRMSNorm
+    stock = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.Flatten(2),
+                                torch.nn.LayerNorm(64), torch.nn.RMSNorm(64), LlamaStyleRMSNorm(64))
+    ours = copy.deepcopy(stock)
+    assert ipt.replace_norms(ours, rms_norms=[LlamaStyleRMSNorm]) == 4
+    x = torch.randn(40, 3, 8, 8, generator=torch.Generator().manual_seed(11))  # above every _TORCH_BELOW
+    results = []
+    for model in (ours, stock):
+        program = torch.export.export(model.train(training), (x,), strict=True)
+        targets = sorted({str(node.target) for node in program.graph.nodes if node.op == "call_function"})
+        runnable = program.module()
+        results.append((targets, runnable(x), *runnable.buffers()))
+    assert not any(target.startswith("infiniop") for target in results[0][0])
+    assert results[0][0] == results[1][0]
+    assert all(map(torch.equal, results[0][1:], results[1][1:]))
