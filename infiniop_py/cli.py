@@ -124,6 +124,19 @@ def main(argv=None):
         return 1
 
 
+def count(minimum):
+    """An argparse type: an int of at least ``minimum`` (device ids, repeats), else argparse's error naming the
+    option. A negative repeat count ran the benchmark with a hidden minimum; a device id beyond C's int gave a
+    traceback (2026-12-08)."""
+    def parse(text):
+        value = int(text)  # argparse turns its ValueError into "invalid parse value"
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+    parse.__name__ = "count"
+    return parse
+
+
 def _main(argv):
     parser = argparse.ArgumentParser(
         prog="infiniop-py", description="RMSNorm, LayerNorm and BatchNorm backward (InfiniCore's C ABI): check and time.")
@@ -133,8 +146,8 @@ def _main(argv):
     smoke_parser.add_argument("--device", default="cpu", type=resolve_alias, choices=BUILT_DEVICES,
                               help="the backend to check (cuda: nvidia; exit 2, with the reason, where it is "
                                    "missing)")
-    smoke_parser.add_argument("--device-id", type=int, default=0)
-    smoke_parser.add_argument("--seed", type=int, default=0)
+    smoke_parser.add_argument("--device-id", type=count(0), default=0)
+    smoke_parser.add_argument("--seed", type=count(0), default=0)
     commands.add_parser("bench", help="time every operator against PyTorch and a copy (bench --help)")
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # bench has its own parser (also scripts/bench.py)

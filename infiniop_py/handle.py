@@ -5,7 +5,7 @@ import operator
 
 from ._ffi import ffi, libraries
 from ._resource import NativeResource
-from .errors import DeviceTypeNotSupportedError, check, status_name
+from .errors import DeviceNotFoundError, DeviceTypeNotSupportedError, check, status_name
 
 _DEVICE_PREFIX = "INFINI_DEVICE_"
 DEVICE_NAMES = tuple(
@@ -41,6 +41,9 @@ def device_code(device):
     return ffi.typeof("infiniDevice_t").relements[_DEVICE_PREFIX + device_name(device).upper()]
 
 
+_INT_MIN, _INT_MAX = -2**31, 2**31 - 1
+
+
 @contextlib.contextmanager
 def selected_device(device, device_id):
     """Make (device, device_id) current on this thread, and restore the previous one after."""
@@ -48,7 +51,9 @@ def selected_device(device, device_id):
     previous_device = ffi.new("infiniDevice_t *")
     previous_id = ffi.new("int *")
     check(rt.infinirtGetDevice(previous_device, previous_id), "infinirtGetDevice")
-    status = rt.infinirtSetDevice(device_code(device), device_id)
+    # An id beyond C's int is no device (cffi raised OverflowError).
+    status = (rt.infinirtSetDevice(device_code(device), device_id) if _INT_MIN <= device_id <= _INT_MAX
+              else DeviceNotFoundError.status)
     if status != 0:
         check(status, f"infinirtSetDevice({device}, {device_id}) ({_why_not_selectable(device)})")
     try:

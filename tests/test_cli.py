@@ -145,3 +145,33 @@ def test_bench_plot_without_matplotlib_fails_before_timing(monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--plot", "out.png"])
     assert exit_info.value.code == 2
+
+
+@pytest.mark.parametrize("command, option, value, minimum", [
+    ("smoke", "--device-id", "-1", 0), ("smoke", "--seed", "-2", 0), ("bench", "--device-id", "-1", 0),
+    ("bench", "--repeats", "0", 1), ("bench", "--visits", "0", 1), ("bench", "--repeats", "-3", 1)])
+def test_counts_below_their_minimum_are_refused_naming_the_option(monkeypatch, capsys, command, option, value,
+                                                                   minimum):
+    """bench --visits 0 raised ZeroDivisionError after the timing; negative repeats ran with a hidden minimum; a
+    negative seed gave numpy's traceback (2026-12-08)."""
+    from infiniop_py import bench, cli
+    monkeypatch.setattr(bench.cpu, "run", lambda args: pytest.fail("timed before checking its arguments"))
+    monkeypatch.setattr(cli, "smoke", lambda *args: pytest.fail("ran before checking its arguments"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, option, value])
+    assert exit_info.value.code == 2
+    assert f"argument {option}: must be at least {minimum}, not {value}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_bench_output_that_cannot_be_written_fails_before_timing(monkeypatch, capsys, tmp_path, option):
+    """--json to a missing folder raised FileNotFoundError after minutes of timing (2026-12-08)."""
+    from infiniop_py import bench
+    monkeypatch.setattr(bench.cpu, "run", lambda args: pytest.fail("timed before checking the output path"))
+    for path in (tmp_path / "missing" / "out.png", tmp_path):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([option, str(path)])
+        assert exit_info.value.code == 2
+        assert f"{option}: cannot write {path}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # the check leaves nothing behind
+

@@ -417,9 +417,10 @@ def test_python_handle_for_a_device_not_built(device):
 
 
 def test_python_handle_device_errors_then_cpu_still_works():
-    with pytest.raises(errors.DeviceNotFoundError) as raised:
-        infiniop_py.Handle("cpu", 1)
-    assert raised.value.status == DEVICE_NOT_FOUND
+    for device_id in (1, -1, 2**31, -2**31 - 1, 2**70):  # beyond C's int too: cffi raised OverflowError
+        with pytest.raises(errors.DeviceNotFoundError, match=f"infinirtSetDevice\\(cpu, {device_id}\\)") as raised:
+            infiniop_py.Handle("cpu", device_id)
+        assert raised.value.status == DEVICE_NOT_FOUND
     with pytest.raises(ValueError):
         infiniop_py.Handle("no-such-device")
     with infiniop_py.Handle("cpu") as handle:

@@ -6,8 +6,11 @@ docs/performance.md."""
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 
+from ..cli import count
 from ..handle import resolve_alias
 from . import cpu
 
@@ -19,7 +22,7 @@ def main(argv=None):
                     "rounds (the method: docs/performance.md).")
     parser.add_argument("--device", default="cpu", type=resolve_alias, choices=["cpu", "nvidia"],
                         help="nvidia (or cuda): on the GPU against PyTorch CUDA, timed with CUDA events")
-    parser.add_argument("--device-id", type=int, default=0)
+    parser.add_argument("--device-id", type=count(0), default=0)
     parser.add_argument("--ops", nargs="+", default=["rms_norm", "layer_norm", "batch_norm"],
                         choices=["rms_norm", "layer_norm", "layer_norm_from_input", "batch_norm"],
                         help="layer_norm_from_input: LayerNorm from the forward's input, mean and rstd (as torch "
@@ -28,10 +31,10 @@ def main(argv=None):
                         help="time the forwards instead (ours saving what our backward takes, against torch's "
                              "training forwards, and oneDNN's on the CPU, Liger-Kernel's and cuDNN's on a GPU)")
     parser.add_argument("--dtypes", nargs="+", default=cpu.DTYPES, choices=cpu.DTYPES)
-    parser.add_argument("--repeats", type=int, default=7,
+    parser.add_argument("--repeats", type=count(1), default=7,
                         help="timed rounds per case at least; each round calls the copy, ours and torch's twice "
                              "and times the second call (medians reported)")
-    parser.add_argument("--visits", type=int, default=3,
+    parser.add_argument("--visits", type=count(1), default=3,
                         help="CPU: times the run goes over every case, each on fresh data; each time reported is "
                              "the median over the visits")
     parser.add_argument("--quick", action="store_true", help="first shape of each op only")
@@ -59,6 +62,9 @@ def main(argv=None):
         missing = [op for op in args.ops if op not in forward.OPS]
         if missing:
             parser.error(f"--forward: no forward of {', '.join(missing)} (forwards: {', '.join(forward.OPS)})")
+    for option, path in (("--json", args.json), ("--plot", args.plot)):  # before minutes of timing, not after
+        if path and not _writable(path):
+            parser.error(f"{option}: cannot write {path} (a folder, or in a folder that is missing or read-only)")
     if args.plot:  # before minutes of timing, not after
         try:
             import matplotlib  # noqa: F401
@@ -105,3 +111,15 @@ def main(argv=None):
     if args.plot and not (args.sync_batch_norm or args.training or args.host_overhead):  # the operator tables only
         cpu.plot(report, args.plot)
     return 0
+
+
+def _writable(path):
+    """Whether a file can be written at ``path``: a file made in its folder and removed (os.access says yes to root
+    wherever the mode bits do)."""
+    if os.path.isdir(path):
+        return False
+    try:
+        tempfile.TemporaryFile(dir=os.path.dirname(os.path.abspath(path))).close()
+    except OSError:
+        return False
+    return True
