@@ -34,13 +34,14 @@ class ForeignRMSNorm:
         if isinstance(hidden_states, functional._Proxy):
             return functional._traced_as_leaf(self, hidden_states)
         weight = self.weight  # read once: a parameter is found through nn.Module.__getattr__
-        if functional._torch_serves(hidden_states, weight):  # where the functionals are torch's: its class's
+        eps = getattr(self, self._infiniop_epsilon)
+        # Where the functionals are torch's (an epsilon the kernels do not take too): its class's.
+        if functional._torch_serves(hidden_states, weight) or not 0.0 <= eps < functional._INF:
             return self._infiniop_base.forward(self, hidden_states)
         # As Gemma's forward has it (1 + weight); autograd takes the gradient to the weight.
         scale = 1.0 + weight.float() if self._infiniop_offset else weight
         # As called: autocast's policy for torch's rms_norm has no part in the module's own forward.
-        output = functional._rms_norm_as_called(hidden_states, scale.shape, scale,
-                                               getattr(self, self._infiniop_epsilon))
+        output = functional._rms_norm_as_called(hidden_states, scale.shape, scale, eps)
         dtype = (hidden_states.dtype if self._infiniop_data_dtype
                  else torch.promote_types(hidden_states.dtype, weight.dtype))
         return output if output.dtype is dtype else output.to(dtype)

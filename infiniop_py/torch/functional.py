@@ -13,6 +13,7 @@ first, the norm runs in F32 and its output is F32; the casts are recorded by aut
 in its tensor's dtype. Elsewhere (the CPU, BatchNorm) autocast leaves the norms' operands as they are.
 """
 
+import math
 import numbers
 from typing import List, Optional
 
@@ -111,6 +112,11 @@ def _torch_serves(input, *parameters):
                 else torch._C._len_torch_dispatch_stack() > 0))
 
 
+# The kernels take a finite eps >= 0. For others torch's function serves, with its values (NaN and infinities too)
+# or its errors: BatchNorm's eps <= 0 (refused in training, a negative one in eval, by torch 2.13). Ours raised
+# BadParamError, and computed BatchNorm with eps 0 in training, which torch refuses (2026-12-08).
+_INF = math.inf
+
 _Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
 
 
@@ -170,7 +176,7 @@ def rms_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tensor
              eps: Optional[float] = None) -> Tensor:
     """RMSNorm over the last len(normalized_shape) dims, as torch.nn.functional.rms_norm (eps None: the epsilon of
     the dtype it computes in, as torch's: F32's for F16/BF16 data)."""
-    if _torch_serves(input, weight):
+    if _torch_serves(input, weight) or not (eps is None or 0.0 <= eps < _INF):  # see _INF
         return torch.nn.functional.rms_norm(input, normalized_shape, weight, eps)
     if _f32_under_autocast("rms_norm", input):
         input, weight = _widened(input, weight)
@@ -188,7 +194,7 @@ def layer_norm(input: Tensor, normalized_shape: List[int], weight: Optional[Tens
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """LayerNorm over the last len(normalized_shape) dims, as torch.nn.functional.layer_norm."""
     # The size test first: where it holds torch's function serves whatever the operands (and at the least cost).
-    if _torch_end_to_end("layer_norm", input) or _torch_serves(input, weight, bias):
+    if _torch_end_to_end("layer_norm", input) or _torch_serves(input, weight, bias) or not 0.0 <= eps < _INF:
         return torch.nn.functional.layer_norm(input, normalized_shape, weight, bias, eps)
     if _f32_under_autocast("layer_norm", input):
         input, weight, bias = _widened(input, weight, bias)
@@ -201,7 +207,7 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
     statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
-    if _torch_serves(input, running_mean, running_var, weight, bias):
+    if _torch_serves(input, running_mean, running_var, weight, bias) or not 0.0 < eps < _INF:
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     # An empty input: torch's value, the input times weight[0] plus bias[0], whatever the other sizes.
     if input.numel() == 0:

@@ -113,6 +113,17 @@ def test_epsilon_is_read_on_every_call():
     torch.testing.assert_close(norm(x), torch.nn.functional.rms_norm(x, [16], norm.weight, 0.5))
 
 
+@pytest.mark.parametrize("eps", [0.0, -1e-5, float("inf"), float("nan")])
+def test_an_epsilon_the_kernels_do_not_take_runs_the_class_own_forward(eps):
+    """A negative or non-finite epsilon: the class's own forward computes what it computes (ours raised
+    BadParamError, 2026-12-08); 0 is the kernels'."""
+    theirs = _with_weight(LlamaStyleRMSNorm(16), torch.float32, _seeded(30))
+    ours = _replaced(copy.deepcopy(theirs))
+    theirs.variance_epsilon = ours.variance_epsilon = eps
+    x = torch.randn(40, 16, generator=_seeded(31))
+    torch.testing.assert_close(ours(x), theirs(x), equal_nan=True)
+
+
 def test_modules_that_compute_something_else_are_kept_with_one_warning():
     model = torch.nn.ModuleDict({cls.__name__: cls(8) for cls in NOT_RMS_NORMS})
     model["llama"] = LlamaStyleRMSNorm(8)

@@ -220,6 +220,26 @@ def test_ill_conditioned_values_are_held_to_torchs_own_error():
                              "parameter_dtype": "float32"}])
 
 
+def test_epsilons_the_kernels_do_not_take_get_torchs_verdict():
+    """eps 0, negative or infinite: torch refuses BatchNorm's eps <= 0 in training (and a negative one in eval, from
+    2.13) and computes the rest. Ours raised BadParamError where torch computes, and computed BatchNorm with eps 0 in
+    training, which torch refuses (2026-12-08). Sizes where ours serves (above functional._TORCH_BELOW)."""
+    cases = []
+    for eps in (0.0, -1e-5, float("inf")):
+        cases += [{"op": "rms_norm", "entry": "functional", "input": [3, 8], "dtype": "float32",
+                   "normalized_shape": [8], "training": True, "seed": 11, "tensors": {"weight": None}, "eps": eps},
+                  {"op": "layer_norm", "entry": "functional", "input": [8200, 8], "dtype": "float32",
+                   "normalized_shape": [8], "training": True, "seed": 12, "eps": eps,
+                   "tensors": {"weight": {"shape": [8], "dtype": "float32"}, "bias": None}}]
+        for training in (True, False):
+            cases.append({"op": "batch_norm", "entry": "functional", "input": [64, 3, 25], "dtype": "float32",
+                          "training": training, "seed": 13, "eps": eps,
+                          "tensors": {"weight": {"shape": [3], "dtype": "float32"}, "bias": None,
+                                      "running_mean": {"shape": [3], "dtype": "float32"},
+                                      "running_var": {"shape": [3], "dtype": "float32"}}})
+    _require_same_verdicts(cases)
+
+
 def test_the_reported_cases_are_refused():
     """The issue's cases are mismatches torch refuses: the comparison above is not vacuous for them."""
     reports = _run_cases(_REPORTED)
