@@ -112,10 +112,12 @@ def _torch_serves(input, *parameters):
                 else torch._C._len_torch_dispatch_stack() > 0))
 
 
-# The kernels take a finite eps >= 0. For others torch's function serves, with its values (NaN and infinities too)
-# or its errors: BatchNorm's eps <= 0 (refused in training, a negative one in eval, by torch 2.13). Ours raised
-# BadParamError, and computed BatchNorm with eps 0 in training, which torch refuses (2026-12-08).
+# The kernels take a finite eps >= 0 and a momentum in a C float's range. For others torch's function serves, with
+# its values (NaN and infinities too) or its errors: BatchNorm's eps <= 0 (refused in training, a negative one in
+# eval, by torch 2.13), a momentum of None. Ours raised BadParamError (an infinite momentum even in eval, where it
+# is not used), and computed BatchNorm with eps 0 in training, which torch refuses (2026-12-08).
 _INF = math.inf
+_FLOAT_MAX = 3.4028234663852886e38
 
 _Proxy = torch.fx.Proxy  # what torch.fx's symbolic tracing passes for a tensor
 
@@ -207,7 +209,8 @@ def batch_norm(input: Tensor, running_mean: Optional[Tensor], running_var: Optio
     """BatchNorm over dim 1 of an (N, C, *spatial) input, as torch.nn.functional.batch_norm: in training the batch
     statistics normalize, and running_mean / running_var (when given) are updated in place with ``momentum``
     (running_var with the unbiased batch variance); otherwise the running statistics normalize."""
-    if _torch_serves(input, running_mean, running_var, weight, bias) or not 0.0 < eps < _INF:
+    if (_torch_serves(input, running_mean, running_var, weight, bias) or not 0.0 < eps < _INF
+            or momentum is None or not -_FLOAT_MAX <= momentum <= _FLOAT_MAX):
         return torch.nn.functional.batch_norm(input, running_mean, running_var, weight, bias, training, momentum, eps)
     # An empty input: torch's value, the input times weight[0] plus bias[0], whatever the other sizes.
     if input.numel() == 0:

@@ -240,6 +240,29 @@ def test_epsilons_the_kernels_do_not_take_get_torchs_verdict():
     _require_same_verdicts(cases)
 
 
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_momenta_the_kernels_do_not_take_get_torchs_verdict(training):
+    """An infinite, NaN or beyond-float momentum (unused in eval) or None: torch's values or its own error. Ours
+    raised BadParamError, even in eval (2026-12-08)."""
+    x = torch.randn(64, 3, 25, generator=torch.Generator().manual_seed(14))  # above functional._TORCH_BELOW
+    for momentum in (float("inf"), float("nan"), 1e300, None):
+        verdicts = []
+        for batch_norm in (ipt.batch_norm, torch.nn.functional.batch_norm):
+            running_mean, running_var = torch.zeros(3), torch.ones(3)
+            try:
+                output = batch_norm(x, running_mean, running_var, torch.ones(3), None, training, momentum, 1e-5)
+            except Exception as error:  # noqa: BLE001 - the verdict is the exception's class and message
+                verdicts.append((type(error), str(error)))
+            else:
+                verdicts.append((output, running_mean, running_var))
+        ours, theirs = verdicts
+        if isinstance(theirs[0], type):
+            assert ours == theirs, momentum
+        else:
+            for got, want in zip(ours, theirs):
+                torch.testing.assert_close(got, want, equal_nan=True, msg=f"momentum {momentum}")
+
+
 def test_the_reported_cases_are_refused():
     """The issue's cases are mismatches torch refuses: the comparison above is not vacuous for them."""
     reports = _run_cases(_REPORTED)
