@@ -74,6 +74,10 @@ def code_of(dtype, tensor="tensor"):
     except TypeError as error:
         raise BadTensorDtypeError(f"{tensor}: {dtype!r} is not a dtype ({error})") from None
     if numpy_dtype not in CODE_BY_NUMPY:
+        if not numpy_dtype.isnative and numpy_dtype.newbyteorder("=") in CODE_BY_NUMPY:  # from a file, say
+            raise BadTensorDtypeError(
+                f"{tensor}: dtype {numpy_dtype.str} is not in this machine's byte order; convert it first, e.g. "
+                f"array.astype(array.dtype.newbyteorder('='))")
         raise BadTensorDtypeError(
             f"{tensor}: dtype {numpy_dtype} has no infiniDtype_t code; use float16, float32, bfloat16 or float64"
         )

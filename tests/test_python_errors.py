@@ -31,6 +31,8 @@ def wrong_arguments():
     yield "dtype", lambda a: a.astype(np.float64), infiniop_py.BadTensorDtypeError, r"{name}(: |'s )dtype F64"
     yield "dtype", lambda a: a.astype(np.int32), infiniop_py.BadTensorDtypeError, r"{name}: dtype I32"
     yield "dtype", lambda a: a.astype(np.complex64), infiniop_py.BadTensorDtypeError, r"{name}: dtype complex64"
+    yield "byte order", lambda a: a.astype(a.dtype.newbyteorder("S")), infiniop_py.BadTensorDtypeError, \
+        r"{name}: dtype .* is not in this machine's byte order"
     yield "device", lambda a: torch.empty(a.shape, device="meta"), ValueError, r"{name}: .*meta"
     # A torch tensor without memory of its own to read (TwoTensor stands for DTensor), and a nested one: they reached
     # the kernels with a null pointer (INFINI_STATUS_NULL_POINTER) or raised torch's internal errors (2026-12-07).
