@@ -19,11 +19,11 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 - For tensor subclasses (DTensor, FakeTensor, __torch_function__ overrides) and nested tensors, under torch.func's
   transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) and TorchDispatchModes
   (make_fx, FlopCounterMode), while torch.jit traces (torch.jit.trace, the TorchScript ONNX export) or torch.export
-  exports (its program runs without this package) and in forward-mode AD, the functionals and modules are torch.nn.functional's own functions (a replaced foreign RMSNorm
-  its own class's forward): the kernels read plain memory, which wrapped and batched tensors do not have, a
-  subclass's override and a mode must see the norm, a trace records torch's ops and not the kernels' writes, and our
-  nodes have no forward derivative. torch.fx.symbolic_trace records the modules as leaves, as torch.nn's.
-  torch.jit.script does not compile the drop-ins.
+  exports and in forward-mode AD, the functionals and modules are torch.nn.functional's own functions (a replaced
+  foreign RMSNorm its own class's forward): the kernels read plain memory, which wrapped and batched tensors do not
+  have, a subclass's override and a mode must see the norm, a trace records torch's ops and not the kernels' writes,
+  an exported program runs without this package, and our nodes have no forward derivative. torch.fx.symbolic_trace
+  records the modules as leaves, as torch.nn's. torch.jit.script does not compile the drop-ins.
   Double backward (create_graph=True: gradient penalties, Hessian-vector products) takes PyTorch's own backward
   formulas, which it differentiates as stock's: the kernels serve the first-order backward.
 - Under autocast they do what torch's do: where its autocast runs layer_norm or rms_norm in F32 (CUDA; rms_norm

@@ -179,7 +179,7 @@ def test_an_inference_mode_input_gives_rms_norms_weight_its_gradient(monkeypatch
 
 
 @pytest.mark.skipif(TORCH_ERRORS_CRASH, reason=TORCH_ERRORS_CRASH_REASON)
-def test_an_inference_mode_input_to_a_training_layer_or_batch_norm_is_refused_as_torch_refuses_it():
+def test_an_inference_mode_input_to_layer_norm_or_batch_norm_is_refused_as_torch_refuses_it():
     """LayerNorm and BatchNorm save their input, in torch as here: the same error, naming the cause."""
     with torch.inference_mode():
         rows, images = torch.randn(256, 16), torch.randn(4, 8, 3, 3)
@@ -187,8 +187,8 @@ def test_an_inference_mode_input_to_a_training_layer_or_batch_norm_is_refused_as
     for layer_norm in (functional.layer_norm, torch.nn.functional.layer_norm):
         calls.append(lambda layer_norm=layer_norm: layer_norm(rows, [16], torch.ones(16, requires_grad=True)))
     for batch_norm in (functional.batch_norm, torch.nn.functional.batch_norm):
-        calls.append(lambda batch_norm=batch_norm: batch_norm(images, None, None, torch.ones(8, requires_grad=True), None,
-                                                        True))
+        calls.append(lambda batch_norm=batch_norm: batch_norm(images, None, None, torch.ones(8, requires_grad=True),
+                                                              None, True))
     for call in calls:
         with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
             call()

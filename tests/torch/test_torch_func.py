@@ -263,7 +263,7 @@ def test_torch_export_records_torchs_norms(training):
                                 torch.nn.LayerNorm(64), torch.nn.RMSNorm(64), LlamaStyleRMSNorm(64))
     ours = copy.deepcopy(stock)
     assert ipt.replace_norms(ours, rms_norms=[LlamaStyleRMSNorm]) == 4
-    x = torch.randn(40, 3, 8, 8, generator=torch.Generator().manual_seed(11))  # above every _TORCH_BELOW
+    x = torch.randn(40, 3, 8, 8, generator=torch.Generator().manual_seed(11))
     results = []
     for model in (ours, stock):
         program = torch.export.export(model.train(training), (x,), strict=True)

@@ -244,7 +244,7 @@ def test_epsilons_the_kernels_do_not_take_get_torchs_verdict():
 def test_momenta_the_kernels_do_not_take_get_torchs_verdict(training):
     """An infinite, NaN or beyond-float momentum (unused in eval) or None: torch's values or its own error. Ours
     raised BadParamError, even in eval (2026-12-08)."""
-    x = torch.randn(64, 3, 25, generator=torch.Generator().manual_seed(14))  # above functional._TORCH_BELOW
+    x = torch.randn(64, 3, 25, generator=torch.Generator().manual_seed(14))
     for momentum in (float("inf"), float("nan"), 1e300, None):
         verdicts = []
         for batch_norm in (ipt.batch_norm, torch.nn.functional.batch_norm):
