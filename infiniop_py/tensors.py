@@ -49,6 +49,9 @@ def _from_torch(tensor, name):
     if tensor.is_nested:
         raise TypeError(f"{name}: a nested torch tensor has no single shape; pass a plain tensor (one of its "
                         f"components, or a padded tensor)")
+    if tensor.layout is not sys.modules["torch"].strided:  # sparse, mkldnn: they were called wrappers without memory
+        raise TypeError(f"{name}: a torch tensor of layout {str(tensor.layout).replace('torch.', '')} has no "
+                        f"strided memory; pass a dense one (.to_dense())")
     try:
         data = tensor.data_ptr()
     except RuntimeError:  # e.g. "Cannot access data pointer of Tensor that doesn't have storage"

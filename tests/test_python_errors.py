@@ -39,6 +39,8 @@ def wrong_arguments():
     yield "wrapper", lambda a: _two_tensor(torch.from_numpy(a)), TypeError, r"{name}: the TwoTensor owns no memory"
     yield "nested", lambda a: torch.nested.as_nested_tensor([torch.from_numpy(a)], layout=torch.jagged), TypeError, \
         r"{name}: a nested"
+    # Were called wrappers without memory (2026-12-08).
+    yield "sparse", lambda a: torch.from_numpy(a).to_sparse(), TypeError, r"{name}: a torch tensor of layout sparse_coo"
 
 
 def _two_tensor(tensor):
