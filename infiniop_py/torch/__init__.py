@@ -15,7 +15,8 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
   parameters, buffers and state_dict) whose forward is the functional above.
 - ``replace_norms(model)``: turns a model's torch norm modules into these, in place; with
   ``rms_norms=[...]``, also RMSNorm classes written outside torch.nn, such as transformers' LlamaRMSNorm and
-  GemmaRMSNorm, each checked on a probe before it is swapped (see ``foreign_rms_norm``).
+  GemmaRMSNorm, each checked on a probe before it is swapped (see ``foreign_rms_norm``). ``restore_norms(model)``
+  turns them back.
 - For tensor subclasses (DTensor, FakeTensor, __torch_function__ overrides) and nested tensors, under torch.func's
   transforms (grad, vmap, jacrev, jvp; per-sample gradients through functional_call) and TorchDispatchModes
   (make_fx, FlopCounterMode), while torch.jit traces (torch.jit.trace, the TorchScript ONNX export) or torch.export
@@ -36,8 +37,8 @@ Imported only on request (``import infiniop_py.torch``); the base package never 
 
 from . import ops
 from .functional import batch_norm, layer_norm, rms_norm
-from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, replace_norms
+from .modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, LayerNorm, RMSNorm, replace_norms, restore_norms
 from .sync_batch_norm import SyncBatchNorm
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "RMSNorm", "batch_norm", "layer_norm", "ops",
-           "replace_norms", "rms_norm", "SyncBatchNorm"]
+           "replace_norms", "restore_norms", "rms_norm", "SyncBatchNorm"]

@@ -70,6 +70,7 @@ class BatchNorm3d(_BatchNormForward, torch.nn.BatchNorm3d):
 
 REPLACEMENTS = {torch.nn.RMSNorm: RMSNorm, torch.nn.LayerNorm: LayerNorm, torch.nn.BatchNorm1d: BatchNorm1d,
                 torch.nn.BatchNorm2d: BatchNorm2d, torch.nn.BatchNorm3d: BatchNorm3d}
+_ORIGINALS = {ours: theirs for theirs, ours in REPLACEMENTS.items()}
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DEVICES = {"cpu": "cpu", "cuda": "nvidia"}
 
@@ -104,15 +105,41 @@ def replace_norms(module, rms_norms=()):
         if own is type(submodule):
             submodule.__class__ = replacement
         elif parametrize.is_parametrized(submodule):  # parametrize's class over ours: its properties, its base ours
-            submodule.__class__ = type(type(submodule).__name__, (replacement,),
-                                       {key: value for key, value in vars(type(submodule)).items()
-                                        if key not in ("__dict__", "__weakref__")})
+            submodule.__class__ = _parametrized_class(type(submodule), replacement)
         else:  # lazy: the class it takes when its parameters are made (LazyModuleMixin reads it from the instance)
             submodule.cls_to_become = replacement
         replaced += 1
     if kept:
         warnings.warn(f"replace_norms: kept these modules as they were: {', '.join(kept)}", stacklevel=2)
     return replaced
+
+
+def restore_norms(module):
+    """Undo replace_norms: turn every module it replaced in ``module`` (itself included) back into the class it was
+    made as (torch.nn's, or the foreign RMSNorm class), in place, parametrized and lazy ones included. For a model
+    to be pickled whole, exported or loaded where this package is not installed. Returns how many were restored."""
+    restored = 0
+    for submodule in module.modules():
+        cls = type(submodule)
+        if submodule.__dict__.get("cls_to_become") in _ORIGINALS:  # a lazy module's, materialized or not
+            del submodule.cls_to_become
+            if isinstance(submodule, LazyModuleMixin):
+                restored += 1
+                continue
+        parametrized = parametrize.is_parametrized(submodule)
+        ours = cls.__bases__[0] if parametrized else cls
+        original = _ORIGINALS.get(ours) or getattr(ours, "_infiniop_base", None)
+        if original is None:
+            continue
+        submodule.__class__ = (_parametrized_class(cls, original) if parametrized else original)
+        restored += 1
+    return restored
+
+
+def _parametrized_class(parametrized, base):
+    """torch.nn.utils.parametrize's subclass ``parametrized`` (its properties and methods) over ``base`` instead."""
+    return type(parametrized.__name__, (base,),
+                {key: value for key, value in vars(parametrized).items() if key not in ("__dict__", "__weakref__")})
 
 
 def _own_class(module):

@@ -417,6 +417,34 @@ def test_replace_norms_makes_lazy_batch_norms_ours_when_they_materialize(lazy):
         assert error(got, want) < 1e-5
 
 
+def test_restore_norms_undoes_replace_norms_for_a_model_pickled_without_this_package():
+    """Every kind replace_norms takes goes back to the class it was made as, so a whole-model pickle (torch.save)
+    names no class of this package and loads where it is not installed."""
+    import io
+
+    from torch.nn.utils import parametrize
+
+    from _foreign_norms import LlamaStyleRMSNorm
+    model = torch.nn.Sequential(torch.nn.LayerNorm(8), torch.nn.RMSNorm(8), torch.nn.BatchNorm2d(8),
+                                LlamaStyleRMSNorm(8), torch.nn.LazyBatchNorm1d(), torch.nn.LazyBatchNorm1d(),
+                                torch.nn.LayerNorm(8))
+    parametrize.register_parametrization(model[6], "weight", _Positive())
+    original = [type(module) for module in model][:5] + [torch.nn.BatchNorm1d, torch.nn.LayerNorm]
+    assert ipt.replace_norms(model, rms_norms=[LlamaStyleRMSNorm]) == 7
+    model[5](torch.randn(4, 8, generator=_seeded(44)))  # one lazy module materializes as ours
+    assert type(model[5]) is ipt.BatchNorm1d
+    assert ipt.restore_norms(model) == 7 and ipt.restore_norms(model) == 0
+    assert [type(module) for module in model][:6] == original[:6]
+    assert type(model[6]).__bases__ == (torch.nn.LayerNorm,) and parametrize.is_parametrized(model[6], "weight")
+    parametrize.remove_parametrizations(model[6], "weight")
+    assert type(model[6]) is torch.nn.LayerNorm
+    model[4](torch.randn(4, 8, generator=_seeded(45)))
+    assert type(model[4]) is torch.nn.BatchNorm1d  # materialized as torch's
+    saved = io.BytesIO()
+    torch.save(model, saved)
+    assert b"infiniop" not in saved.getvalue()
+
+
 REPLACED = {torch.nn.RMSNorm: ipt.RMSNorm, torch.nn.LayerNorm: ipt.LayerNorm, torch.nn.BatchNorm1d: ipt.BatchNorm1d,
             torch.nn.BatchNorm2d: ipt.BatchNorm2d, torch.nn.BatchNorm3d: ipt.BatchNorm3d}
 
