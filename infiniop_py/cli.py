@@ -125,11 +125,11 @@ def main(argv=None):
 
 
 def count(minimum):
-    """An argparse type: an int of at least ``minimum`` (device ids, repeats), else argparse's error naming the
-    option. A negative repeat count ran the benchmark with a hidden minimum; a device id beyond C's int gave a
-    traceback (2026-12-08)."""
+    """An argparse type: an int of at least ``minimum`` (device ids, seeds, repeats), else argparse's error naming
+    the option. `bench --visits 0` raised ZeroDivisionError after the timing, negative repeats ran with a hidden
+    minimum, a negative seed gave numpy's traceback (2026-12-08)."""
     def parse(text):
-        value = int(text)  # argparse turns its ValueError into "invalid parse value"
+        value = int(text)  # argparse turns its ValueError into "invalid count value"
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
         return value

@@ -62,10 +62,11 @@ def main(argv=None):
         missing = [op for op in args.ops if op not in forward.OPS]
         if missing:
             parser.error(f"--forward: no forward of {', '.join(missing)} (forwards: {', '.join(forward.OPS)})")
-    for option, path in (("--json", args.json), ("--plot", args.plot)):  # before minutes of timing, not after
+    # The output paths and matplotlib are checked before minutes of timing, not after.
+    for option, path in (("--json", args.json), ("--plot", args.plot)):
         if path and not _writable(path):
             parser.error(f"{option}: cannot write {path} (a folder, or in a folder that is missing or read-only)")
-    if args.plot:  # before minutes of timing, not after
+    if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:

@@ -102,12 +102,7 @@ def replace_norms(module, rms_norms=()):
         if reason is not None:
             kept.append(f"{name or type(submodule).__name__} ({reason})")
             continue
-        if own is type(submodule):
-            submodule.__class__ = replacement
-        elif parametrize.is_parametrized(submodule):  # parametrize's class over ours: its properties, its base ours
-            submodule.__class__ = _parametrized_class(type(submodule), replacement)
-        else:  # lazy: the class it takes when its parameters are made (LazyModuleMixin reads it from the instance)
-            submodule.cls_to_become = replacement
+        _give_class(submodule, own, replacement)
         replaced += 1
     if kept:
         warnings.warn(f"replace_norms: kept these modules as they were: {', '.join(kept)}", stacklevel=2)
@@ -120,26 +115,30 @@ def restore_norms(module):
     to be pickled whole, exported or loaded where this package is not installed. Returns how many were restored."""
     restored = 0
     for submodule in module.modules():
-        cls = type(submodule)
-        if submodule.__dict__.get("cls_to_become") in _ORIGINALS:  # a lazy module's, materialized or not
-            del submodule.cls_to_become
-            if isinstance(submodule, LazyModuleMixin):
-                restored += 1
-                continue
-        parametrized = parametrize.is_parametrized(submodule)
-        ours = cls.__bases__[0] if parametrized else cls
-        original = _ORIGINALS.get(ours) or getattr(ours, "_infiniop_base", None)
-        if original is None:
-            continue
-        submodule.__class__ = (_parametrized_class(cls, original) if parametrized else original)
-        restored += 1
+        if not isinstance(submodule, LazyModuleMixin) and submodule.__dict__.get("cls_to_become") in _ORIGINALS:
+            del submodule.cls_to_become  # left by a lazy module that became ours: it would pickle our class
+        own = _own_class(submodule)
+        original = _ORIGINALS.get(own) or getattr(own, "_infiniop_base", None)  # ours, or a foreign replacement
+        if original is not None:
+            _give_class(submodule, own, original)
+            restored += 1
     return restored
 
 
-def _parametrized_class(parametrized, base):
-    """torch.nn.utils.parametrize's subclass ``parametrized`` (its properties and methods) over ``base`` instead."""
-    return type(parametrized.__name__, (base,),
-                {key: value for key, value in vars(parametrized).items() if key not in ("__dict__", "__weakref__")})
+def _give_class(module, own, cls):
+    """Make ``module``, made as ``own`` (_own_class), one of ``cls``: its class, parametrize's class over ``cls``
+    (its properties and methods, on ``cls`` as base), or for a lazy module the class it takes when its parameters
+    are made (LazyModuleMixin reads it from the instance; the class's own where that is ``cls``)."""
+    if own is type(module):
+        module.__class__ = cls
+    elif parametrize.is_parametrized(module):
+        parametrized = type(module)
+        module.__class__ = type(parametrized.__name__, (cls,), {
+            key: value for key, value in vars(parametrized).items() if key not in ("__dict__", "__weakref__")})
+    elif cls is type(module).cls_to_become:
+        del module.cls_to_become
+    else:
+        module.cls_to_become = cls
 
 
 def _own_class(module):

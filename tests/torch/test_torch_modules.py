@@ -395,7 +395,7 @@ def test_replace_norms_takes_norms_with_a_parametrized_weight(make, shape):
 
 @pytest.mark.parametrize("lazy", [torch.nn.LazyBatchNorm1d, torch.nn.LazyBatchNorm2d, torch.nn.LazyBatchNorm3d])
 def test_replace_norms_makes_lazy_batch_norms_ours_when_they_materialize(lazy):
-    """A lazy BatchNorm becomes torch's class on its first call; replace_norms left it to, silently (2026-12-08)."""
+    """A lazy BatchNorm becomes torch's class on its first call; replace_norms left it so, silently (2026-12-08)."""
     shape = {torch.nn.LazyBatchNorm1d: (64, 8), torch.nn.LazyBatchNorm2d: (16, 8, 9, 9),
              torch.nn.LazyBatchNorm3d: (4, 8, 5, 5, 5)}[lazy]
     ours, theirs = lazy(), lazy()
